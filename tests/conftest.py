@@ -1,0 +1,3 @@
+"""Test tree root. The shared fixtures live in ``orderflow_fixtures`` (see its docstring)."""
+
+pytest_plugins = ["orderflow_fixtures"]
