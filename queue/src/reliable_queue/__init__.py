@@ -1,0 +1,53 @@
+"""reliable_queue: an at-least-once Redis task queue.
+
+Every state change of a job is one Lua script (atomic); leases are fenced by
+tokens; expired leases are reaped; failures retry with exponential backoff and
+full jitter; bad jobs go to a dead-letter queue with their reason.
+"""
+
+from .dlq import DeadLetter, DeadLetters, RedriveReport
+from .errors import (
+    PayloadTooLargeError,
+    PayloadValidationError,
+    PermanentError,
+    QueueConnectionError,
+    QueueError,
+    StaleLeaseError,
+    UnknownTaskError,
+)
+from .inspection import JobExplanation, QueueStats, explain, stats
+from .job import AckResult, EnqueueRequest, FetchResult, JobContext, Lease, RawJob
+from .policy import RetryPolicy
+from .queue import DEAD_REASONS, Queue
+from .registry import TaskDefinition, TaskRegistry
+from .settings import QueueSettings
+from .worker import Worker, WorkerHooks
+
+__all__ = [
+    "DEAD_REASONS",
+    "AckResult",
+    "DeadLetter",
+    "DeadLetters",
+    "EnqueueRequest",
+    "FetchResult",
+    "JobContext",
+    "JobExplanation",
+    "Lease",
+    "PayloadTooLargeError",
+    "PayloadValidationError",
+    "PermanentError",
+    "Queue",
+    "QueueConnectionError",
+    "QueueError",
+    "QueueSettings",
+    "QueueStats",
+    "RawJob",
+    "RetryPolicy",
+    "StaleLeaseError",
+    "TaskDefinition",
+    "TaskRegistry",
+    "Worker",
+    "WorkerHooks",
+    "explain",
+    "stats",
+]

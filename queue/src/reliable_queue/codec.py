@@ -1,0 +1,84 @@
+"""JSON job records (never pickle).
+
+A record is the immutable part of a job, stored once at enqueue:
+``{"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}``.
+Short field names keep Redis memory per waiting job low.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class RecordDecodeError(ValueError):
+    """A stored record is not valid UTF-8 JSON of the expected shape."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """Decoded job record.
+
+    Attributes:
+        task: task name.
+        payload: the JSON payload (a dict for registered tasks).
+        enqueued_at_ms: producer wall-clock time of the enqueue, epoch milliseconds.
+        max_attempts: total runs allowed (0 and 1 both mean "no retry").
+        idempotency_key: the key given at enqueue, or None.
+    """
+
+    task: str
+    payload: Any
+    enqueued_at_ms: int
+    max_attempts: int
+    idempotency_key: str | None
+
+
+def encode_record(
+    task: str,
+    payload: Any,
+    enqueued_at_ms: int,
+    max_attempts: int,
+    idempotency_key: str | None,
+) -> bytes:
+    """Encode a record to compact JSON bytes.
+
+    Raises:
+        TypeError: if the payload holds something JSON cannot represent.
+    """
+    return orjson.dumps(
+        {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
+    )
+
+
+def decode_record(raw: bytes | str) -> JobRecord:
+    """Decode a stored record.
+
+    Raises:
+        RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
+    """
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:  # also raised for invalid UTF-8
+        raise RecordDecodeError(f"record is not valid UTF-8 JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RecordDecodeError(f"record is a JSON {type(data).__name__}, not an object")
+    task, enq, max_attempts = data.get("t"), data.get("e", 0), data.get("m", 1)
+    if not isinstance(task, str) or not task:
+        raise RecordDecodeError("record has no task name ('t')")
+    if not isinstance(enq, int) or not isinstance(max_attempts, int):
+        raise RecordDecodeError("record fields 'e' and 'm' must be integers")
+    key = data.get("k")
+    return JobRecord(task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes of ``value`` (for failure info blobs)."""
+    return orjson.dumps(value)
+
+
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON bytes or str. Raises ``orjson.JSONDecodeError`` (a ValueError)."""
+    return orjson.loads(raw)

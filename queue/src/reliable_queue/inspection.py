@@ -1,0 +1,201 @@
+"""Read-only views of a queue: counters and depths, and everything about one job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from . import codec
+from .errors import QueueConnectionError
+from .queue import Queue, _text
+
+COUNTERS = (
+    "enqueued",
+    "duplicates",
+    "succeeded",
+    "retried",
+    "dead",
+    "reaped",
+    "stale_refused",
+    "stale_extends",
+    "released",
+    "redriven",
+    "purged",
+    "dlq_dropped",
+    "orphaned",
+)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counters (since the queue was created) and current depths of one queue.
+
+    Attributes:
+        queue: queue name.
+        ready / delayed / active / dead / done: jobs in each structure now
+            (``done`` = finished records still inside the retention window).
+        counters: every counter in :data:`COUNTERS` (0 when never bumped), plus
+            ``dead:<reason>`` entries.
+    """
+
+    queue: str
+    ready: int
+    delayed: int
+    active: int
+    dead: int
+    done: int
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return {
+            "queue": self.queue,
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "active": self.active,
+            "dead": self.dead,
+            "done": self.done,
+            "counters": dict(self.counters),
+        }
+
+
+def stats(queue: Queue) -> QueueStats:
+    """Counters and depths of ``queue`` in one round trip (a MULTI snapshot).
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+    """
+    k = queue.keys
+    try:
+        pipe = queue.client.pipeline(transaction=True)
+        pipe.llen(k.key("ready"))
+        for kind in ("delayed", "active", "dead", "done"):
+            pipe.zcard(k.key(kind))
+        pipe.hgetall(k.key("stats"))
+        ready, delayed, active, dead, done, raw = pipe.execute()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    counters = dict.fromkeys(COUNTERS, 0)
+    counters.update({_text(a): int(b) for a, b in raw.items()})
+    return QueueStats(queue.name, ready, delayed, active, dead, done, counters)
+
+
+@dataclass(frozen=True)
+class JobExplanation:
+    """Everything known about one job.
+
+    Attributes:
+        job_id / queue: identity.
+        state: ``ready``, ``delayed``, ``active``, ``dead``, ``done``, or ``unknown``
+            (a record without a place: only seen mid-way through a manual edit).
+        task / payload / max_attempts / idempotency_key / enqueued_at: from the record
+            (None when the record is unreadable; ``record_error`` then says why).
+        attempts: deliveries so far.
+        lease_owner / lease_token / lease_deadline: for an active job (deadline in
+            epoch seconds, Redis clock).
+        next_run_at: for a delayed job (a retry backoff or a scheduled job), epoch s.
+        dead_at / dead_reason: for a dead-lettered job.
+        finished_at: for a done job.
+        last_failure: the stored failure blob (reason, error, traceback, at).
+    """
+
+    job_id: str
+    queue: str
+    state: str
+    task: str | None
+    payload: Any
+    max_attempts: int | None
+    idempotency_key: str | None
+    enqueued_at: float | None
+    attempts: int
+    lease_owner: str | None
+    lease_token: str | None
+    lease_deadline: float | None
+    next_run_at: float | None
+    dead_at: float | None
+    dead_reason: str | None
+    finished_at: float | None
+    last_failure: dict[str, Any] | None
+    record_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return dict(self.__dict__)
+
+
+def explain(queue: Queue, job_id: str) -> JobExplanation | None:
+    """Everything about ``job_id`` in one round trip, or None if Redis has no trace of it.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+    """
+    k = queue.keys
+    try:
+        pipe = queue.client.pipeline(transaction=True)
+        pipe.hget(k.key("jobs"), job_id)
+        pipe.hget(k.key("attempts"), job_id)
+        pipe.hget(k.key("leases"), job_id)
+        pipe.hget(k.key("info"), job_id)
+        for kind in ("active", "delayed", "dead", "done"):
+            pipe.zscore(k.key(kind), job_id)
+        rec, att, lease, info, active, delayed, dead, done = pipe.execute()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    if rec is None and dead is None and active is None:
+        return None
+    state = (
+        "active"
+        if active is not None
+        else "delayed"
+        if delayed is not None
+        else "dead"
+        if dead is not None
+        else "done"
+        if done is not None
+        else "ready"
+        if rec is not None
+        else "unknown"
+    )
+    if state == "ready":
+        try:
+            if queue.client.lpos(k.key("ready"), job_id) is None:
+                state = "unknown"
+        except redis.ResponseError:  # LPOS needs Redis >= 6.0.6
+            pass
+    task = payload = max_attempts = key = enqueued = error = None
+    if rec is not None:
+        try:
+            r = codec.decode_record(rec)
+            task, payload, max_attempts, key = r.task, r.payload, r.max_attempts, r.idempotency_key
+            enqueued = r.enqueued_at_ms / 1000.0
+        except codec.RecordDecodeError as exc:
+            error = str(exc)
+    failure = None
+    if info is not None:
+        try:
+            failure = codec.loads(info)
+        except ValueError:
+            failure = {"error": repr(info)}
+    token = _text(lease) if lease is not None else None
+    return JobExplanation(
+        job_id=job_id,
+        queue=queue.name,
+        state=state,
+        task=task,
+        payload=payload,
+        max_attempts=max_attempts,
+        idempotency_key=key,
+        enqueued_at=enqueued,
+        attempts=int(att or 0),
+        lease_owner=token.split(":", 1)[1] if token and ":" in token else None,
+        lease_token=token,
+        lease_deadline=active / 1000.0 if active is not None else None,
+        next_run_at=delayed / 1000.0 if delayed is not None else None,
+        dead_at=dead / 1000.0 if dead is not None else None,
+        dead_reason=(failure or {}).get("reason") if dead is not None else None,
+        finished_at=done / 1000.0 if done is not None else None,
+        last_failure=failure,
+        record_error=error,
+    )

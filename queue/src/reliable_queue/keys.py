@@ -1,0 +1,82 @@
+"""All Redis key names of one queue, built in one place.
+
+Every key of a queue shares the Redis Cluster hash tag ``{<name>}`` so every
+Lua script touches a single slot. Keys reach scripts only through ``KEYS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Order of the keys every state-changing script receives as KEYS[1..12].
+#: The Lua files document the same order in their headers.
+KEY_ORDER = (
+    "ready",  # LIST of job ids waiting to run (LPUSH in, RPOP out: FIFO)
+    "delayed",  # ZSET job id -> due time (ms, Redis server clock)
+    "active",  # ZSET job id -> lease deadline (ms, Redis server clock)
+    "jobs",  # HASH job id -> JSON record {t, p, e, m, k}
+    "attempts",  # HASH job id -> deliveries so far
+    "leases",  # HASH job id -> current lease token "<seq>:<worker id>"
+    "dead",  # ZSET job id -> time dead-lettered (ms)
+    "info",  # HASH job id -> JSON {reason, error, traceback, ...} of the last failure
+    "done",  # ZSET job id -> finish time (ms); trimmed after the retention window
+    "stats",  # HASH counter -> integer
+    "seq",  # STRING fencing-token sequence (INCRBY)
+    "wake",  # LIST of wake-up tokens idle workers block on (BLPOP)
+)
+
+
+def validate_name(name: str) -> str:
+    """Check a queue name or prefix: non-empty, no braces or whitespace.
+
+    Args:
+        name: the candidate name.
+
+    Returns:
+        The name unchanged.
+
+    Raises:
+        ValueError: if it is empty, contains ``{``, ``}``, ``:`` or whitespace.
+    """
+    if not name or any(c in name for c in "{}: \t\r\n"):
+        raise ValueError(f"invalid queue name or prefix {name!r}: no braces, colons or spaces")
+    return name
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Key names of one queue: ``<prefix>:{<name>}:<kind>``.
+
+    Attributes:
+        prefix: namespace shared by all queues of one application (or test).
+        name: the queue name; it becomes the hash tag.
+    """
+
+    prefix: str
+    name: str
+
+    def __post_init__(self) -> None:
+        validate_name(self.prefix)
+        validate_name(self.name)
+
+    @property
+    def base(self) -> str:
+        """``<prefix>:{<name>}``: the part every key of this queue starts with."""
+        return f"{self.prefix}:{{{self.name}}}"
+
+    def key(self, kind: str) -> str:
+        """The full key of one structure, e.g. ``key("ready")``."""
+        return f"{self.base}:{kind}"
+
+    def script_keys(self) -> list[str]:
+        """KEYS[1..12] in :data:`KEY_ORDER`, as every state-changing script expects."""
+        return [self.key(kind) for kind in KEY_ORDER]
+
+    def idempotency_key(self, key: str) -> str:
+        """The STRING key that maps an idempotency key to the first job id."""
+        return f"{self.base}:idem:{key}"
+
+    @property
+    def registry(self) -> str:
+        """SET of queue names known under this prefix (outside any hash tag)."""
+        return f"{self.prefix}:queues"

@@ -1,0 +1,60 @@
+-- enqueue: add N jobs atomically, each with an optional idempotency key.
+-- KEYS[1..12]: see _common.lua; KEYS[12+i]: the i-th idempotency key STRING.
+-- ARGV[1] n jobs
+-- ARGV[2] idempotency window, ms
+-- ARGV[3] wake-token cap
+-- then 5 per job: id, record JSON, delay ms (0 = none), run_at ms (0 = none),
+--                 index of its idempotency key among KEYS[13..] (0 = none; negative =
+--                 the same index, and a key whose job record is gone is replaced)
+-- Returns: a list of n job ids; for a duplicate, the id of the first job.
+-- Changes: jobs (HSETNX), ready (LPUSH) or delayed (ZADD), idem keys (SET NX PX),
+--          stats enqueued / duplicates, wake.
+-- @include _common.lua
+local now = now_ms()
+local n = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local out, ready, delayed = {}, {}, {}
+local added, dups = 0, 0
+for i = 0, n - 1 do
+  local b = 4 + i * 5
+  local id, rec = ARGV[b], ARGV[b + 1]
+  local delay, run_at, ik = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local first = nil
+  local replace = ik < 0
+  if replace then ik = -ik end
+  if ik > 0 then
+    first = redis.call('GET', KEYS[12 + ik])
+    if first and replace and redis.call('HEXISTS', K_JOBS, first) == 0 then first = nil end
+    if not first then redis.call('SET', KEYS[12 + ik], id, 'PX', window) end
+  end
+  if first then
+    out[#out + 1] = first
+    dups = dups + 1
+  elseif redis.call('HSETNX', K_JOBS, id, rec) == 0 then
+    -- the same id sent twice (a client retry after a lost reply): natural dedup
+    out[#out + 1] = id
+    dups = dups + 1
+  else
+    out[#out + 1] = id
+    added = added + 1
+    local due = 0
+    if run_at > 0 then due = run_at elseif delay > 0 then due = now + delay end
+    if due > now then
+      delayed[#delayed + 1] = due
+      delayed[#delayed + 1] = id
+    else
+      ready[#ready + 1] = id
+    end
+  end
+end
+if #ready > 0 then chunked('LPUSH', K_READY, ready) end
+local i = 1
+while i <= #delayed do
+  local j = math.min(i + 3999, #delayed)
+  redis.call('ZADD', K_DELAYED, unpack(delayed, i, j))
+  i = j + 1
+end
+if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', added) end
+if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dups) end
+wake(#ready + math.floor(#delayed / 2), tonumber(ARGV[3]))
+return out

@@ -1,0 +1,24 @@
+-- nack: a leased job failed and will run again after a backoff.
+-- KEYS[1..12]: see _common.lua
+-- ARGV[1] job id   ARGV[2] lease token   ARGV[3] delay ms (0 = ready now)
+-- ARGV[4] failure info JSON   ARGV[5] wake-token cap
+-- Returns: 1 if recorded, 0 if the token was stale (refused, counted).
+-- Changes: active, leases, delayed (or ready), info, stats retried / stale_refused, wake.
+-- @include _common.lua
+local id, token, delay = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('HGET', K_LEASES, id) ~= token then
+  redis.call('HINCRBY', K_STATS, 'stale_refused', 1)
+  return 0
+end
+local now = now_ms()
+redis.call('ZREM', K_ACTIVE, id)
+redis.call('HDEL', K_LEASES, id)
+redis.call('HSET', K_INFO, id, ARGV[4])
+if delay > 0 then
+  redis.call('ZADD', K_DELAYED, now + delay, id)
+else
+  redis.call('RPUSH', K_READY, id)
+end
+redis.call('HINCRBY', K_STATS, 'retried', 1)
+wake(1, tonumber(ARGV[5]))
+return 1

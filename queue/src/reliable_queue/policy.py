@@ -1,0 +1,59 @@
+"""Retry policy: exponential backoff with full jitter and a cap (pure logic).
+
+Formula ("full jitter", M. Brooker, *Exponential Backoff And Jitter*, AWS
+Architecture Blog, 2015): ``delay = uniform(0, min(cap, base * 2 ** (attempt - 1)))``.
+With jitter off the delay is the upper bound itself, so attempts run at about
+t, t+base, t+3*base, t+7*base, ...
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a task is retried after an ordinary exception.
+
+    Attributes:
+        max_attempts: total runs of the job, the first included. ``0`` and ``1``
+            both mean "run once, never retry"; ``None`` uses the queue default.
+        base_delay: backoff after the first failure, seconds.
+        max_delay: cap of any single backoff, seconds.
+        jitter: draw the delay uniformly from ``[0, bound]`` (full jitter) when True.
+    """
+
+    max_attempts: int | None = None
+    base_delay: float = 0.5
+    max_delay: float = 60.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 0:
+            raise ValueError("max_attempts must be >= 0")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("delays must be >= 0")
+
+    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before the run after failed run number ``attempt`` (1-based).
+
+        Args:
+            attempt: the run that just failed, 1 for the first.
+            rng: source of jitter (inject a seeded one in tests); ``random`` if None.
+
+        Returns:
+            A delay in seconds, ``0 <= delay <= max_delay``.
+        """
+        bound = min(self.max_delay, self.base_delay * (2.0 ** max(attempt - 1, 0)))
+        if not self.jitter:
+            return bound
+        return (rng or random).uniform(0.0, bound)
+
+
+def should_retry(attempt: int, max_attempts: int) -> bool:
+    """True if a job that just failed its run number ``attempt`` may run again.
+
+    ``max_attempts`` counts total runs; 0 and 1 both mean no retry.
+    """
+    return attempt < max(max_attempts, 1)

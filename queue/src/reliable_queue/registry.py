@@ -1,0 +1,104 @@
+"""Task registry: task name -> handler, payload model and retry policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import PayloadValidationError, UnknownTaskError
+from .job import JobContext
+from .policy import RetryPolicy
+
+Handler = Callable[[Any, JobContext], Any]
+
+
+@dataclass(frozen=True)
+class TaskDefinition:
+    """One registered task.
+
+    Attributes:
+        name: task name, as stored in job records.
+        handler: ``handler(payload, ctx) -> Any``; payload is an instance of ``model``
+            (or the raw JSON value when ``model`` is None).
+        model: pydantic model checked at enqueue and again at fetch.
+        retry: retry policy for ordinary exceptions.
+    """
+
+    name: str
+    handler: Handler
+    model: type[BaseModel] | None
+    retry: RetryPolicy
+
+    def validate(self, payload: Any) -> Any:
+        """Parse a JSON payload into the task's model.
+
+        Raises:
+            pydantic.ValidationError: the payload does not fit the model.
+        """
+        if self.model is None:
+            return payload
+        if isinstance(payload, self.model):
+            return payload
+        return self.model.model_validate(payload)
+
+
+class TaskRegistry:
+    """Maps task names to :class:`TaskDefinition`; shared by producers and workers."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskDefinition] = {}
+
+    def task(
+        self,
+        name: str,
+        *,
+        model: type[BaseModel] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator registering ``handler(payload, ctx)`` under ``name``.
+
+        Raises:
+            ValueError: if ``name`` is already registered.
+        """
+
+        def register(handler: Handler) -> Handler:
+            self.add(TaskDefinition(name, handler, model, retry or RetryPolicy()))
+            return handler
+
+        return register
+
+    def add(self, definition: TaskDefinition) -> None:
+        """Register a definition. Raises ValueError on a duplicate name."""
+        if definition.name in self._tasks:
+            raise ValueError(f"task {definition.name!r} is already registered")
+        self._tasks[definition.name] = definition
+
+    def get(self, name: str) -> TaskDefinition:
+        """The definition of ``name``. Raises :class:`UnknownTaskError` if absent."""
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise UnknownTaskError(f"unknown task {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[TaskDefinition]:
+        return iter(self._tasks.values())
+
+    def payload_for_enqueue(self, name: str, payload: Any) -> Any:
+        """Validate ``payload`` for task ``name`` and return its JSON-ready form.
+
+        Raises:
+            UnknownTaskError: the task is not registered.
+            PayloadValidationError: the payload does not fit the task's model.
+        """
+        definition = self.get(name)
+        try:
+            value = definition.validate(payload)
+        except ValidationError as exc:
+            raise PayloadValidationError(f"payload for task {name!r} is invalid: {exc}") from exc
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value

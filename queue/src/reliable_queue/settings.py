@@ -1,0 +1,42 @@
+"""Tunable limits of a queue. The application maps its own settings onto these."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class QueueSettings(BaseModel):
+    """Per-queue limits and windows. All durations are in seconds.
+
+    Attributes:
+        lease_seconds: how long a fetched job stays leased without a heartbeat.
+        default_max_attempts: total runs of a job when neither the enqueue nor its
+            task policy says otherwise (0 and 1 both mean "no retry").
+        job_retention_seconds: how long a finished job's record is kept for
+            ``explain`` (0 deletes it at ack). Counters are kept regardless.
+        idempotency_window_seconds: how long an idempotency key maps to its first job.
+        max_payload_bytes: size limit of the encoded job record, checked at enqueue.
+        dlq_max_size: dead-letter entries kept per queue; the oldest beyond are dropped
+            (and counted in ``dlq_dropped``).
+        dlq_max_age_seconds: dead-letter entries older than this are dropped (counted).
+        reap_limit: expired leases reclaimed per fetch call; a fetch that hits the limit
+            reports it and the worker reaps again at once, so reaping never falls behind.
+        max_block_seconds: longest an idle worker blocks on Redis before re-checking
+            (delayed jobs and lease expiries shorten it).
+        wake_tokens: cap of the wake-up list idle workers block on.
+        traceback_max_chars: stored traceback text is cut to this length.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    lease_seconds: float = Field(30.0, gt=0)
+    default_max_attempts: int = Field(5, ge=0)
+    job_retention_seconds: float = Field(3600.0, ge=0)
+    idempotency_window_seconds: float = Field(86400.0, gt=0)
+    max_payload_bytes: int = Field(256 * 1024, gt=0)
+    dlq_max_size: int = Field(100_000, gt=0)
+    dlq_max_age_seconds: float = Field(7 * 86400.0, gt=0)
+    reap_limit: int = Field(1000, gt=0)
+    max_block_seconds: float = Field(2.0, gt=0)
+    wake_tokens: int = Field(16, gt=0)
+    traceback_max_chars: int = Field(4000, ge=0)

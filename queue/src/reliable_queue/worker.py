@@ -1,0 +1,334 @@
+"""The worker: lanes that fetch, run and settle jobs, plus heartbeat and shutdown.
+
+Each lane is a thread bound to one queue. It sends the settlements (acks,
+retries, dead letters) of its last batch and the fetch of the next batch in
+one pipelined round trip, runs the batch, and repeats; when the queue is
+empty it blocks on Redis (BLPOP on the queue's wake list) until woken or until
+the next delayed job / lease expiry is due. Nothing here polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from .errors import QueueConnectionError
+from .execution import Dead, Middleware, Outcome, Retry, Succeeded, execute
+from .heartbeat import Heartbeat, LeaseBook
+from .job import RawJob
+from .queue import Queue, _split
+from .registry import TaskRegistry
+from .scripts import Call
+from .settings import QueueSettings
+
+log = logging.getLogger("reliable_queue.worker")
+
+
+@dataclass
+class WorkerHooks:
+    """Fault-injection points (tests and chaos runs); each may kill the process.
+
+    Attributes:
+        after_fetch: called with the leased jobs right after a fetch returned.
+        before_settle: called with the settlement calls right before they are sent
+            (after the handlers' effects, before the acks).
+    """
+
+    after_fetch: Callable[[list[RawJob]], None] | None = None
+    before_settle: Callable[[list[Call]], None] | None = None
+
+
+@dataclass
+class WorkerCounters:
+    """What this worker process did (local, for logs and reports)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str, n: int = 1) -> None:
+        """Bump counter ``name`` by ``n``."""
+        with self.lock:
+            self.counts[name] += n
+
+
+def default_worker_id() -> str:
+    """``<host>:<pid>:<4 random hex>``; unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(2).hex()}"
+
+
+class Worker:
+    """Runs registered handlers for jobs of one or more queues.
+
+    Args:
+        client: redis-py client (``decode_responses=False``; ``socket_timeout``
+            above ``settings.max_block_seconds``).
+        queues: queue names to serve.
+        registry: task handlers.
+        prefix: key namespace (as given to :class:`Queue`).
+        concurrency: lanes (threads) per queue.
+        batch_size: jobs leased per fetch per lane.
+        settings: queue limits; ``lease_seconds`` is the lease length.
+        grace_seconds: on SIGTERM/SIGINT, how long in-flight jobs may finish before
+            the rest are handed back.
+        middleware: wrappers around each handler call.
+        hooks: fault-injection points.
+        rng: jitter source for retry backoff.
+        worker_id: shown as lease owner (default :func:`default_worker_id`).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        queues: Sequence[str],
+        registry: TaskRegistry,
+        *,
+        prefix: str = "rq",
+        concurrency: int = 1,
+        batch_size: int = 10,
+        settings: QueueSettings | None = None,
+        grace_seconds: float = 10.0,
+        middleware: Sequence[Middleware] = (),
+        hooks: WorkerHooks | None = None,
+        rng: random.Random | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        if concurrency < 1 or batch_size < 1:
+            raise ValueError("concurrency and batch_size must be >= 1")
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        self.settings = settings or QueueSettings()
+        self.queues = [
+            Queue(client, q, prefix=prefix, settings=self.settings, registry=registry)
+            for q in queues
+        ]
+        self.registry = registry
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.grace_seconds = grace_seconds
+        self.middleware = list(middleware)
+        self.hooks = hooks or WorkerHooks()
+        self.rng = rng or random.Random()
+        self.worker_id = worker_id or default_worker_id()
+        self.counters = WorkerCounters()
+        self.book = LeaseBook()
+        self.stopping = threading.Event()
+        self._halt = threading.Event()  # ends the heartbeat
+        lease = self.settings.lease_seconds
+        self.heartbeat = Heartbeat(self.book, lease, max(lease / 3.0, 0.05), self._halt)
+        self._lanes: list[threading.Thread] = []
+        self._signals = 0
+
+    # ----------------------------------------------------------------- control
+    def start(self) -> None:
+        """Start the heartbeat and the lanes (non-blocking)."""
+        self.heartbeat.start()
+        for queue in self.queues:
+            for i in range(self.concurrency):
+                lane = threading.Thread(
+                    target=self._lane, args=(queue,), name=f"lane-{queue.name}-{i}", daemon=True
+                )
+                lane.start()
+                self._lanes.append(lane)
+        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
+
+    def request_stop(self) -> None:
+        """Stop fetching; in-flight jobs finish, unstarted ones are handed back."""
+        self.stopping.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the lanes; after ``timeout`` s hand back what is still held.
+
+        Returns:
+            True if every lane finished in time.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for lane in self._lanes:
+            lane.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+        clean = not any(lane.is_alive() for lane in self._lanes)
+        if not clean:
+            self._hand_back()
+        self._halt.set()
+        return clean
+
+    def run(self, install_signals: bool = True) -> None:
+        """Serve until SIGTERM/SIGINT (or :meth:`request_stop`), then shut down gracefully.
+
+        A first signal stops fetching and waits up to ``grace_seconds`` for in-flight
+        jobs; a second signal exits the process at once (leases then expire and are
+        reaped by other workers).
+        """
+        if install_signals:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        self.start()
+        while not self.stopping.wait(0.5):
+            if not any(lane.is_alive() for lane in self._lanes):
+                break
+        self.join(self.grace_seconds)
+        log.info("worker %s stopped: %s", self.worker_id, dict(self.counters.counts))
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal: exiting now; held leases will expire and be reaped")
+            os._exit(128 + signum)
+        log.info("signal %d: finishing in-flight jobs (grace %.1fs)", signum, self.grace_seconds)
+        self.request_stop()
+
+    def _hand_back(self) -> None:
+        held = self.book.take_all()
+        for queue in {h.queue.name: h.queue for h in held}.values():
+            mine = [h for h in held if h.queue is queue]
+            unstarted = [h.lease for h in mine if not h.started]
+            try:
+                n = queue.release(unstarted)
+                for h in mine:
+                    if h.started:
+                        queue.nack(h.lease, error="worker shut down before the job finished")
+                log.info(
+                    "handed back %d unstarted and %d started jobs of %s",
+                    n,
+                    len(mine) - len(unstarted),
+                    queue.name,
+                )
+            except QueueConnectionError as exc:
+                log.warning("hand-back failed (%s); leases will expire and be reaped", exc)
+
+    # ------------------------------------------------------------------- lanes
+    def _lane(self, queue: Queue) -> None:
+        pending: list[Call] = []
+        backoff = 0.05
+        while True:
+            fetch = (
+                None
+                if self.stopping.is_set()
+                else queue.fetch_call(self.batch_size, self.settings.lease_seconds, self.worker_id)
+            )
+            calls = pending + ([fetch] if fetch else [])
+            if not calls:
+                return
+            if pending and self.hooks.before_settle:
+                self.hooks.before_settle(pending)
+            try:
+                replies = queue.scripts.run_many(calls)
+            except QueueConnectionError as exc:
+                log.warning(
+                    "queue %s: Redis unavailable (%s); retrying in %.2fs", queue.name, exc, backoff
+                )
+                self.stopping.wait(backoff) if not self.stopping.is_set() else time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.05
+            self._check_settled(queue, pending, replies[: len(pending)])
+            pending = []
+            if fetch is None:
+                return
+            result = queue.parse_fetch(replies[-1])
+            if result.reaped:
+                self.counters.add("reaped", result.reaped)
+            if not result.jobs:
+                if result.reap_more:
+                    continue
+                limit = self.settings.max_block_seconds
+                wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
+                try:
+                    queue.wait_for_work(wait)
+                except QueueConnectionError as exc:
+                    log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
+                    self.stopping.wait(backoff)
+                continue
+            pending = self._run_batch(queue, result.jobs)
+
+    def _run_batch(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
+        self.book.add(queue, [j.lease for j in jobs])
+        if self.hooks.after_fetch:
+            self.hooks.after_fetch(jobs)
+        acks = []
+        calls: list[Call] = []
+        for i, job in enumerate(jobs):
+            if self.stopping.is_set():
+                rest = jobs[i:]
+                calls.append(queue.release_call([j.lease for j in rest]))
+                self.counters.add("released", len(rest))
+                break
+            self.book.start(job.job_id)
+            outcome = execute(job, self.registry, middleware=self.middleware, rng=self.rng)
+            self._log_outcome(job, outcome)
+            if isinstance(outcome, Succeeded):
+                acks.append(outcome.lease)
+            elif isinstance(outcome, Retry):
+                calls.append(
+                    queue.nack_call(
+                        outcome.lease,
+                        outcome.delay,
+                        queue.failure_info("retry", outcome.error, outcome.traceback),
+                    )
+                )
+            else:
+                calls.append(
+                    queue.dead_call(
+                        outcome.lease,
+                        outcome.reason,
+                        queue.failure_info(outcome.reason, outcome.error, outcome.traceback),
+                    )
+                )
+        if acks:
+            calls.insert(0, queue.ack_call(acks))
+        self.book.drop([j.job_id for j in jobs])
+        return calls
+
+    def _log_outcome(self, job: RawJob, outcome: Outcome) -> None:
+        if isinstance(outcome, Succeeded):
+            self.counters.add("succeeded")
+            return
+        extra = {"job_id": job.job_id, "queue": job.queue, "attempt": job.attempt}
+        if isinstance(outcome, Retry):
+            self.counters.add("retried")
+            log.info(
+                "job %s failed (attempt %d), retry in %.2fs: %s",
+                job.job_id,
+                job.attempt,
+                outcome.delay,
+                outcome.error,
+                extra=extra,
+            )
+        elif isinstance(outcome, Dead):
+            self.counters.add("dead")
+            log.warning(
+                "job %s dead-lettered (%s): %s",
+                job.job_id,
+                outcome.reason,
+                outcome.error,
+                extra=extra,
+            )
+
+    def _check_settled(self, queue: Queue, calls: list[Call], replies: list[Any]) -> None:
+        for call, reply in zip(calls, replies, strict=True):
+            if call.script == "ack":
+                _, refused = _split(reply)
+                stale = len(refused)
+            elif call.script in ("nack", "dead"):
+                stale = 0 if int(reply) else 1
+                refused = [str(call.args[0])] if stale else []
+            else:
+                continue
+            if stale:
+                self.counters.add("stale_refused", stale)
+                for job_id in refused:
+                    log.warning(
+                        "stale lease: %s of job %s refused (the lease expired and the job was handed out again)",
+                        call.script,
+                        job_id,
+                        extra={"job_id": job_id, "queue": queue.name},
+                    )
