@@ -327,7 +327,7 @@ class Worker:
                 self.counters.add("stale_refused", stale)
                 for job_id in refused:
                     log.warning(
-                        "stale lease: %s of job %s refused (the lease expired and the job was handed out again)",
+                        "stale lease: %s of job %s refused (lease expired, job handed out again)",
                         call.script,
                         job_id,
                         extra={"job_id": job_id, "queue": queue.name},
