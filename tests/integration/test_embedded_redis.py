@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from reliable_queue.embedded import EmbeddedRedis, RedisStartError, find_redis_server
+from reliable_queue.errors import QueueError
 
 
 @pytest.fixture
@@ -65,7 +66,8 @@ def test_two_processes_starting_at_once_share_one_server(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from reliable_queue.embedded import EmbeddedRedis
+        from reliable_queue.errors import QueueError
+from reliable_queue.embedded import EmbeddedRedis
         go_at = float(sys.argv[2])
         while time.time() < go_at:
             time.sleep(0.001)
@@ -210,8 +212,9 @@ def test_failed_start_raises_with_the_log_tail(tmp_path):
     fake.chmod(0o755)
     server = EmbeddedRedis(tmp_path / "data", redis_server=str(fake), start_timeout=5)
 
-    with pytest.raises(RedisStartError, match="bad directive"):
+    with pytest.raises(RedisStartError, match="bad directive") as excinfo:
         server.ensure_running()
+    assert isinstance(excinfo.value, QueueError)  # one error root for the package
 
 
 def test_find_redis_server_returns_an_executable():

@@ -38,13 +38,15 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .errors import QueueError
+
 AppendFsync = Literal["always", "everysec", "no", "off"]
 _APPENDFSYNC_VALUES = ("always", "everysec", "no", "off")
 _MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 107 on Linux, 103 on macOS
 _VERSION_RE = re.compile(r"v=(\d+)\.(\d+)\.(\d+)")
 
 
-class EmbeddedRedisError(RuntimeError):
+class EmbeddedRedisError(QueueError):
     """Root of the errors raised while managing an embedded Redis server."""
 
 
