@@ -361,6 +361,30 @@ class Queue:
     def _run(self, call: Call) -> Any:
         return self.scripts.run(call.script, call.keys, call.args)
 
+    def pending_job_for(self, idempotency_key: str) -> str | None:
+        """The id of the unfinished job an idempotency key maps to, if Redis has one.
+
+        Returns:
+            The job id when the key exists and its job is still ready, delayed,
+            active or dead-lettered; None when the key expired, or its job finished
+            or is gone (Redis lost it).
+
+        Raises:
+            QueueConnectionError: Redis unreachable.
+        """
+        try:
+            raw = self.client.get(self.keys.idempotency_key(idempotency_key))
+            if raw is None:
+                return None
+            job_id = _text(raw)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hexists(self.keys.key("jobs"), job_id)
+            pipe.zscore(self.keys.key("done"), job_id)
+            exists, done = pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return job_id if exists and done is None else None
+
     # ---------------------------------------------------------- dead letters
     @property
     def dead_letters(self) -> Any:

@@ -1,0 +1,203 @@
+"""Injected failures per step, stored in Redis so running workers pick them up.
+
+``orders inject STEP --fail-rate P [--permanent] [--crash-rate P] [--delay-ms D]``
+writes a :class:`FaultConfig` into one Redis hash; every worker re-reads it at
+most once per second (:class:`FaultSource`) and applies it around each handler
+call (:class:`FaultMiddleware`). The decision itself (:func:`decide`) is pure,
+with the randomness injected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from reliable_queue import JobContext, PermanentError
+
+
+class InjectedFailure(RuntimeError):
+    """A transient failure injected by ``orders inject`` (retried like any other)."""
+
+
+class FaultConfig(BaseModel):
+    """Faults for one step.
+
+    Attributes:
+        fail_rate: probability (0..1) that a run raises before its effect.
+        permanent: injected failures are permanent (straight to the DLQ) when True.
+        crash_rate: probability (0..1) that the worker process SIGKILLs itself right
+            after the effect committed, before the ack (the redelivery must be absorbed).
+        delay_ms: sleep before the handler, milliseconds (a slow handler; past the
+            lease it shows lease expiry and stale acks).
+        crash_once: kill the process once (the first run that sees this config, per
+            step, across all workers) after the effect, before the ack.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    fail_rate: float = Field(0.0, ge=0.0, le=1.0)
+    permanent: bool = False
+    crash_rate: float = Field(0.0, ge=0.0, le=1.0)
+    delay_ms: int = Field(0, ge=0)
+    crash_once: bool = False
+
+    @property
+    def active(self) -> bool:
+        """True if this config injects anything."""
+        return bool(self.fail_rate or self.crash_rate or self.delay_ms or self.crash_once)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do to one run: sleep first, fail before the effect, crash after it."""
+
+    delay_seconds: float = 0.0
+    fail: bool = False
+    permanent: bool = False
+    crash_after: bool = False
+
+
+def decide(config: FaultConfig | None, rng: random.Random) -> Decision:
+    """Roll the dice for one run under ``config`` (pure: the randomness is injected)."""
+    if config is None or not config.active:
+        return Decision()
+    fail = rng.random() < config.fail_rate
+    crash = (not fail) and rng.random() < config.crash_rate
+    return Decision(config.delay_ms / 1000.0, fail, fail and config.permanent, crash)
+
+
+def faults_key(prefix: str) -> str:
+    """The Redis hash holding step -> FaultConfig JSON."""
+    return f"{prefix}:inject"
+
+
+class FaultStore:
+    """Reads and writes fault configs in Redis.
+
+    Args:
+        client: redis client.
+        prefix: the application's queue prefix.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client = client
+        self.key = faults_key(prefix)
+
+    def set(self, step: str, config: FaultConfig) -> None:
+        """Store ``config`` for ``step`` (a config that injects nothing clears it)."""
+        if config.active:
+            self.client.hset(self.key, step, config.model_dump_json())
+        else:
+            self.client.hdel(self.key, step)
+
+    def clear(self) -> None:
+        """Remove every injected fault."""
+        self.client.delete(self.key)
+
+    def all(self) -> dict[str, FaultConfig]:
+        """Every step's config."""
+        raw = self.client.hgetall(self.key)
+        out = {}
+        for step, value in raw.items():
+            name = step.decode() if isinstance(step, bytes) else step
+            out[name] = FaultConfig.model_validate_json(value)
+        return out
+
+    def claim_crash_once(self, step: str) -> bool:
+        """Atomically turn off ``crash_once`` for ``step``; True for the one caller that did."""
+        return bool(self.client.hsetnx(f"{self.key}:crashed", step, "1"))
+
+
+class FaultSource:
+    """A cached view of the fault configs, refreshed at most every ``ttl`` seconds."""
+
+    def __init__(
+        self, store: FaultStore, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ):
+        self.store = store
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, FaultConfig] = {}
+        self._at = float("-inf")
+
+    def get(self, step: str) -> FaultConfig | None:
+        """The current config of ``step`` (None if none); a Redis error keeps the cache."""
+        now = self.clock()
+        if now - self._at >= self.ttl:
+            with self._lock:
+                if now - self._at >= self.ttl:
+                    try:
+                        self._cache = self.store.all()
+                    except (redis.RedisError, ValueError):
+                        pass
+                    self._at = now
+        return self._cache.get(step)
+
+
+class FaultMiddleware:
+    """Worker middleware applying injected faults around a handler call.
+
+    Args:
+        source: where configs come from.
+        step_of: maps a job context to its step name (default: the queue name).
+        rng: randomness (inject a seeded one in tests).
+        kill: how the process dies (default SIGKILL to itself).
+    """
+
+    def __init__(
+        self,
+        source: FaultSource,
+        *,
+        step_of: Callable[[JobContext], str] = lambda ctx: ctx.queue,
+        rng: random.Random | None = None,
+        kill: Callable[[], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.step_of = step_of
+        self.rng = rng or random.Random()
+        self.kill = kill or (lambda: os.kill(os.getpid(), signal.SIGKILL))
+
+    def __call__(self, ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
+        step = self.step_of(ctx)
+        config = self.source.get(step)
+        decision = decide(config, self.rng)
+        if decision.delay_seconds:
+            time.sleep(decision.delay_seconds)
+        if decision.fail:
+            message = f"injected failure on step {step} (attempt {ctx.attempt})"
+            raise PermanentError(message) if decision.permanent else InjectedFailure(message)
+        result = call_next()
+        crash_once = (
+            config is not None and config.crash_once and self.source.store.claim_crash_once(step)
+        )
+        if decision.crash_after or crash_once:
+            self.kill()
+        return result
+
+
+def describe(configs: dict[str, FaultConfig]) -> dict[str, dict[str, Any]]:
+    """JSON-ready view of configs for ``orders status``."""
+    return {step: json.loads(c.model_dump_json()) for step, c in configs.items()}
+
+
+__all__ = [
+    "Decision",
+    "FaultConfig",
+    "FaultMiddleware",
+    "FaultSource",
+    "FaultStore",
+    "InjectedFailure",
+    "decide",
+    "describe",
+]
