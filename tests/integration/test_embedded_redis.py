@@ -66,8 +66,7 @@ def test_two_processes_starting_at_once_share_one_server(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from reliable_queue.errors import QueueError
-from reliable_queue.embedded import EmbeddedRedis
+        from reliable_queue.embedded import EmbeddedRedis
         go_at = float(sys.argv[2])
         while time.time() < go_at:
             time.sleep(0.001)
