@@ -43,10 +43,14 @@ class WorkerHooks:
         after_fetch: called with the leased jobs right after a fetch returned.
         before_settle: called with the settlement calls right before they are sent
             (after the handlers' effects, before the acks).
+        on_outcome: called with each job and its outcome (Succeeded / Retry / Dead)
+            before it is settled, e.g. to record a failure in the application's
+            database. An exception here is logged and does not change the outcome.
     """
 
     after_fetch: Callable[[list[RawJob]], None] | None = None
     before_settle: Callable[[list[Call]], None] | None = None
+    on_outcome: Callable[[RawJob, Outcome], None] | None = None
 
 
 @dataclass
@@ -265,6 +269,11 @@ class Worker:
             self.book.start(job.job_id)
             outcome = execute(job, self.registry, middleware=self.middleware, rng=self.rng)
             self._log_outcome(job, outcome)
+            if self.hooks.on_outcome is not None:
+                try:
+                    self.hooks.on_outcome(job, outcome)
+                except Exception:
+                    log.exception("on_outcome hook failed for job %s", job.job_id)
             if isinstance(outcome, Succeeded):
                 acks.append(outcome.lease)
             elif isinstance(outcome, Retry):
