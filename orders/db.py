@@ -1,0 +1,119 @@
+"""Database adapters: engine factory per URL, session factory, unit of work.
+
+SQLite gets WAL, a busy timeout, foreign keys and ``synchronous=NORMAL`` on
+every connection; ``postgresql://`` URLs are rewritten to the psycopg 3
+driver. Nothing is created at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from workflows.uow import SessionFactory, UnitOfWork
+
+__all__ = [
+    "SQLITE_BUSY_TIMEOUT_SECONDS",
+    "SessionFactory",
+    "UnitOfWork",
+    "make_engine",
+    "make_session_factory",
+    "normalize_url",
+    "sqlite_path",
+]
+
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+def normalize_url(url: str) -> str:
+    """Return ``url`` with its driver made explicit where orderflow picks one.
+
+    Args:
+        url: a SQLAlchemy database URL.
+
+    Returns:
+        ``postgresql://`` / ``postgres://`` / ``postgresql+psycopg2://`` rewritten
+        to ``postgresql+psycopg://``; other URLs unchanged.
+
+    Raises:
+        sqlalchemy.exc.ArgumentError: when ``url`` does not parse.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() in ("postgresql", "postgres") and parsed.drivername != (
+        "postgresql+psycopg"
+    ):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """Return the database file of a SQLite URL, or None for other URLs and ``:memory:``."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
+    """Create an engine for ``url`` with orderflow's connection settings.
+
+    For SQLite the parent directory of the file is created. Connections run
+    WAL, ``busy_timeout`` of ``SQLITE_BUSY_TIMEOUT_SECONDS`` (30 s), foreign
+    keys on and ``synchronous=NORMAL``. PostgreSQL uses psycopg 3 with
+    ``pool_pre_ping``.
+
+    Args:
+        url: SQLAlchemy URL (``sqlite:///path``, ``postgresql://...``).
+        echo: log every statement.
+        pool_size: connections kept open per process (not for SQLite).
+
+    Returns:
+        A new ``Engine``; dispose it when done.
+
+    Raises:
+        sqlalchemy.exc.ArgumentError: when ``url`` does not parse.
+    """
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = sqlite_path(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            echo=echo,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=pool_size)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Return a session factory bound to ``engine``.
+
+    Sessions do not expire objects on commit, so values read in a unit of
+    work stay readable after it commits.
+
+    Args:
+        engine: the engine from ``make_engine``.
+
+    Returns:
+        A ``sessionmaker`` usable wherever a ``SessionFactory`` is expected.
+    """
+    return sessionmaker(bind=engine, expire_on_commit=False)

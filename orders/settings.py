@@ -1,0 +1,92 @@
+"""Application settings, read from the environment (prefix ``ORDERS_``).
+
+Nothing here touches the file system or the network: building a ``Settings``
+object only reads environment variables. Callers resolve defaults that depend
+on the data directory through the ``resolved_*`` methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every tunable of orderflow; each field is ``ORDERS_<FIELD NAME>`` in the environment.
+
+    Durations are in seconds; counts are plain integers.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ORDERS_", extra="ignore")
+
+    data_dir: Path = Field(
+        default=Path(".data"),
+        description="Directory for the SQLite file, TPC-H files and embedded Redis data; "
+        "a relative path is taken from the current working directory.",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis URL (redis://, rediss://, unix://); None starts the embedded server.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; None means the SQLite file <data_dir>/orders.db.",
+    )
+    queue_prefix: str = Field(default="orderflow", description="Prefix of every Redis key.")
+    lease_seconds: float = Field(
+        default=30.0, gt=0, description="Lease (visibility timeout) of a fetched job, seconds."
+    )
+    max_attempts: int = Field(
+        default=5, ge=1, description="Attempts per job before it is dead-lettered."
+    )
+    backoff_base_seconds: float = Field(
+        default=0.5, ge=0, description="First retry delay, seconds; doubles per attempt."
+    )
+    backoff_max_seconds: float = Field(
+        default=30.0, ge=0, description="Cap on one retry delay, seconds."
+    )
+    job_retention_seconds: int = Field(
+        default=3600, ge=0, description="How long finished-job records are kept, seconds."
+    )
+    idempotency_window_seconds: int = Field(
+        default=86400, ge=1, description="Lifetime of an idempotency key, seconds."
+    )
+    dlq_max_size: int = Field(
+        default=100_000, ge=1, description="Most jobs kept in one dead-letter queue."
+    )
+    dlq_max_age_seconds: int = Field(
+        default=7 * 24 * 3600, ge=1, description="Oldest dead letter kept, seconds."
+    )
+    relay_sweep_interval_seconds: float = Field(
+        default=2.0, gt=0, description="Pause between two outbox relay sweeps, seconds."
+    )
+    relay_republish_after_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A dispatched step unknown to the queue for this long is published "
+        "again, seconds.",
+    )
+
+    def resolved_data_dir(self) -> Path:
+        """Return the data directory as an absolute path (not created).
+
+        Returns:
+            ``data_dir`` made absolute against the current working directory.
+        """
+        return self.data_dir.expanduser().resolve()
+
+    def resolved_database_url(self) -> str:
+        """Return the database URL to use (not created).
+
+        Returns:
+            ``database_url`` when set, else ``sqlite:///<data_dir>/orders.db``.
+        """
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.resolved_data_dir() / 'orders.db'}"
+
+    def uses_embedded_database(self) -> bool:
+        """Return True when no ``database_url`` is configured (the SQLite default)."""
+        return not self.database_url

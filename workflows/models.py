@@ -1,0 +1,132 @@
+"""Generic workflow tables: one workflow row per fan-out, one row per step.
+
+``Base`` carries the single metadata (with a naming convention) shared by the
+workflow tables and the domain tables, so one Alembic history covers both.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from workflows.columns import UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table; one metadata for one migration history."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class WorkflowStatus:
+    """Values of ``workflows.status``."""
+
+    RUNNING = "running"
+    DONE = "done"
+    BLOCKED = "blocked"
+
+
+class StepStatus:
+    """Values of ``workflow_steps.status``.
+
+    pending: written by the outbox, not yet published; dispatched: published to
+    the queue; failed: the last attempt raised and the queue will retry; done:
+    effect committed; dead: the queue dead-lettered the job.
+    """
+
+    PENDING = "pending"
+    DISPATCHED = "dispatched"
+    FAILED = "failed"
+    DONE = "done"
+    DEAD = "dead"
+
+    ALL = (PENDING, DISPATCHED, FAILED, DONE, DEAD)
+
+
+class Workflow(Base):
+    """One fan-out: a set of steps about one subject (for example an order).
+
+    ``version`` is the optimistic-locking version column: every step
+    transition updates this row, so two steps finishing at once conflict and
+    the loser retries its unit of work.
+    """
+
+    __tablename__ = "workflows"
+    __table_args__ = (
+        Index("uq_workflows_kind_subject_id", "kind", "subject_id", unique=True),
+        Index("ix_workflows_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(50))
+    subject_id: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20), default=WorkflowStatus.RUNNING)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    blocked_step: Mapped[str | None] = mapped_column(String(50))
+    blocked_reason: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class WorkflowStep(Base):
+    """One step of a workflow; also the outbox record of its queue message.
+
+    ``queue``, ``task`` and ``payload`` are the message the relay publishes;
+    the idempotency key is ``<workflow id>:<step>``. Completion is membership:
+    the row's own status says done, unique per (workflow, step).
+    """
+
+    __tablename__ = "workflow_steps"
+    __table_args__ = (
+        Index("uq_workflow_steps_workflow_id_step", "workflow_id", "step", unique=True),
+        Index("ix_workflow_steps_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workflow_id: Mapped[int] = mapped_column(ForeignKey("workflows.id"))
+    step: Mapped[str] = mapped_column(String(50))
+    queue: Mapped[str] = mapped_column(String(100))
+    task: Mapped[str] = mapped_column(String(100))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20), default=StepStatus.PENDING)
+    outcome: Mapped[str | None] = mapped_column(String(50))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    fencing_token: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    @property
+    def idempotency_key(self) -> str:
+        """The queue idempotency key of this step: ``<workflow id>:<step>``."""
+        return idempotency_key(self.workflow_id, self.step)
+
+
+def idempotency_key(workflow_id: int, step: str) -> str:
+    """Return the idempotency key of one step message.
+
+    Args:
+        workflow_id: the workflow's id.
+        step: the step name.
+
+    Returns:
+        ``f"{workflow_id}:{step}"``.
+    """
+    return f"{workflow_id}:{step}"
