@@ -1,0 +1,29 @@
+"""Error tree of the orders package (root: ``OrdersError``).
+
+``retryable`` has the same meaning as in ``workflows.errors``: False sends a
+job straight to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+
+class OrdersError(Exception):
+    """Root of every error raised by ``orders``."""
+
+    retryable: bool = False
+
+
+class OrderNotFound(OrdersError):
+    """A message names an order that does not exist."""
+
+
+class StreamNotLoaded(OrdersError):
+    """The TPC-H order stream (or the catalog) is not loaded; run ``orders load-tpch``."""
+
+
+class UnknownSource(OrdersError):
+    """An order source other than ``tpch`` or ``random`` was asked for."""
+
+
+class TpchGenerationFailed(OrdersError):
+    """``tpchgen-cli`` is missing or exited with an error."""

@@ -1,0 +1,167 @@
+"""Place orders through the transactional outbox.
+
+Each batch is one transaction: the orders, their lines, their workflow rows
+and one step row per step commit together or not at all. After the commit
+the relay publishes the batch's steps; if the process dies first, the relay
+sweep publishes them later.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
+from orders.errors import UnknownSource
+from orders.models import Order, OrderLine, OrderStatus
+from orders.sources import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
+from orders.steps import order_workflow
+from workflows.columns import utcnow
+from workflows.outbox import add_workflows
+from workflows.relay import Publisher, publish_steps
+from workflows.uow import SessionFactory, UnitOfWork
+
+
+@dataclass(frozen=True)
+class PlacedOrder:
+    """Ids written for one placed order."""
+
+    order_id: int
+    workflow_id: int
+    step_ids: tuple[int, ...]
+
+
+@dataclass
+class PlaceResult:
+    """What ``place`` did: the orders placed and the steps published."""
+
+    orders: list[PlacedOrder] = field(default_factory=list)
+    published: int = 0
+
+    @property
+    def order_ids(self) -> list[int]:
+        """Ids of the placed orders, in placement order."""
+        return [placed.order_id for placed in self.orders]
+
+
+def place_orders(
+    session: Session, drafts: Sequence[OrderDraft], *, now: datetime | None = None
+) -> list[PlacedOrder]:
+    """Write orders, lines, workflows and step rows in the caller's transaction.
+
+    Nothing is committed or published here; the caller commits, then hands
+    the step ids to ``workflows.relay.publish_steps``.
+
+    Args:
+        session: the caller's session, inside its transaction.
+        drafts: orders to write.
+        now: placement time (timezone-aware); default the current UTC time.
+
+    Returns:
+        One ``PlacedOrder`` per draft, in the same order.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: a draft names an unknown customer or part.
+    """
+    if not drafts:
+        return []
+    now = now or utcnow()
+    order_ids = session.scalars(
+        insert(Order).returning(Order.id, sort_by_parameter_order=True),
+        [
+            {
+                "customer_id": draft.customer_id,
+                "total_price": draft.total_price,
+                "order_date": draft.order_date,
+                "status": OrderStatus.PLACED,
+                "source": draft.source,
+                "source_key": draft.source_key,
+                "placed_at": now,
+            }
+            for draft in drafts
+        ],
+    ).all()
+    session.execute(
+        insert(OrderLine),
+        [
+            {
+                "order_id": order_id,
+                "line_number": line.line_number,
+                "part_id": line.part_id,
+                "quantity": line.quantity,
+                "extended_price": line.extended_price,
+                "discount": line.discount,
+                "ship_mode": line.ship_mode,
+            }
+            for draft, order_id in zip(drafts, order_ids, strict=True)
+            for line in draft.lines
+        ],
+    )
+    created = add_workflows(session, [order_workflow(order_id) for order_id in order_ids], now=now)
+    return [PlacedOrder(c.subject_id, c.workflow_id, c.step_ids) for c in created]
+
+
+def place(
+    session_factory: SessionFactory,
+    count: int,
+    *,
+    source: str = TPCH,
+    rng: random.Random | None = None,
+    batch_size: int = 500,
+    publisher: Publisher | None = None,
+    clock: Callable[[], datetime] = utcnow,
+    on_batch: Callable[[list[PlacedOrder]], None] | None = None,
+) -> PlaceResult:
+    """Place the next ``count`` orders of a source, batch by batch, and publish their steps.
+
+    Each batch of up to ``batch_size`` orders is one transaction (every order
+    with its steps is atomic); its steps are published right after it
+    commits when a ``publisher`` is given, else left pending for the relay.
+
+    Args:
+        session_factory: makes the session of each unit of work.
+        count: orders to place (>= 0).
+        source: ``tpch`` (the next orders of the stream) or ``random``.
+        rng: random source for ``random`` orders; default unseeded.
+        batch_size: orders per transaction (>= 1).
+        publisher: queue adapter; None leaves steps pending for the sweep.
+        clock: current time (timezone-aware).
+        on_batch: called after each committed (and published) batch, e.g. to
+            advance a progress bar.
+
+    Returns:
+        A ``PlaceResult`` with the placed orders and the number of steps
+        published.
+
+    Raises:
+        UnknownSource: ``source`` is not ``tpch`` or ``random``.
+        StreamNotLoaded: the TPC-H stream or the catalog is not loaded.
+        Exception: from ``publisher.publish``; the committed batches stay,
+            their unpublished steps are left to the sweep.
+    """
+    if source not in (TPCH, RANDOM):
+        raise UnknownSource(f"unknown order source {source!r}; use 'tpch' or 'random'")
+    rng = rng or random.Random()
+    result = PlaceResult()
+    remaining = count
+    while remaining > 0:
+        size = min(batch_size, remaining)
+        with UnitOfWork(session_factory) as uow:
+            if source == TPCH:
+                drafts = next_tpch_drafts(uow.session, size)
+            else:
+                drafts = random_drafts(uow.session, size, rng)
+            placed = place_orders(uow.session, drafts, now=clock())
+            uow.commit()
+        result.orders.extend(placed)
+        remaining -= size
+        if publisher is not None:
+            step_ids = [step_id for order in placed for step_id in order.step_ids]
+            result.published += publish_steps(session_factory, publisher, step_ids, clock=clock)
+        if on_batch is not None:
+            on_batch(placed)
+    return result

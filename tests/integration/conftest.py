@@ -1,0 +1,145 @@
+"""Fixtures for the database-backed integration tests of ``workflows`` and ``orders``.
+
+Each test gets a fresh database from the shared ``database_url`` fixture
+(SQLite file by default, PostgreSQL with ``TEST_DATABASE_URL``), migrated to
+the newest revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from datetime import date
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import Engine, insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from orders.db import make_engine, make_session_factory
+from orders.migrate import upgrade_database
+from orders.models import Customer, Inventory, Product
+from orders.sources import LineDraft, OrderDraft
+from workflows.relay import StepMessage
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on a fresh database migrated to head; disposed after the test."""
+    upgrade_database(database_url)
+    engine = make_engine(database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    """A session factory on :func:`engine`."""
+    return make_session_factory(engine)
+
+
+CUSTOMERS = (1, 2, 3)
+PARTS = {10: 100, 11: 100, 12: 100, 13: 5, 14: 100}
+"""Part id -> units on hand in the small catalog."""
+
+
+@pytest.fixture
+def catalog(session_factory: sessionmaker[Session]) -> dict[int, int]:
+    """A small catalog: customers 1-3, parts 10-14 (part 13 has only 5 units).
+
+    Returns:
+        Part id -> initial on hand.
+    """
+    with session_factory() as session:
+        session.execute(
+            insert(Customer),
+            [
+                {
+                    "id": c,
+                    "name": f"Customer#{c}",
+                    "nation_key": 1,
+                    "market_segment": "BUILDING",
+                    "account_balance": Decimal("10.00"),
+                }
+                for c in CUSTOMERS
+            ],
+        )
+        session.execute(
+            insert(Product),
+            [
+                {
+                    "id": p,
+                    "name": f"part {p}",
+                    "brand": "Brand#1",
+                    "type": "STANDARD",
+                    "size": 1,
+                    "container": "SM BOX",
+                    "retail_price": Decimal("9.50"),
+                }
+                for p in PARTS
+            ],
+        )
+        session.execute(
+            insert(Inventory),
+            [
+                {"part_id": p, "on_hand": n, "initial_on_hand": n, "version": 1}
+                for p, n in PARTS.items()
+            ],
+        )
+        session.commit()
+    return dict(PARTS)
+
+
+def draft(
+    lines: Sequence[tuple[int, int, str]] = ((10, 2, "AIR"), (11, 3, "MAIL"), (12, 1, "AIR")),
+    *,
+    customer_id: int = 1,
+    total: str = "1234.56",
+) -> OrderDraft:
+    """An order draft; ``lines`` are (part id, quantity, ship mode)."""
+    return OrderDraft(
+        customer_id=customer_id,
+        total_price=Decimal(total),
+        order_date=date(1996, 1, 2),
+        source="random",
+        source_key=None,
+        lines=tuple(
+            LineDraft(n, part, qty, Decimal("9.50") * qty, Decimal("0.00"), mode)
+            for n, (part, qty, mode) in enumerate(lines, start=1)
+        ),
+    )
+
+
+@pytest.fixture
+def make_draft() -> Callable[..., OrderDraft]:
+    """The :func:`draft` builder: ``make_draft(lines=[(part, qty, mode)], total="...")``."""
+    return draft
+
+
+class MemoryPublisher:
+    """An in-memory ``workflows.relay.Publisher`` (our own protocol, not Redis).
+
+    Attributes:
+        messages: every message published, in order.
+        fail: when set, ``publish`` raises it (the queue is down).
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[StepMessage] = []
+        self.fail: Exception | None = None
+
+    def publish(self, messages: Sequence[StepMessage]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.messages.extend(messages)
+
+    def keys(self) -> list[str]:
+        """Idempotency keys published, in order (duplicates kept)."""
+        return [m.idempotency_key for m in self.messages]
+
+
+@pytest.fixture
+def publisher() -> MemoryPublisher:
+    """A fresh :class:`MemoryPublisher`."""
+    return MemoryPublisher()

@@ -1,0 +1,292 @@
+"""Step handlers: one effect per step however often a job is delivered."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import func, select
+
+from orders.effects import CONFIRMATION, ORDER_PLACED
+from orders.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
+from orders.models import (
+    Inventory,
+    Notification,
+    Order,
+    OrderStatus,
+    PointsEntry,
+    Shipment,
+    StockDeduction,
+)
+from orders.placement import PlacedOrder, place_orders
+from orders.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
+from workflows.columns import utcnow
+from workflows.errors import StepNotFound, SubjectMismatch
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.tracker import load_step
+from workflows.uow import UnitOfWork
+
+
+def place_one(session_factory, order_draft) -> PlacedOrder:
+    with UnitOfWork(session_factory) as uow:
+        [placed] = place_orders(uow.session, [order_draft])
+        uow.commit()
+    return placed
+
+
+def request(placed: PlacedOrder, step: str, attempt: int = 1) -> StepRequest:
+    return StepRequest(placed.workflow_id, placed.order_id, step, attempt, f"job-{step}", 7)
+
+
+def effect_rows(session_factory, order_id: int) -> dict[str, int]:
+    with session_factory() as session:
+        return {
+            model.__tablename__: session.scalar(
+                select(func.count()).select_from(model).where(model.order_id == order_id)
+            )
+            for model in (StockDeduction, Notification, PointsEntry, Shipment)
+        }
+
+
+def on_hand(session_factory) -> dict[int, int]:
+    with session_factory() as session:
+        return dict(session.execute(select(Inventory.part_id, Inventory.on_hand)).all())
+
+
+def test_all_four_steps_complete_the_workflow_and_the_order(session_factory, catalog, make_draft):
+    placed = place_one(session_factory, make_draft(total="1234.56"))
+    results = [handle_step(session_factory, request(placed, step)) for step in STEPS]
+    assert [r.outcome for r in results] == ["deducted", "sent", "credited", "scheduled"]
+    assert [r.workflow_done for r in results] == [False, False, False, True]
+    assert not any(r.duplicate for r in results)
+    with session_factory() as session:
+        order = session.get(Order, placed.order_id)
+        workflow = session.get(Workflow, placed.workflow_id)
+        steps = session.scalars(
+            select(WorkflowStep).where(WorkflowStep.workflow_id == workflow.id)
+        ).all()
+        points = session.scalar(select(PointsEntry.points))
+        shipment = session.scalar(select(Shipment))
+    assert order.status == OrderStatus.COMPLETED
+    assert workflow.status == WorkflowStatus.DONE
+    assert all(s.status == StepStatus.DONE for s in steps)
+    assert all(s.finished_at <= workflow.finished_at for s in steps)
+    assert all(s.job_id == f"job-{s.step}" and s.fencing_token == 7 for s in steps)
+    assert points == 123  # floor(1234.56 / 10)
+    assert (shipment.ship_mode, shipment.status) == ("AIR", "scheduled")  # 2 AIR lines, 1 MAIL
+    assert on_hand(session_factory) == {10: 98, 11: 97, 12: 99, 13: 5, 14: 100}
+    assert effect_rows(session_factory, placed.order_id) == {
+        "stock_deductions": 3,
+        "notifications": 1,
+        "points_ledger": 1,
+        "shipments": 1,
+    }
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_redelivered_step_is_absorbed_without_a_second_effect(
+    session_factory, catalog, make_draft, step
+):
+    placed = place_one(session_factory, make_draft())
+    first = handle_step(session_factory, request(placed, step))
+    before = (effect_rows(session_factory, placed.order_id), on_hand(session_factory))
+    again = handle_step(session_factory, request(placed, step, attempt=2))
+    assert not first.duplicate
+    assert again.duplicate
+    assert again.outcome == first.outcome
+    assert (effect_rows(session_factory, placed.order_id), on_hand(session_factory)) == before
+    with session_factory() as session:
+        _, row = load_step(session, placed.workflow_id, step)
+        assert row.attempts == 1
+
+
+def test_effects_are_idempotent_on_their_own_unique_rows(session_factory, catalog, make_draft):
+    """Even with the step row forced back to pending, no effect row is doubled."""
+    placed = place_one(session_factory, make_draft())
+    for step in STEPS:
+        handle_step(session_factory, request(placed, step))
+    with session_factory() as session:
+        for row in session.scalars(select(WorkflowStep)):
+            row.status = StepStatus.DISPATCHED
+        session.commit()
+    outcomes = [handle_step(session_factory, request(placed, s)).outcome for s in STEPS]
+    assert outcomes == ["deducted", "already_sent", "already_credited", "scheduled"]
+    assert effect_rows(session_factory, placed.order_id) == {
+        "stock_deductions": 3,
+        "notifications": 1,
+        "points_ledger": 1,
+        "shipments": 1,
+    }
+    assert on_hand(session_factory) == {10: 98, 11: 97, 12: 99, 13: 5, 14: 100}
+
+
+def test_out_of_stock_is_a_finished_business_outcome(session_factory, catalog, make_draft):
+    placed = place_one(session_factory, make_draft([(10, 2, "AIR"), (13, 6, "SHIP")]))
+    logistics_first = handle_step(session_factory, request(placed, LOGISTICS))
+    stock = handle_step(session_factory, request(placed, STOCK))
+    for step in (NOTIFICATION, POINTS):
+        handle_step(session_factory, request(placed, step))
+    assert logistics_first.outcome == "scheduled"
+    assert stock.outcome == "out_of_stock"
+    with session_factory() as session:
+        order = session.get(Order, placed.order_id)
+        workflow = session.get(Workflow, placed.workflow_id)
+        shipment = session.scalar(select(Shipment))
+    assert order.status == OrderStatus.OUT_OF_STOCK
+    assert workflow.status == WorkflowStatus.DONE
+    assert shipment.status == "cancelled"
+    assert on_hand(session_factory) == {10: 100, 11: 100, 12: 100, 13: 5, 14: 100}
+    assert effect_rows(session_factory, placed.order_id)["stock_deductions"] == 0
+    again = handle_step(session_factory, request(placed, STOCK, attempt=2))
+    assert again.duplicate and again.outcome == "out_of_stock"
+
+
+def test_shipment_of_an_order_already_out_of_stock_is_cancelled(
+    session_factory, catalog, make_draft
+):
+    placed = place_one(session_factory, make_draft([(13, 6, "SHIP")]))
+    handle_step(session_factory, request(placed, STOCK))
+    assert handle_step(session_factory, request(placed, LOGISTICS)).outcome == "cancelled"
+
+
+def test_dead_step_blocks_the_workflow_with_step_and_reason(session_factory, catalog, make_draft):
+    placed = place_one(session_factory, make_draft())
+    for step in (STOCK, NOTIFICATION, LOGISTICS):
+        handle_step(session_factory, request(placed, step))
+    assert record_step_failure(session_factory, request(placed, POINTS, 1), "boom 1")
+    assert record_step_failure(session_factory, request(placed, POINTS, 2), "boom 2")
+    assert mark_step_dead(
+        session_factory,
+        placed.workflow_id,
+        POINTS,
+        "retries_exhausted",
+        error="ValueError: boom",
+        attempts=5,
+    )
+    with session_factory() as session:
+        workflow, row = load_step(session, placed.workflow_id, POINTS)
+        order = session.get(Order, placed.order_id)
+    assert workflow.status == WorkflowStatus.BLOCKED
+    assert workflow.blocked_step == POINTS
+    assert workflow.blocked_reason == "retries_exhausted: ValueError: boom"
+    assert (row.status, row.outcome, row.attempts, row.last_error) == (
+        StepStatus.DEAD,
+        "retries_exhausted",
+        5,
+        "ValueError: boom",
+    )
+    assert order.status == OrderStatus.PLACED
+    # A late failure report does not resurrect a dead step.
+    assert not record_step_failure(session_factory, request(placed, POINTS, 6), "late")
+
+
+def test_redriven_dead_step_unblocks_and_completes_the_workflow(
+    session_factory, catalog, make_draft
+):
+    placed = place_one(session_factory, make_draft())
+    mark_step_dead(session_factory, placed.workflow_id, POINTS, "error", error="bad luck")
+    for step in (STOCK, NOTIFICATION, LOGISTICS):
+        assert not handle_step(session_factory, request(placed, step)).workflow_done
+    assert handle_step(session_factory, request(placed, POINTS, attempt=6)).workflow_done
+    with session_factory() as session:
+        workflow = session.get(Workflow, placed.workflow_id)
+        order = session.get(Order, placed.order_id)
+    assert (workflow.status, workflow.blocked_step, workflow.blocked_reason) == (
+        WorkflowStatus.DONE,
+        None,
+        None,
+    )
+    assert order.status == OrderStatus.COMPLETED
+
+
+def test_dead_letter_of_a_finished_step_changes_nothing(session_factory, catalog, make_draft):
+    placed = place_one(session_factory, make_draft())
+    handle_step(session_factory, request(placed, POINTS))
+    assert not mark_step_dead(session_factory, placed.workflow_id, POINTS, "worker_lost")
+    with session_factory() as session:
+        workflow, row = load_step(session, placed.workflow_id, POINTS)
+    assert (workflow.status, row.status) == (WorkflowStatus.RUNNING, StepStatus.DONE)
+
+
+def test_message_for_another_order_or_unknown_step_is_refused(session_factory, catalog, make_draft):
+    placed = place_one(session_factory, make_draft())
+    with pytest.raises(SubjectMismatch):
+        handle_step(session_factory, StepRequest(placed.workflow_id, placed.order_id + 1, STOCK))
+    with pytest.raises(StepNotFound):
+        handle_step(session_factory, StepRequest(placed.workflow_id, placed.order_id, "refund"))
+    with pytest.raises(StepNotFound):
+        handle_step(session_factory, StepRequest(placed.workflow_id + 99, placed.order_id, STOCK))
+    assert effect_rows(session_factory, placed.order_id)["stock_deductions"] == 0
+
+
+def test_steps_finishing_concurrently_all_end_done_and_the_workflow_once(
+    session_factory, catalog, make_draft
+):
+    """Four threads finish the four steps of each order at the same moment."""
+    orders = [place_one(session_factory, make_draft()) for _ in range(5)]
+    results = []
+    errors = []
+    lock = threading.Lock()
+    for placed in orders:
+        barrier = threading.Barrier(len(STEPS))
+
+        def run(step: str, placed: PlacedOrder = placed, barrier=barrier) -> None:
+            barrier.wait()
+            try:
+                result = handle_step(session_factory, request(placed, step), conflict_attempts=20)
+            except Exception as exc:  # pragma: no cover - reported below
+                with lock:
+                    errors.append(exc)
+                return
+            with lock:
+                results.append(result)
+
+        threads = [threading.Thread(target=run, args=(step,)) for step in STEPS]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    assert len(results) == 20
+    assert sum(r.workflow_done for r in results) == 5  # exactly one completer per order
+    with session_factory() as session:
+        assert set(session.scalars(select(Workflow.status))) == {WorkflowStatus.DONE}
+        assert set(session.scalars(select(WorkflowStep.status))) == {StepStatus.DONE}
+        assert set(session.scalars(select(Order.status))) == {OrderStatus.COMPLETED}
+
+
+def test_version_conflict_on_the_workflow_row_reruns_the_unit_of_work(
+    session_factory, catalog, make_draft
+):
+    """A step whose workflow row changed after it was read loses and retries."""
+    placed = place_one(session_factory, make_draft())
+    for step in (STOCK, NOTIFICATION, POINTS):
+        handle_step(session_factory, request(placed, step))
+    calls = []
+
+    def interfering_clock():
+        # Call 1 is the start time; by call 2 the logistics unit of work has
+        # read its workflow row, and a concurrent writer bumps its version.
+        calls.append(1)
+        if len(calls) == 2:
+            with session_factory() as other:
+                workflow = other.get(Workflow, placed.workflow_id)
+                workflow.updated_at = utcnow()
+                other.commit()
+        return utcnow()
+
+    result = handle_step(session_factory, request(placed, LOGISTICS), clock=interfering_clock)
+    assert result.conflicts >= 1
+    assert result.workflow_done and not result.duplicate
+    with session_factory() as session:
+        assert session.get(Workflow, placed.workflow_id).status == WorkflowStatus.DONE
+        assert session.scalar(select(func.count()).select_from(Shipment)) == 1
+
+
+def test_notification_kind_is_the_confirmation(session_factory, catalog, make_draft):
+    placed = place_one(session_factory, make_draft())
+    handle_step(session_factory, request(placed, NOTIFICATION))
+    handle_step(session_factory, request(placed, POINTS))
+    with session_factory() as session:
+        assert session.scalar(select(Notification.kind)) == CONFIRMATION
+        assert session.scalar(select(PointsEntry.reason)) == ORDER_PLACED

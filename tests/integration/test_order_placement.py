@@ -1,0 +1,120 @@
+"""Placing orders writes order, lines, workflow and step rows in one transaction."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from orders.models import Order, OrderLine, OrderStatus
+from orders.placement import place, place_orders
+from orders.sources import RANDOM
+from orders.steps import STEPS, task_name
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.uow import UnitOfWork
+
+
+def counts(session_factory) -> dict[str, int]:
+    with session_factory() as session:
+        return {
+            model.__tablename__: session.scalar(select(func.count()).select_from(model))
+            for model in (Order, OrderLine, Workflow, WorkflowStep)
+        }
+
+
+def test_placed_order_has_lines_workflow_and_one_pending_step_per_step(
+    session_factory, catalog, make_draft
+):
+    with UnitOfWork(session_factory) as uow:
+        [placed] = place_orders(uow.session, [make_draft()])
+        uow.commit()
+    with session_factory() as session:
+        order = session.get(Order, placed.order_id)
+        assert order.status == OrderStatus.PLACED
+        workflow = session.get(Workflow, placed.workflow_id)
+        assert (workflow.kind, workflow.subject_id) == ("order", order.id)
+        assert workflow.status == WorkflowStatus.RUNNING
+        steps = session.scalars(
+            select(WorkflowStep).where(WorkflowStep.workflow_id == workflow.id)
+        ).all()
+    assert sorted(s.step for s in steps) == sorted(STEPS)
+    for step in steps:
+        assert step.status == StepStatus.PENDING
+        assert step.queue == step.step
+        assert step.task == task_name(step.step)
+        assert step.payload == {"workflow_id": workflow.id, "order_id": order.id, "step": step.step}
+        assert step.idempotency_key == f"{workflow.id}:{step.step}"
+    assert counts(session_factory) == {
+        "orders": 1,
+        "order_lines": 3,
+        "workflows": 1,
+        "workflow_steps": 4,
+    }
+
+
+def test_failure_mid_placement_leaves_nothing_behind(session_factory, catalog, make_draft):
+    good = make_draft()
+    bad = make_draft(customer_id=999)  # no such customer: the INSERT fails mid-batch
+    with pytest.raises(IntegrityError), UnitOfWork(session_factory) as uow:
+        place_orders(uow.session, [good, good, bad, good])
+        uow.commit()
+    assert counts(session_factory) == {
+        "orders": 0,
+        "order_lines": 0,
+        "workflows": 0,
+        "workflow_steps": 0,
+    }
+
+
+def test_exception_after_outbox_write_rolls_back_order_and_steps(
+    session_factory, catalog, make_draft
+):
+    with pytest.raises(RuntimeError), UnitOfWork(session_factory) as uow:
+        place_orders(uow.session, [make_draft()])
+        uow.session.flush()
+        raise RuntimeError("crash before commit")
+    assert counts(session_factory)["orders"] == 0
+    assert counts(session_factory)["workflow_steps"] == 0
+
+
+def test_place_publishes_every_step_once_after_commit(session_factory, catalog, publisher):
+    result = place(
+        session_factory, 7, source=RANDOM, rng=random.Random(1), batch_size=3, publisher=publisher
+    )
+    assert len(result.orders) == 7
+    assert result.published == 28
+    keys = publisher.keys()
+    assert len(keys) == len(set(keys)) == 28
+    with session_factory() as session:
+        states = session.scalars(select(WorkflowStep.status)).all()
+    assert set(states) == {StepStatus.DISPATCHED}
+
+
+def test_random_orders_are_reproducible_from_the_seed(session_factory, catalog):
+    first = place(session_factory, 5, source=RANDOM, rng=random.Random(42))
+    second = place(session_factory, 5, source=RANDOM, rng=random.Random(42))
+    with session_factory() as session:
+
+        def lines(order_ids):
+            return [
+                session.execute(
+                    select(OrderLine.part_id, OrderLine.quantity, OrderLine.ship_mode)
+                    .where(OrderLine.order_id == oid)
+                    .order_by(OrderLine.line_number)
+                ).all()
+                for oid in order_ids
+            ]
+
+        assert lines(first.order_ids) == lines(second.order_ids)
+
+
+def test_placing_two_thousand_orders_takes_seconds(session_factory, catalog, publisher):
+    started = time.perf_counter()
+    result = place(session_factory, 2000, source=RANDOM, rng=random.Random(7), publisher=publisher)
+    elapsed = time.perf_counter() - started
+    assert len(result.orders) == 2000
+    assert len(set(publisher.keys())) == 8000
+    assert elapsed < 20, f"placing 2,000 orders took {elapsed:.1f} s"

@@ -1,0 +1,31 @@
+"""Error tree of the workflows package (root: ``WorkflowError``).
+
+``retryable`` tells a queue adapter what to do: a retryable error is a nack
+with backoff; a non-retryable one goes straight to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+
+class WorkflowError(Exception):
+    """Root of every error raised by ``workflows``."""
+
+    retryable: bool = False
+
+
+class ConcurrencyConflict(WorkflowError):
+    """A unit of work kept losing to concurrent writers; retry the job later."""
+
+    retryable = True
+
+
+class StepNotFound(WorkflowError):
+    """No step row for (workflow id, step): the message does not match the database."""
+
+    retryable = False
+
+
+class SubjectMismatch(WorkflowError):
+    """A message names a subject that is not its workflow's subject."""
+
+    retryable = False

@@ -1,0 +1,122 @@
+"""Transactional outbox: write workflow and step rows inside the caller's transaction.
+
+The caller writes its own records (for example an order and its lines) and
+then calls ``add_workflows`` in the same session before committing, so the
+business records and the step messages commit or vanish together. The relay
+publishes the step rows afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
+from workflows.columns import utcnow
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step to fan out.
+
+    Attributes:
+        name: step name, unique within the workflow.
+        queue: queue the message is published to.
+        task: task name the worker dispatches on.
+        payload: message body; ``workflow_id`` and ``step`` are added.
+    """
+
+    name: str
+    queue: str
+    task: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    """One workflow to create: its kind, subject and steps."""
+
+    kind: str
+    subject_id: int
+    steps: Sequence[StepSpec]
+
+
+@dataclass(frozen=True)
+class CreatedWorkflow:
+    """Ids of a workflow written by ``add_workflows`` and of its step rows."""
+
+    workflow_id: int
+    subject_id: int
+    step_ids: tuple[int, ...]
+
+
+def add_workflows(
+    session: Session, specs: Sequence[WorkflowSpec], *, now: datetime | None = None
+) -> list[CreatedWorkflow]:
+    """Insert workflow rows and their pending step rows in the session's transaction.
+
+    Uses a few multi-row INSERT statements whatever the number of workflows;
+    nothing is committed here.
+
+    Args:
+        session: the caller's session, inside its transaction.
+        specs: workflows to create; each subject at most once per kind.
+        now: creation time (timezone-aware); default the current UTC time.
+
+    Returns:
+        One ``CreatedWorkflow`` per spec, in the same order.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: a workflow of that kind and subject exists,
+            or two steps of one spec share a name.
+    """
+    if not specs:
+        return []
+    now = now or utcnow()
+    workflow_ids = session.scalars(
+        insert(Workflow).returning(Workflow.id, sort_by_parameter_order=True),
+        [
+            {
+                "kind": spec.kind,
+                "subject_id": spec.subject_id,
+                "status": WorkflowStatus.RUNNING,
+                "created_at": now,
+                "updated_at": now,
+                "version": 1,
+            }
+            for spec in specs
+        ],
+    ).all()
+    step_rows = [
+        {
+            "workflow_id": workflow_id,
+            "step": step.name,
+            "queue": step.queue,
+            "task": step.task,
+            "payload": {**step.payload, "workflow_id": workflow_id, "step": step.name},
+            "status": StepStatus.PENDING,
+            "attempts": 0,
+            "created_at": now,
+        }
+        for spec, workflow_id in zip(specs, workflow_ids, strict=True)
+        for step in spec.steps
+    ]
+    step_ids = session.scalars(
+        insert(WorkflowStep).returning(WorkflowStep.id, sort_by_parameter_order=True), step_rows
+    ).all()
+    created: list[CreatedWorkflow] = []
+    position = 0
+    for spec, workflow_id in zip(specs, workflow_ids, strict=True):
+        count = len(spec.steps)
+        created.append(
+            CreatedWorkflow(
+                workflow_id, spec.subject_id, tuple(step_ids[position : position + count])
+            )
+        )
+        position += count
+    return created
