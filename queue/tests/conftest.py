@@ -1,3 +1,53 @@
-"""Queue library tests use the project's shared fixtures (tests/orderflow_fixtures.py)."""
+"""Queue library tests use the project's shared fixtures (tests/orderflow_fixtures.py).
+
+Tiers: ``unit/`` needs no Redis; ``integration/`` runs against real Redis (the embedded
+server, or ``TEST_REDIS_URL``); ``crash/`` kills real worker processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from queue_helpers import FAST
+
+from reliable_queue import Queue, QueueSettings, TaskRegistry
 
 pytest_plugins = ["orderflow_fixtures"]
+
+
+@pytest.fixture
+def make_queue(redis_client: redis.Redis, key_prefix: str) -> Callable[..., Queue]:
+    """Factory of :class:`Queue` objects in this test's key space.
+
+    ``make_queue(name="jobs", settings=None, registry=None, client=None)``; settings
+    default to :data:`FAST`.
+    """
+
+    def make(
+        name: str = "jobs",
+        *,
+        settings: QueueSettings | None = None,
+        registry: TaskRegistry | None = None,
+        client: redis.Redis | None = None,
+    ) -> Queue:
+        return Queue(
+            client or redis_client,
+            name,
+            prefix=key_prefix,
+            settings=settings or FAST,
+            registry=registry,
+        )
+
+    return make
+
+
+@pytest.fixture
+def private_client(embedded_redis) -> Iterator[redis.Redis]:
+    """A client on this test's private embedded server (one a test may flush or kill)."""
+    client = redis.Redis.from_url(embedded_redis.url, socket_timeout=5)
+    try:
+        yield client
+    finally:
+        client.close()

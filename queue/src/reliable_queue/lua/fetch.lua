@@ -47,9 +47,11 @@ if #due > 0 then
   chunked('RPUSH', K_READY, due)
 end
 
--- 3. lease up to count ready jobs.
+-- 3. lease up to count ready jobs (count 0: reap and promote only; RPOP with a
+-- count of 0 replies an empty array, not nil).
 local out = {-1, reaped, reaped >= reap_limit and 1 or 0}
-local ids = redis.call('RPOP', K_READY, count)
+local ids = false
+if count > 0 then ids = redis.call('RPOP', K_READY, count) end
 if not ids then
   local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   local wait = -1
