@@ -1,0 +1,399 @@
+"""Invariants of placed orders, checked from the database alone.
+
+Every check is a SQL query that finds violations by counting rows (GROUP BY
+... HAVING), so it still detects a doubled effect when the unique index that
+should prevent it is missing. Run the checks once the system is quiescent:
+an order still in progress is reported as unsettled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Join, Subquery, and_, func, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from orders.effects import CONFIRMATION, ORDER_PLACED
+from orders.models import (
+    Inventory,
+    Notification,
+    Order,
+    OrderLine,
+    OrderStatus,
+    PointsEntry,
+    Shipment,
+    StockDeduction,
+)
+from orders.steps import WORKFLOW_KIND
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant.
+
+    Attributes:
+        invariant: the invariant's name (a key of ``INVARIANTS``).
+        order_id: the order concerned, if any.
+        part_id: the part concerned (stock conservation), if any.
+        detail: what is wrong, in words.
+    """
+
+    invariant: str
+    order_id: int | None
+    detail: str
+    part_id: int | None = None
+
+    def __str__(self) -> str:
+        subject = f"order {self.order_id}" if self.order_id is not None else f"part {self.part_id}"
+        return f"{self.invariant}: {subject}: {self.detail}"
+
+
+SETTLED = "order_settled"
+CONSERVATION = "stock_conservation"
+ONE_DEDUCTION = "one_deduction_per_order_part"
+ONE_SHIPMENT = "one_shipment_per_completed_order"
+ONE_POINTS = "one_points_entry_per_order"
+ONE_NOTIFICATION = "at_most_one_notification_per_kind"
+COMPLETION_TIME = "completion_after_steps"
+
+INVARIANTS: dict[str, str] = {
+    SETTLED: "every placed order is completed, out of stock, or blocked by dead steps "
+    "with a reason",
+    CONSERVATION: "for every part, initial on hand = current on hand + sum of deductions",
+    ONE_DEDUCTION: "exactly one deduction per (order, part) of a completed order; "
+    "none for an order out of stock",
+    ONE_SHIPMENT: "one shipment per completed order",
+    ONE_POINTS: "one points entry per order",
+    ONE_NOTIFICATION: "at most one notification per (order, kind)",
+    COMPLETION_TIME: "a completed order's completion time is at or after every step's finish",
+}
+"""Invariant name -> what it states."""
+
+
+def _order_workflows() -> Join:
+    return Order.__table__.join(
+        Workflow.__table__,
+        and_(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == Order.id),
+        isouter=True,
+    )
+
+
+def check_settled(session: Session) -> list[Violation]:
+    """Every order is settled: done (completed / out of stock) or blocked by dead steps.
+
+    Returns:
+        Violations of ``order_settled``.
+    """
+    found: list[Violation] = []
+    rows = session.execute(
+        select(Order.id, Order.status, Workflow.id, Workflow.status)
+        .select_from(_order_workflows())
+        .where(
+            or_(
+                Workflow.id.is_(None),
+                Workflow.status.not_in((WorkflowStatus.DONE, WorkflowStatus.BLOCKED)),
+                and_(
+                    Workflow.status == WorkflowStatus.DONE,
+                    Order.status.not_in((OrderStatus.COMPLETED, OrderStatus.OUT_OF_STOCK)),
+                ),
+                and_(
+                    Workflow.status != WorkflowStatus.DONE,
+                    Order.status == OrderStatus.COMPLETED,
+                ),
+            )
+        )
+        .order_by(Order.id)
+    ).all()
+    for order_id, order_status, workflow_id, workflow_status in rows:
+        if workflow_id is None:
+            detail = "has no workflow"
+        else:
+            detail = f"order is {order_status} but its workflow is {workflow_status}"
+        found.append(Violation(SETTLED, order_id, detail))
+    step = aliased(WorkflowStep)
+    unsettled_steps = session.execute(
+        select(Order.id, Workflow.status, step.step, step.status, step.outcome, step.last_error)
+        .select_from(_order_workflows())
+        .join(step, step.workflow_id == Workflow.id)
+        .where(
+            Workflow.status.in_((WorkflowStatus.DONE, WorkflowStatus.BLOCKED)),
+            or_(
+                and_(Workflow.status == WorkflowStatus.DONE, step.status != StepStatus.DONE),
+                step.status.not_in((StepStatus.DONE, StepStatus.DEAD)),
+                and_(
+                    step.status == StepStatus.DEAD,
+                    or_(step.outcome.is_(None), step.last_error.is_(None)),
+                ),
+            ),
+        )
+        .order_by(Order.id, step.step)
+    ).all()
+    for order_id, workflow_status, name, status, outcome, error in unsettled_steps:
+        if status == StepStatus.DEAD:
+            detail = f"step {name} is dead without a reason ({outcome!r}, {error!r})"
+        else:
+            detail = f"step {name} is {status} while the workflow is {workflow_status}"
+        found.append(Violation(SETTLED, order_id, detail))
+    blocked_without_dead = session.execute(
+        select(Order.id, Workflow.blocked_step, Workflow.blocked_reason)
+        .select_from(_order_workflows())
+        .where(
+            Workflow.status == WorkflowStatus.BLOCKED,
+            or_(
+                Workflow.blocked_reason.is_(None),
+                ~select(WorkflowStep.id)
+                .where(
+                    WorkflowStep.workflow_id == Workflow.id,
+                    WorkflowStep.status == StepStatus.DEAD,
+                )
+                .exists(),
+            ),
+        )
+        .order_by(Order.id)
+    ).all()
+    for order_id, blocked_step, reason in blocked_without_dead:
+        found.append(
+            Violation(
+                SETTLED,
+                order_id,
+                f"blocked on {blocked_step!r} ({reason!r}) without a dead step and a reason",
+            )
+        )
+    return found
+
+
+def check_stock_conservation(session: Session) -> list[Violation]:
+    """For every part: initial on hand = on hand + sum of deductions, and on hand >= 0.
+
+    Returns:
+        Violations of ``stock_conservation`` (naming the part).
+    """
+    deducted = (
+        select(StockDeduction.part_id, func.sum(StockDeduction.quantity).label("quantity"))
+        .group_by(StockDeduction.part_id)
+        .subquery()
+    )
+    total = func.coalesce(deducted.c.quantity, 0)
+    rows = session.execute(
+        select(Inventory.part_id, Inventory.initial_on_hand, Inventory.on_hand, total)
+        .outerjoin(deducted, deducted.c.part_id == Inventory.part_id)
+        .where(or_(Inventory.initial_on_hand != Inventory.on_hand + total, Inventory.on_hand < 0))
+        .order_by(Inventory.part_id)
+    ).all()
+    found = [
+        Violation(
+            CONSERVATION,
+            None,
+            f"initial {initial} != on hand {on_hand} + deducted {quantity}",
+            part_id=part,
+        )
+        for part, initial, on_hand, quantity in rows
+    ]
+    orphans = session.execute(
+        select(StockDeduction.part_id, func.sum(StockDeduction.quantity))
+        .outerjoin(Inventory, Inventory.part_id == StockDeduction.part_id)
+        .where(Inventory.part_id.is_(None))
+        .group_by(StockDeduction.part_id)
+    ).all()
+    found += [
+        Violation(
+            CONSERVATION, None, f"{quantity} deducted from a part with no inventory", part_id=part
+        )
+        for part, quantity in orphans
+    ]
+    return found
+
+
+def check_deductions(session: Session) -> list[Violation]:
+    """One deduction per (order, part), matching the lines, for completed orders only.
+
+    Returns:
+        Violations of ``one_deduction_per_order_part``.
+    """
+    found = [
+        Violation(ONE_DEDUCTION, order_id, f"{count} deductions of part {part}", part_id=part)
+        for order_id, part, count in session.execute(
+            select(StockDeduction.order_id, StockDeduction.part_id, func.count())
+            .group_by(StockDeduction.order_id, StockDeduction.part_id)
+            .having(func.count() > 1)
+            .order_by(StockDeduction.order_id, StockDeduction.part_id)
+        )
+    ]
+    needed = (
+        select(OrderLine.order_id, OrderLine.part_id, func.sum(OrderLine.quantity).label("qty"))
+        .group_by(OrderLine.order_id, OrderLine.part_id)
+        .subquery()
+    )
+    taken = (
+        select(
+            StockDeduction.order_id,
+            StockDeduction.part_id,
+            func.sum(StockDeduction.quantity).label("qty"),
+        )
+        .group_by(StockDeduction.order_id, StockDeduction.part_id)
+        .subquery()
+    )
+    mismatched = session.execute(
+        select(needed.c.order_id, needed.c.part_id, needed.c.qty, taken.c.qty)
+        .join(Order, Order.id == needed.c.order_id)
+        .outerjoin(
+            taken,
+            and_(taken.c.order_id == needed.c.order_id, taken.c.part_id == needed.c.part_id),
+        )
+        .where(
+            Order.status == OrderStatus.COMPLETED,
+            or_(taken.c.qty.is_(None), taken.c.qty != needed.c.qty),
+        )
+        .order_by(needed.c.order_id, needed.c.part_id)
+    ).all()
+    found += [
+        Violation(
+            ONE_DEDUCTION,
+            order_id,
+            f"part {part}: ordered {want}, deducted {got or 0}",
+            part_id=part,
+        )
+        for order_id, part, want, got in mismatched
+    ]
+    found += [
+        Violation(ONE_DEDUCTION, order_id, f"out of stock yet {count} deduction(s)")
+        for order_id, count in session.execute(
+            select(StockDeduction.order_id, func.count())
+            .join(Order, Order.id == StockDeduction.order_id)
+            .where(Order.status == OrderStatus.OUT_OF_STOCK)
+            .group_by(StockDeduction.order_id)
+            .order_by(StockDeduction.order_id)
+        )
+    ]
+    return found
+
+
+def _per_order_count(model: Any, *where: ColumnElement[bool]) -> Subquery:
+    return (
+        select(model.order_id, func.count().label("n"))
+        .where(*where)
+        .group_by(model.order_id)
+        .subquery()
+    )
+
+
+def _exactly_one_when_done(
+    session: Session, name: str, counted: Subquery, what: str
+) -> list[Violation]:
+    n = func.coalesce(counted.c.n, 0)
+    rows = session.execute(
+        select(Order.id, Workflow.status, n)
+        .select_from(_order_workflows())
+        .outerjoin(counted, counted.c.order_id == Order.id)
+        .where(or_(n > 1, and_(Workflow.status == WorkflowStatus.DONE, n != 1)))
+        .order_by(Order.id)
+    ).all()
+    return [
+        Violation(name, order_id, f"{count} {what} (workflow {status})")
+        for order_id, status, count in rows
+    ]
+
+
+def check_shipments(session: Session) -> list[Violation]:
+    """Exactly one shipment per completed order, never more than one per order.
+
+    Returns:
+        Violations of ``one_shipment_per_completed_order``.
+    """
+    return _exactly_one_when_done(session, ONE_SHIPMENT, _per_order_count(Shipment), "shipments")
+
+
+def check_points(session: Session) -> list[Violation]:
+    """Exactly one points entry per completed order, never more than one per order.
+
+    Returns:
+        Violations of ``one_points_entry_per_order``.
+    """
+    counted = _per_order_count(PointsEntry, PointsEntry.reason == ORDER_PLACED)
+    return _exactly_one_when_done(session, ONE_POINTS, counted, "points entries")
+
+
+def check_notifications(session: Session) -> list[Violation]:
+    """At most one notification per (order, kind); a completed order has its confirmation.
+
+    Returns:
+        Violations of ``at_most_one_notification_per_kind``.
+    """
+    found = [
+        Violation(ONE_NOTIFICATION, order_id, f"{count} notifications of kind {kind}")
+        for order_id, kind, count in session.execute(
+            select(Notification.order_id, Notification.kind, func.count())
+            .group_by(Notification.order_id, Notification.kind)
+            .having(func.count() > 1)
+            .order_by(Notification.order_id, Notification.kind)
+        )
+    ]
+    confirmed = _per_order_count(Notification, Notification.kind == CONFIRMATION)
+    found += [
+        Violation(ONE_NOTIFICATION, order_id, "completed without its confirmation")
+        for (order_id,) in session.execute(
+            select(Order.id)
+            .select_from(_order_workflows())
+            .outerjoin(confirmed, confirmed.c.order_id == Order.id)
+            .where(Workflow.status == WorkflowStatus.DONE, confirmed.c.n.is_(None))
+            .order_by(Order.id)
+        )
+    ]
+    return found
+
+
+def check_completion_time(session: Session) -> list[Violation]:
+    """A done workflow finished at or after every one of its steps.
+
+    Returns:
+        Violations of ``completion_after_steps``.
+    """
+    rows = session.execute(
+        select(Order.id, WorkflowStep.step, WorkflowStep.finished_at, Workflow.finished_at)
+        .select_from(_order_workflows())
+        .join(WorkflowStep, WorkflowStep.workflow_id == Workflow.id)
+        .where(
+            Workflow.status == WorkflowStatus.DONE,
+            or_(
+                Workflow.finished_at.is_(None),
+                WorkflowStep.finished_at.is_(None),
+                WorkflowStep.finished_at > Workflow.finished_at,
+            ),
+        )
+        .order_by(Order.id, WorkflowStep.step)
+    ).all()
+    return [
+        Violation(
+            COMPLETION_TIME,
+            order_id,
+            f"step {step} finished {step_done} but the order completed {done}",
+        )
+        for order_id, step, step_done, done in rows
+    ]
+
+
+CHECKS: dict[str, Callable[[Session], list[Violation]]] = {
+    SETTLED: check_settled,
+    CONSERVATION: check_stock_conservation,
+    ONE_DEDUCTION: check_deductions,
+    ONE_SHIPMENT: check_shipments,
+    ONE_POINTS: check_points,
+    ONE_NOTIFICATION: check_notifications,
+    COMPLETION_TIME: check_completion_time,
+}
+"""Invariant name -> its check."""
+
+
+def check_invariants(session: Session) -> list[Violation]:
+    """Run every check; an empty list means every invariant holds.
+
+    Args:
+        session: a session on the database (only read).
+
+    Returns:
+        Every violation, grouped by invariant in ``INVARIANTS`` order.
+    """
+    return [violation for check in CHECKS.values() for violation in check(session)]

@@ -1,0 +1,234 @@
+"""Invariant checks: silent on a sound database, firing on each kind of damage."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import delete, insert, select, text, update
+
+from orders.handlers import StepRequest, handle_step, mark_step_dead
+from orders.invariants import (
+    COMPLETION_TIME,
+    CONSERVATION,
+    INVARIANTS,
+    ONE_DEDUCTION,
+    ONE_NOTIFICATION,
+    ONE_POINTS,
+    ONE_SHIPMENT,
+    SETTLED,
+    check_invariants,
+)
+from orders.models import (
+    Inventory,
+    Notification,
+    Order,
+    PointsEntry,
+    Shipment,
+    StockDeduction,
+)
+from orders.placement import place_orders
+from orders.steps import LOGISTICS, POINTS, STEPS
+from workflows.columns import utcnow
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.uow import UnitOfWork
+
+
+@pytest.fixture
+def sound(session_factory, catalog, make_draft):
+    """Orders 1-3 completed, 4 out of stock, 5 blocked on a dead points step."""
+    drafts = [
+        make_draft(),
+        make_draft(),
+        make_draft([(14, 4, "RAIL")]),
+        make_draft([(13, 50, "SHIP")]),
+        make_draft(),
+    ]
+    with UnitOfWork(session_factory) as uow:
+        placed = place_orders(uow.session, drafts)
+        uow.commit()
+    for p in placed[:4]:
+        for step in STEPS:
+            handle_step(session_factory, StepRequest(p.workflow_id, p.order_id, step))
+    blocked = placed[4]
+    for step in STEPS:
+        if step != POINTS:
+            handle_step(session_factory, StepRequest(blocked.workflow_id, blocked.order_id, step))
+    mark_step_dead(
+        session_factory, blocked.workflow_id, POINTS, "retries_exhausted", error="ValueError: boom"
+    )
+    return {p.order_id: p for p in placed}
+
+
+def violations(session_factory) -> list:
+    with session_factory() as session:
+        return check_invariants(session)
+
+
+def fired(session_factory) -> set[tuple[str, int | None]]:
+    return {(v.invariant, v.order_id) for v in violations(session_factory)}
+
+
+def execute(session_factory, *statements) -> None:
+    with session_factory() as session:
+        for statement in statements:
+            session.execute(statement)
+        session.commit()
+
+
+def drop_index(name: str):
+    """Uniqueness is a named unique index: DROP INDEX works on SQLite and PostgreSQL."""
+    return text(f"DROP INDEX {name}")
+
+
+def test_sound_database_has_no_violations(session_factory, sound):
+    assert violations(session_factory) == []
+    assert len(INVARIANTS) == 7
+
+
+def test_order_still_in_progress_is_unsettled(session_factory, catalog, make_draft):
+    with UnitOfWork(session_factory) as uow:
+        [placed] = place_orders(uow.session, [make_draft()])
+        uow.commit()
+    handle_step(session_factory, StepRequest(placed.workflow_id, placed.order_id, "stock"))
+    assert fired(session_factory) == {(SETTLED, placed.order_id)}
+
+
+def test_blocked_order_without_a_dead_step_is_unsettled(session_factory, sound):
+    execute(
+        session_factory,
+        update(WorkflowStep)
+        .where(WorkflowStep.workflow_id == sound[5].workflow_id, WorkflowStep.step == POINTS)
+        .values(status=StepStatus.DISPATCHED),
+    )
+    assert (SETTLED, 5) in fired(session_factory)
+
+
+def test_completed_order_with_an_unfinished_step_is_unsettled(session_factory, sound):
+    execute(
+        session_factory,
+        update(WorkflowStep)
+        .where(WorkflowStep.workflow_id == sound[1].workflow_id, WorkflowStep.step == LOGISTICS)
+        .values(status=StepStatus.FAILED),
+    )
+    assert (SETTLED, 1) in fired(session_factory)
+
+
+def test_changed_stock_breaks_conservation(session_factory, sound):
+    execute(
+        session_factory,
+        update(Inventory).where(Inventory.part_id == 11).values(on_hand=Inventory.on_hand - 1),
+    )
+    found = violations(session_factory)
+    assert [(v.invariant, v.part_id) for v in found] == [(CONSERVATION, 11)]
+
+
+def test_duplicate_deduction_is_found_without_the_unique_index(session_factory, sound):
+    execute(
+        session_factory,
+        drop_index("uq_stock_deductions_order_id_part_id"),
+        insert(StockDeduction).values(order_id=2, part_id=10, quantity=0, created_at=utcnow()),
+    )
+    assert fired(session_factory) == {(ONE_DEDUCTION, 2)}
+
+
+def test_stock_deducted_twice_is_found(session_factory, sound):
+    execute(
+        session_factory,
+        drop_index("uq_stock_deductions_order_id_part_id"),
+        insert(StockDeduction).values(order_id=3, part_id=14, quantity=4, created_at=utcnow()),
+        update(Inventory).where(Inventory.part_id == 14).values(on_hand=Inventory.on_hand - 4),
+    )
+    found = violations(session_factory)
+    assert {(v.invariant, v.order_id) for v in found} == {(ONE_DEDUCTION, 3)}
+    assert len(found) == 2  # two rows for (3, 14), and 8 taken where 4 were ordered
+
+
+def test_missing_deduction_is_found(session_factory, sound):
+    execute(
+        session_factory,
+        delete(StockDeduction).where(StockDeduction.order_id == 1, StockDeduction.part_id == 12),
+        update(Inventory).where(Inventory.part_id == 12).values(on_hand=Inventory.on_hand + 1),
+    )
+    assert fired(session_factory) == {(ONE_DEDUCTION, 1)}
+
+
+def test_deduction_for_an_order_out_of_stock_is_found(session_factory, sound):
+    execute(
+        session_factory,
+        insert(StockDeduction).values(order_id=4, part_id=13, quantity=0, created_at=utcnow()),
+    )
+    assert fired(session_factory) == {(ONE_DEDUCTION, 4)}
+
+
+def test_second_shipment_is_found_without_the_unique_index(session_factory, sound):
+    execute(
+        session_factory,
+        drop_index("uq_shipments_order_id"),
+        insert(Shipment).values(
+            order_id=1, ship_mode="AIR", status="scheduled", created_at=utcnow()
+        ),
+    )
+    assert fired(session_factory) == {(ONE_SHIPMENT, 1)}
+
+
+def test_completed_order_without_shipment_is_found(session_factory, sound):
+    execute(session_factory, delete(Shipment).where(Shipment.order_id == 2))
+    assert fired(session_factory) == {(ONE_SHIPMENT, 2)}
+
+
+def test_second_points_entry_is_found_without_the_unique_index(session_factory, sound):
+    execute(
+        session_factory,
+        drop_index("uq_points_ledger_order_id_reason"),
+        insert(PointsEntry).values(
+            order_id=3, customer_id=1, reason="order_placed", points=1, created_at=utcnow()
+        ),
+    )
+    assert fired(session_factory) == {(ONE_POINTS, 3)}
+
+
+def test_completed_order_without_points_is_found(session_factory, sound):
+    execute(session_factory, delete(PointsEntry).where(PointsEntry.order_id == 1))
+    assert fired(session_factory) == {(ONE_POINTS, 1)}
+
+
+def test_second_notification_of_a_kind_is_found_without_the_unique_index(session_factory, sound):
+    execute(
+        session_factory,
+        drop_index("uq_notifications_order_id_kind"),
+        insert(Notification).values(
+            order_id=5, kind="order_confirmed", customer_id=1, created_at=utcnow()
+        ),
+    )
+    assert fired(session_factory) == {(ONE_NOTIFICATION, 5)}
+
+
+def test_completion_before_a_step_finished_is_found(session_factory, sound):
+    with session_factory() as session:
+        last = max(
+            session.scalars(
+                select(WorkflowStep.finished_at).where(
+                    WorkflowStep.workflow_id == sound[2].workflow_id
+                )
+            )
+        )
+    execute(
+        session_factory,
+        update(Workflow)
+        .where(Workflow.id == sound[2].workflow_id)
+        .values(finished_at=last - timedelta(milliseconds=1)),
+    )
+    assert fired(session_factory) == {(COMPLETION_TIME, 2)}
+
+
+def test_order_marked_completed_while_its_workflow_runs_is_found(session_factory, sound):
+    execute(
+        session_factory,
+        update(Workflow)
+        .where(Workflow.id == sound[5].workflow_id)
+        .values(status=WorkflowStatus.RUNNING),
+    )
+    assert (SETTLED, 5) in fired(session_factory)
+    with session_factory() as session:
+        assert session.get(Order, 5).status == "placed"

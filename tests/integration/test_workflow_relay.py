@@ -1,0 +1,132 @@
+"""Outbox relay: each step published once after commit; the sweep catches the rest."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from orders.handlers import StepRequest, handle_step
+from orders.placement import place
+from orders.sources import RANDOM
+from orders.steps import STOCK
+from workflows.columns import utcnow
+from workflows.models import StepStatus, WorkflowStep
+from workflows.relay import publish_pending, publish_steps, sweep
+
+
+def step_states(session_factory) -> dict[str, int]:
+    with session_factory() as session:
+        states = session.scalars(select(WorkflowStep.status)).all()
+    return {state: states.count(state) for state in set(states)}
+
+
+def never_known(_key: str) -> bool:
+    return False
+
+
+def test_steps_left_pending_by_a_crash_before_publish_are_published_by_the_sweep(
+    session_factory, catalog, publisher
+):
+    # Placement committed but the process died before publishing: no publisher.
+    place(session_factory, 3, source=RANDOM, rng=random.Random(3))
+    assert step_states(session_factory) == {StepStatus.PENDING: 12}
+    result = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert result.published == 12
+    assert result.republished == 0
+    assert len(set(publisher.keys())) == 12
+    assert step_states(session_factory) == {StepStatus.DISPATCHED: 12}
+    again = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert (again.published, again.republished) == (0, 0)
+    assert len(publisher.keys()) == 12
+
+
+def test_publish_after_commit_sends_each_step_once(session_factory, catalog, publisher):
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(4))
+    step_ids = [s for order in result.orders for s in order.step_ids]
+    assert publish_steps(session_factory, publisher, step_ids) == 8
+    assert publish_steps(session_factory, publisher, step_ids) == 0
+    assert publish_pending(session_factory, publisher) == 0
+    keys = publisher.keys()
+    assert sorted(keys) == sorted(
+        f"{order.workflow_id}:{step}"
+        for order in result.orders
+        for step in ("stock", "notification", "points", "logistics")
+    )
+    message = publisher.messages[0]
+    assert message.queue == "stock" and message.task == "orders.stock"
+    assert message.payload == {
+        "workflow_id": result.orders[0].workflow_id,
+        "order_id": result.orders[0].order_id,
+        "step": "stock",
+    }
+
+
+def test_queue_down_leaves_steps_pending_for_the_next_sweep(session_factory, catalog, publisher):
+    publisher.fail = ConnectionError("queue down")
+    with pytest.raises(ConnectionError):
+        place(session_factory, 2, source=RANDOM, rng=random.Random(5), publisher=publisher)
+    assert step_states(session_factory) == {
+        StepStatus.PENDING: 8
+    }  # the orders themselves committed
+    publisher.fail = None
+    assert (
+        sweep(session_factory, publisher, is_known=never_known, republish_after=30).published == 8
+    )
+
+
+def test_step_finished_before_the_relay_marks_it_keeps_its_state(
+    session_factory, catalog, publisher
+):
+    """A fast worker finishes a step between the relay's publish and its marking."""
+    result = place(session_factory, 1, source=RANDOM, rng=random.Random(6))
+    order = result.orders[0]
+
+    class FastWorkerPublisher:
+        def publish(self, messages):
+            publisher.publish(messages)
+            handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
+
+    assert publish_steps(session_factory, FastWorkerPublisher(), list(order.step_ids)) == 4
+    with session_factory() as session:
+        rows = {r.step: r for r in session.scalars(select(WorkflowStep))}
+    assert rows[STOCK].status == StepStatus.DONE
+    assert rows[STOCK].dispatched_at is not None
+    assert {rows[s].status for s in ("notification", "points", "logistics")} == {
+        StepStatus.DISPATCHED
+    }
+
+
+def test_sweep_republishes_only_old_unfinished_steps_the_queue_lost(
+    session_factory, catalog, publisher
+):
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(7), publisher=publisher)
+    first, second = result.orders
+    handle_step(session_factory, StepRequest(first.workflow_id, first.order_id, STOCK))
+    long_ago = utcnow() - timedelta(minutes=5)
+    with session_factory() as session:
+        session.execute(update(WorkflowStep).values(dispatched_at=long_ago))
+        session.commit()
+    known = {f"{second.workflow_id}:{step}" for step in ("stock", "notification", "points")}
+    publisher.messages.clear()
+
+    result = sweep(session_factory, publisher, is_known=known.__contains__, republish_after=30)
+
+    assert result.checked == 7  # 8 steps, one done
+    assert sorted(result.republished_keys) == sorted(
+        [f"{first.workflow_id}:{s}" for s in ("notification", "points", "logistics")]
+        + [f"{second.workflow_id}:logistics"]
+    )
+    assert sorted(publisher.keys()) == sorted(result.republished_keys)
+    # Re-published steps wait another full period before being checked again.
+    publisher.messages.clear()
+    again = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert again.checked == 3 and again.republished == 3  # the known ones, still old
+
+
+def test_recently_dispatched_steps_are_not_checked(session_factory, catalog, publisher):
+    place(session_factory, 2, source=RANDOM, rng=random.Random(8), publisher=publisher)
+    result = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert (result.checked, result.republished) == (0, 0)
