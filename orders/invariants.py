@@ -9,7 +9,7 @@ an order still in progress is reported as unsettled.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Join, Subquery, and_, func, or_, select
@@ -28,6 +28,7 @@ from orders.models import (
 )
 from orders.steps import WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.uow import SessionFactory
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class Violation:
     order_id: int | None
     detail: str
     part_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the violation as a JSON-ready dictionary."""
+        return asdict(self)
 
     def __str__(self) -> str:
         subject = f"order {self.order_id}" if self.order_id is not None else f"part {self.part_id}"
@@ -387,13 +392,16 @@ CHECKS: dict[str, Callable[[Session], list[Violation]]] = {
 """Invariant name -> its check."""
 
 
-def check_invariants(session: Session) -> list[Violation]:
+def check_invariants(database: Session | SessionFactory) -> list[Violation]:
     """Run every check; an empty list means every invariant holds.
 
     Args:
-        session: a session on the database (only read).
+        database: a session, or a session factory to open one with (only read).
 
     Returns:
         Every violation, grouped by invariant in ``INVARIANTS`` order.
     """
-    return [violation for check in CHECKS.values() for violation in check(session)]
+    if not isinstance(database, Session):
+        with database() as session:
+            return check_invariants(session)
+    return [violation for check in CHECKS.values() for violation in check(database)]

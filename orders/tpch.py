@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -55,6 +55,10 @@ class LoadResult:
     products: int
     orders: int
     lines: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the result as a JSON-ready dictionary."""
+        return asdict(self)
 
 
 def tpchgen_executable() -> str:

@@ -83,7 +83,22 @@ def drop_index(name: str):
 
 def test_sound_database_has_no_violations(session_factory, sound):
     assert violations(session_factory) == []
+    assert check_invariants(session_factory) == []
     assert len(INVARIANTS) == 7
+
+
+def test_violation_names_order_and_invariant(session_factory, sound):
+    execute(session_factory, delete(Shipment).where(Shipment.order_id == 2))
+    [violation] = check_invariants(session_factory)
+    assert violation.as_dict() == {
+        "invariant": ONE_SHIPMENT,
+        "order_id": 2,
+        "detail": "0 shipments (workflow done)",
+        "part_id": None,
+    }
+    assert (
+        str(violation) == "one_shipment_per_completed_order: order 2: 0 shipments (workflow done)"
+    )
 
 
 def test_order_still_in_progress_is_unsettled(session_factory, catalog, make_draft):
