@@ -1,0 +1,141 @@
+"""The one place that builds everything from settings (no globals, no import-time I/O).
+
+Tests and commands call :func:`build` and may hand in their own parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from orders.db import make_engine, make_session_factory
+from orders.settings import Settings
+from orders.steps import STEPS, queue_name
+from reliable_queue import Queue, QueueSettings
+from reliable_queue.embedded import EmbeddedRedis
+from workflows.publisher import QueuePublisher
+
+
+def queue_settings(settings: Settings) -> QueueSettings:
+    """Map the application's settings onto the queue library's (same units: seconds)."""
+    return QueueSettings(
+        lease_seconds=settings.lease_seconds,
+        default_max_attempts=settings.max_attempts,
+        job_retention_seconds=settings.job_retention_seconds,
+        idempotency_window_seconds=settings.idempotency_window_seconds,
+        dlq_max_size=settings.dlq_max_size,
+        dlq_max_age_seconds=settings.dlq_max_age_seconds,
+    )
+
+
+def redis_url(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
+    """The Redis URL to use, starting the embedded server when none is configured.
+
+    Returns:
+        ``(url, embedded)``; ``embedded`` is None for a configured URL.
+
+    Raises:
+        reliable_queue.embedded.EmbeddedRedisError: the embedded server cannot start.
+    """
+    if settings.redis_url:
+        return settings.redis_url, None
+    server = EmbeddedRedis(settings.resolved_data_dir())
+    return server.ensure_running(), server
+
+
+def redis_client(url: str, *, block_seconds: float = 2.0) -> redis.Redis:
+    """A bytes-replies client whose socket timeout outlasts the longest blocking wait.
+
+    Args:
+        url: ``redis://``, ``rediss://`` or ``unix://`` URL.
+        block_seconds: longest BLPOP the workers issue, seconds.
+    """
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=block_seconds + 10.0,
+        socket_connect_timeout=5.0,
+        health_check_interval=30,
+    )
+
+
+@dataclass
+class App:
+    """Everything a command needs, built lazily from settings.
+
+    Attributes:
+        settings: the application settings.
+        redis_override / engine_override: parts handed in by a caller (tests).
+    """
+
+    settings: Settings
+    redis_override: redis.Redis | None = None
+    engine_override: Engine | None = None
+    embedded: EmbeddedRedis | None = field(default=None, init=False)
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        """The Redis client (starts the embedded server on first use if needed)."""
+        if self.redis_override is not None:
+            return self.redis_override
+        url, self.embedded = redis_url(self.settings)
+        return redis_client(url, block_seconds=queue_settings(self.settings).max_block_seconds)
+
+    @cached_property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (the embedded SQLite database is migrated on first use)."""
+        if self.engine_override is not None:
+            return self.engine_override
+        url = self.settings.resolved_database_url()
+        if self.settings.uses_embedded_database():
+            from orders.migrate import upgrade_database
+
+            self.settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
+            upgrade_database(url)
+        return make_engine(url)
+
+    @cached_property
+    def session_factory(self) -> sessionmaker[Session]:
+        """Session factory on :attr:`engine`."""
+        return make_session_factory(self.engine)
+
+    @cached_property
+    def queue_settings(self) -> QueueSettings:
+        """The queue library's settings derived from :attr:`settings`."""
+        return queue_settings(self.settings)
+
+    def queue(self, name: str) -> Queue:
+        """The :class:`Queue` named ``name`` under the application's prefix."""
+        return Queue(
+            self.redis, name, prefix=self.settings.queue_prefix, settings=self.queue_settings
+        )
+
+    @cached_property
+    def queues(self) -> dict[str, Queue]:
+        """One queue per step, by step name."""
+        return {step: self.queue(queue_name(step)) for step in STEPS}
+
+    @cached_property
+    def publisher(self) -> QueuePublisher:
+        """The relay's publisher onto the step queues."""
+        return QueuePublisher(lambda name: self.queues.get(name) or self.queue(name))
+
+    def close(self) -> None:
+        """Release connections (the embedded Redis server keeps running)."""
+        if "redis" in self.__dict__ and self.redis_override is None:
+            self.redis.close()
+        if "engine" in self.__dict__ and self.engine_override is None:
+            self.engine.dispose()
+
+
+def build(settings: Settings | None = None, **overrides: object) -> App:
+    """Build the application from ``settings`` (default: read from the environment).
+
+    Args:
+        settings: settings object; ``Settings()`` reads ``ORDERS_*`` variables.
+        overrides: ``redis_override=`` / ``engine_override=`` parts to use instead.
+    """
+    return App(settings or Settings(), **overrides)  # type: ignore[arg-type]

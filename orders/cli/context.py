@@ -1,0 +1,75 @@
+"""Shared pieces of the CLI: building the app, printing, turning errors into exits."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from sqlalchemy.exc import SQLAlchemyError
+
+from orders.bootstrap import App, build
+from orders.errors import OrdersError
+from orders.settings import Settings
+from reliable_queue import QueueError
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def make_app() -> App:
+    """Build the application from ``ORDERS_*`` environment variables.
+
+    Raises:
+        typer.Exit(2): the settings are invalid (the message says which).
+    """
+    try:
+        return build(Settings())
+    except ValidationError as exc:
+        fail(f"invalid settings: {exc}", code=2)
+        raise  # unreachable
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def emit_json(value: Any) -> None:
+    """Print ``value`` as JSON on stdout (datetimes and other objects via str)."""
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def handle_errors(func: F) -> F:
+    """Decorator: known failures print one clear line and exit 1 (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (QueueError, OrdersError) as exc:
+            fail(str(exc))
+        except SQLAlchemyError as exc:
+            fail(f"database error: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+        except OSError as exc:
+            fail(f"{exc.__class__.__name__}: {exc}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Plain stdlib logging to stderr: time, level, logger, message."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )

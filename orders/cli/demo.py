@@ -1,0 +1,159 @@
+"""``orders demo``: the main job, with a live view and a final report."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from orders.bootstrap import App
+from orders.cli.context import console, emit_json, handle_errors, make_app
+from orders.demo import DemoOptions, DemoReport, Progress, run_demo
+from orders.pacing import place_paced
+from orders.steps import STEPS
+
+
+def _progress_table(p: Progress) -> Table:
+    table = Table(title=f"orderflow demo — {p.elapsed:5.1f}s — workflows {p.workflows}")
+    for col in (
+        "step",
+        "done",
+        "failed (retrying)",
+        "dead",
+        "queue ready",
+        "delayed",
+        "active",
+        "retried",
+    ):
+        table.add_column(col, justify="right")
+    for step in STEPS:
+        s, q = p.steps.get(step, {}), p.queues.get(step, {})
+        table.add_row(
+            step,
+            str(s.get("done", 0)),
+            str(s.get("failed", 0)),
+            str(s.get("dead", 0)),
+            str(q.get("ready", 0)),
+            str(q.get("delayed", 0)),
+            str(q.get("active", 0)),
+            str(q.get("counters", {}).get("retried", 0)),
+        )
+    return table
+
+
+def _place(app: App, options: DemoOptions, on_placed: Any) -> list[int]:
+    placed: list[int] = []
+
+    def batch(orders: list[Any]) -> None:
+        placed.extend(o.order_id for o in orders)
+        on_placed(len(placed))
+
+    result = place_paced(
+        app, options.orders, source=options.source, rate=options.rate, on_batch=batch
+    )
+    return result.order_ids
+
+
+def _invariants(app: App) -> list[dict[str, Any]]:
+    from orders.invariants import check_invariants
+
+    return [v.as_dict() for v in check_invariants(app.session_factory)]
+
+
+def print_report(report: DemoReport) -> None:
+    """The final report as rich tables."""
+    summary = Table(title="orders", show_header=False)
+    for key in (
+        "orders_placed",
+        "completed",
+        "out_of_stock",
+        "blocked",
+        "duration_seconds",
+        "orders_per_second",
+    ):
+        summary.add_row(key.replace("_", " "), str(getattr(report, key)))
+    for reason, n in report.blocked_reasons.items():
+        summary.add_row(f"  blocked on {reason}", str(n))
+    console.print(summary)
+    steps = Table(title="steps")
+    for col in ("step", "retries", "dead-lettered", "latency p50 ms", "latency p95 ms"):
+        steps.add_column(col, justify="right")
+    for step in STEPS:
+        lat = report.latency_ms.get(step, {})
+        steps.add_row(
+            step,
+            str(report.retries_per_step.get(step, 0)),
+            str(report.dead_per_step.get(step, 0)),
+            str(lat.get("p50", "-")),
+            str(lat.get("p95", "-")),
+        )
+    console.print(steps)
+    if not report.quiescent:
+        console.print("[bold red]the system did not go quiet before the timeout[/]")
+    if report.violations:
+        console.print(f"[bold red]{len(report.violations)} invariant violation(s):[/]")
+        for v in report.violations[:50]:
+            console.print(f"  {v}", highlight=False)
+    else:
+        console.print(
+            "[bold green]every invariant holds[/]: each order completed, out of stock, or blocked "
+            "with its step in the DLQ; stock conserved; one effect per step."
+        )
+
+
+@handle_errors
+def demo(
+    orders: Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")] = 2000,
+    fail_rate: Annotated[
+        float,
+        typer.Option(min=0.0, max=0.9, help="Transient failure rate on notification and points."),
+    ] = 0.2,
+    permanent_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Permanent failure rate on logistics (DLQ).")
+    ] = 0.005,
+    source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
+    rate: Annotated[
+        float | None, typer.Option(min=1.0, help="Orders placed per second (default: unpaced).")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")] = 2,
+    timeout: Annotated[
+        float, typer.Option(min=1.0, help="Seconds to wait for quiescence.")
+    ] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Run TPC-H orders through stock, notification, points and logistics, with failures injected.
+
+    Loads TPC-H (scale 0.01) if missing, starts one worker process per step,
+    places the orders through the transactional outbox, waits until every
+    order is completed, out of stock, or blocked with its step in the DLQ,
+    and checks the invariants from the database. Exit status 0 only if every
+    invariant holds.
+    """
+    if source not in ("tpch", "random"):
+        raise typer.BadParameter("use tpch or random", param_hint="--source")
+    app = make_app()
+    _ensure_tpch(app)
+    options = DemoOptions(orders, fail_rate, permanent_rate, source, concurrency, timeout, rate)
+    with Live(console=console, refresh_per_second=4, transient=as_json) as live:
+        report = run_demo(
+            app,
+            options,
+            place_orders=_place,
+            check_invariants=_invariants,
+            on_progress=lambda p: live.update(_progress_table(p)),
+        )
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        print_report(report)
+    app.close()
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _ensure_tpch(app: App) -> None:
+    from orders.tpch import load_tpch
+
+    with console.status("loading TPC-H (scale 0.01) if missing..."):
+        load_tpch(app.session_factory, app.settings.resolved_data_dir(), scale=0.01)

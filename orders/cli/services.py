@@ -1,0 +1,66 @@
+"""``orders services`` and ``orders db``: the embedded Redis server and migrations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from orders.cli.context import console, emit_json, handle_errors
+from orders.settings import Settings
+from reliable_queue.embedded import EmbeddedRedis
+
+services = typer.Typer(help="The embedded Redis server of the data dir.", no_args_is_help=True)
+db = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+
+
+@services.command()
+@handle_errors
+def start() -> None:
+    """Start the embedded Redis server (AOF everysec) if it is not running."""
+    settings = Settings()
+    if settings.redis_url:
+        console.print("ORDERS_REDIS_URL is set: the embedded server is not used")
+        return
+    server = EmbeddedRedis(settings.resolved_data_dir())
+    console.print(f"embedded Redis running at {server.ensure_running()} (pid {server.pid})")
+
+
+@services.command()
+@handle_errors
+def stop() -> None:
+    """Stop the embedded Redis server of the data dir (its AOF keeps the data)."""
+    server = EmbeddedRedis(Settings().resolved_data_dir())
+    console.print("stopped" if server.stop() else "not running")
+
+
+@services.command()
+@handle_errors
+def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+    """Say whether the embedded Redis server runs, where, and with which pid."""
+    settings = Settings()
+    server = EmbeddedRedis(settings.resolved_data_dir())
+    info = {
+        "redis_url_configured": bool(settings.redis_url),
+        "embedded_running": server.is_running(),
+        "embedded_url": server.url,
+        "embedded_pid": server.pid,
+        "data_dir": str(settings.resolved_data_dir()),
+    }
+    if as_json:
+        emit_json(info)
+    else:
+        for key, value in info.items():
+            console.print(f"{key}: {value}")
+
+
+@db.command()
+@handle_errors
+def upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
+    """Apply migrations up to REVISION (default head)."""
+    from orders.migrate import upgrade_database
+
+    settings = Settings()
+    settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
+    upgrade_database(settings.resolved_database_url(), revision)
+    console.print(f"database at {revision}")

@@ -1,0 +1,54 @@
+"""``orders worker``: serve step queues in this process."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from orders.cli.context import fail, handle_errors, make_app, setup_logging
+from orders.runner import run_worker
+from orders.steps import STEPS
+
+
+@handle_errors
+def worker(
+    steps: Annotated[
+        list[str] | None, typer.Argument(help=f"Steps to serve: {', '.join(STEPS)}.")
+    ] = None,
+    all_steps: Annotated[bool, typer.Option("--all", help="Serve every step.")] = False,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Threads (lanes) per step.")] = 2,
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=1000, help="Jobs leased per fetch per lane.")
+    ] = 1,
+    sweep: Annotated[bool, typer.Option(help="Also run the periodic outbox sweep.")] = True,
+    grace: Annotated[
+        float, typer.Option(min=0, help="Seconds in-flight jobs get on SIGTERM.")
+    ] = 10.0,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Run a worker for STEP... (or --all) until SIGTERM / Ctrl-C.
+
+    Several worker processes may serve the same step. The first signal stops
+    fetching and lets in-flight jobs finish within --grace seconds; a second
+    signal exits at once (held jobs are reaped when their lease expires).
+    """
+    chosen = list(STEPS) if all_steps else list(steps or [])
+    if not chosen:
+        fail("name at least one step, or use --all", code=2)
+    unknown = [s for s in chosen if s not in STEPS]
+    if unknown:
+        fail(f"unknown step(s): {', '.join(unknown)}; choose from {', '.join(STEPS)}", code=2)
+    setup_logging(log_level)
+    app = make_app()
+    try:
+        run_worker(
+            app,
+            chosen,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            sweep=sweep,
+            grace_seconds=grace,
+        )
+    finally:
+        app.close()

@@ -1,0 +1,62 @@
+"""The periodic outbox sweep, run as a thread inside worker processes.
+
+Every worker process may run it; a Redis lock (SET NX PX) lets one sweep
+happen per interval across all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from orders.bootstrap import App
+from workflows.relay import SweepResult, sweep
+
+log = logging.getLogger("orders.relay")
+
+
+def sweep_once(app: App) -> SweepResult:
+    """One sweep: publish pending steps, re-publish steps Redis lost.
+
+    Raises:
+        reliable_queue.QueueError / sqlalchemy errors: the next sweep tries again.
+    """
+    return sweep(
+        app.session_factory,
+        app.publisher,
+        is_known=app.publisher.is_known,
+        republish_after=app.settings.relay_republish_after_seconds,
+    )
+
+
+class SweepLoop(threading.Thread):
+    """Runs :func:`sweep_once` every ``relay_sweep_interval_seconds`` while not stopped.
+
+    Attributes:
+        totals: published / republished counts summed over the sweeps this loop ran.
+    """
+
+    def __init__(self, app: App, stop: threading.Event, *, use_lock: bool = True) -> None:
+        super().__init__(name="relay-sweep", daemon=True)
+        self.app = app
+        self.stop = stop
+        self.use_lock = use_lock
+        self.totals = {"published": 0, "republished": 0}
+        self.lock_key = f"{app.settings.queue_prefix}:relay-lock"
+
+    def run(self) -> None:
+        interval = self.app.settings.relay_sweep_interval_seconds
+        while not self.stop.wait(interval):
+            try:
+                if self.use_lock and not self.app.redis.set(
+                    self.lock_key, "1", nx=True, px=max(int(interval * 1000) - 50, 1)
+                ):
+                    continue
+                result = sweep_once(self.app)
+            except Exception as exc:  # the next sweep tries again
+                log.warning("relay sweep failed: %s", exc)
+                continue
+            self.totals["published"] += result.published
+            self.totals["republished"] += result.republished
+            if result.republished:
+                log.warning("relay re-published %d step(s) the queue had lost", result.republished)

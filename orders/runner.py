@@ -1,0 +1,72 @@
+"""A worker process for one or more steps: queue worker + fault injection + sweep."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from orders.bootstrap import App
+from orders.faults import FaultMiddleware, FaultSource, FaultStore
+from orders.relay_loop import SweepLoop
+from orders.steps import queue_name
+from orders.tasks import build_registry, outcome_recorder
+from reliable_queue import Worker, WorkerHooks
+
+log = logging.getLogger("orders.worker")
+
+
+def build_worker(
+    app: App,
+    steps: Sequence[str],
+    *,
+    concurrency: int = 1,
+    batch_size: int = 1,
+    grace_seconds: float = 10.0,
+) -> Worker:
+    """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
+
+    Args:
+        app: the application.
+        steps: step names (each is its own queue).
+        concurrency: lanes (threads) per step.
+        batch_size: jobs leased per fetch per lane (1 keeps slow jobs from holding others).
+        grace_seconds: graceful-shutdown budget, seconds.
+    """
+    registry = build_registry(app.session_factory, app.settings)
+    faults = FaultMiddleware(FaultSource(FaultStore(app.redis, app.settings.queue_prefix)))
+    return Worker(
+        app.redis,
+        [queue_name(s) for s in steps],
+        registry,
+        prefix=app.settings.queue_prefix,
+        concurrency=concurrency,
+        batch_size=batch_size,
+        settings=app.queue_settings,
+        grace_seconds=grace_seconds,
+        middleware=[faults],
+        hooks=WorkerHooks(on_outcome=outcome_recorder(app.session_factory)),
+    )
+
+
+def run_worker(
+    app: App,
+    steps: Sequence[str],
+    *,
+    concurrency: int = 1,
+    batch_size: int = 1,
+    sweep: bool = True,
+    grace_seconds: float = 10.0,
+) -> None:
+    """Serve ``steps`` until SIGTERM/SIGINT; also run the outbox sweep when ``sweep``."""
+    worker = build_worker(
+        app, steps, concurrency=concurrency, batch_size=batch_size, grace_seconds=grace_seconds
+    )
+    stop = threading.Event()
+    loop = SweepLoop(app, stop) if sweep else None
+    if loop is not None:
+        loop.start()
+    try:
+        worker.run()
+    finally:
+        stop.set()

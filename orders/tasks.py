@@ -1,0 +1,125 @@
+"""The four step tasks: registry entries wiring queue jobs to the step handlers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from orders import handlers
+from orders.settings import Settings
+from orders.steps import STEPS, task_name
+from reliable_queue import (
+    JobContext,
+    PermanentError,
+    RawJob,
+    RetryPolicy,
+    TaskDefinition,
+    TaskRegistry,
+)
+from reliable_queue.codec import RecordDecodeError, decode_record
+from reliable_queue.execution import Dead, Outcome, Retry
+from workflows.errors import StepNotFound, SubjectMismatch
+from workflows.tracker import StepRun, mark_step_dead, record_step_failure
+from workflows.uow import SessionFactory
+
+log = logging.getLogger("orders.tasks")
+
+
+class StepPayload(BaseModel):
+    """Payload of every step job: which workflow, which order, which step."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    workflow_id: int
+    order_id: int
+    step: str
+
+
+def retry_policy(settings: Settings) -> RetryPolicy:
+    """The retry policy of the step tasks, from settings (seconds)."""
+    return RetryPolicy(
+        max_attempts=settings.max_attempts,
+        base_delay=settings.backoff_base_seconds,
+        max_delay=settings.backoff_max_seconds,
+    )
+
+
+def make_handler(
+    session_factory: SessionFactory, step: str
+) -> Callable[[StepPayload, JobContext], str]:
+    """The queue handler of one step: effect + completion in one unit of work.
+
+    Raises (to the worker):
+        PermanentError: the payload names a step or workflow that does not exist.
+        Exception: anything else (database busy, conflicts) is retried with backoff.
+    """
+
+    def handle(payload: StepPayload, ctx: JobContext) -> str:
+        if payload.step != step:
+            raise PermanentError(f"job for step {payload.step!r} arrived on the {step!r} queue")
+        run = StepRun(
+            workflow_id=payload.workflow_id,
+            step=step,
+            subject_id=payload.order_id,
+            attempt=ctx.attempt,
+            job_id=ctx.job_id,
+            fencing_token=ctx.fencing_token,
+        )
+        try:
+            result = handlers.handle_step(session_factory, run)
+        except (StepNotFound, SubjectMismatch) as exc:
+            raise PermanentError(str(exc)) from exc
+        return result.outcome
+
+    return handle
+
+
+def build_registry(session_factory: SessionFactory, settings: Settings) -> TaskRegistry:
+    """A registry with the four step tasks (``orders.stock`` ...)."""
+    registry = TaskRegistry()
+    policy = retry_policy(settings)
+    for step in STEPS:
+        registry.add(
+            TaskDefinition(
+                task_name(step), make_handler(session_factory, step), StepPayload, policy
+            )
+        )
+    return registry
+
+
+def outcome_recorder(session_factory: SessionFactory) -> Callable[[RawJob, Outcome], None]:
+    """A worker ``on_outcome`` hook writing retries and dead letters to the step rows.
+
+    A dead-lettered step makes its workflow *blocked* with the step and reason,
+    never silently in progress. Jobs whose record cannot be read are skipped
+    (they have no step to blame; the DLQ keeps them).
+    """
+
+    def record(job: RawJob, outcome: Outcome) -> None:
+        if not isinstance(outcome, Retry | Dead):
+            return
+        try:
+            payload = StepPayload.model_validate(decode_record(job.record).payload)
+        except (RecordDecodeError, ValueError):
+            return
+        if isinstance(outcome, Retry):
+            run = StepRun(
+                payload.workflow_id, payload.step, payload.order_id, job.attempt, job.job_id
+            )
+            record_step_failure(session_factory, run, outcome.error)
+        else:
+            try:
+                mark_step_dead(
+                    session_factory,
+                    payload.workflow_id,
+                    payload.step,
+                    outcome.reason,
+                    error=outcome.error,
+                    attempts=job.attempt,
+                )
+            except StepNotFound:
+                log.warning("dead job %s names no known step", job.job_id)
+
+    return record

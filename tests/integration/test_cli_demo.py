@@ -1,0 +1,84 @@
+"""End to end: the real `orders` console script runs the demo on a fresh data dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def orders_command() -> list[str]:
+    """The installed console script, or the module when PATH lacks it."""
+    script = Path(sys.executable).with_name("orders")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "orders.cli.main"]
+
+
+@pytest.mark.timeout(300)
+def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
+    cli_env: dict[str, str], tmp_path: Path, key_prefix: str
+) -> None:
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    proc = subprocess.run(
+        [*orders_command(), "demo", "--orders", "200", "--json", "--timeout", "240"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=290,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert report["ok"] is True
+    assert report["quiescent"] is True
+    assert report["violations"] == []
+    assert report["orders_placed"] == 200
+    # every order is accounted for: completed, out of stock, or blocked with a reason
+    assert report["completed"] + report["out_of_stock"] + report["blocked"] == 200
+    assert sum(report["blocked_reasons"].values()) == report["blocked"]
+    # the injected transient failures really happened and were retried
+    assert report["retries_per_step"]["notification"] > 0
+    assert report["retries_per_step"]["points"] > 0
+    assert report["retries_per_step"]["stock"] == 0
+
+
+def test_orders_help_lists_every_command(cli_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [*orders_command(), "--help"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    for command in (
+        "demo",
+        "load-tpch",
+        "place",
+        "worker",
+        "status",
+        "inject",
+        "dlq",
+        "services",
+        "db",
+    ):
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker", "shipping"], "unknown step"),
+        (["worker"], "at least one step"),
+        (["inject", "points", "--fail-rate", "2"], "fail-rate"),
+        (["inject"], "name a step"),
+        (["dlq", "list", "--reason", "bogus"], "unknown reason"),
+        (["place", "--source", "nowhere"], "tpch or random"),
+    ],
+)
+def test_bad_arguments_exit_nonzero_with_a_clear_message(
+    cli_env: dict[str, str], args: list[str], message: str
+) -> None:
+    proc = subprocess.run(
+        [*orders_command(), *args], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert message in (proc.stdout + proc.stderr)
