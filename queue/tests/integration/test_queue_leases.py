@@ -153,6 +153,24 @@ def test_reap_returns_the_job_and_worker_lost_counts_as_an_attempt(make_queue):
     assert stats(queue).counters["reaped"] == 1
 
 
+def test_reaped_and_released_jobs_go_back_in_their_original_order(make_queue):
+    queue = make_queue()
+    ids = enqueue(queue, 6)
+    first = []
+    for _ in range(3):  # leases expiring one after the other
+        first += queue.fetch(1, lease_seconds=TINY).jobs
+        time.sleep(0.002)
+    time.sleep(TINY + 0.02)
+    assert queue.reap() == 3
+    rest = queue.fetch(6).jobs  # the reaped three first, then the other three
+
+    assert queue.release([j.lease for j in rest]) == 6
+
+    assert [j.job_id for j in first] == ids[:3]
+    assert [j.job_id for j in rest] == ids
+    assert [j.job_id for j in queue.fetch(6).jobs] == ids
+
+
 def test_job_whose_worker_is_lost_at_every_attempt_ends_in_the_dlq_as_worker_lost(make_queue):
     queue = make_queue()
     (job_id,) = enqueue(queue, 1, max_attempts=3)

@@ -35,6 +35,13 @@ local function chunked(cmd, key, list, from)
   end
 end
 
+-- Put ids back at the head of the line (RPOP end), the first of them to be popped first.
+local function push_head(ids)
+  local rev = {}
+  for i = #ids, 1, -1 do rev[#rev + 1] = ids[i] end
+  chunked('RPUSH', K_READY, rev)
+end
+
 local function wake(count, cap)
   if count <= 0 then return end
   local n = math.min(count, cap)

@@ -36,15 +36,15 @@ if reaped > 0 then
       back[#back + 1] = id
     end
   end
-  if #back > 0 then chunked('RPUSH', K_READY, back) end
+  if #back > 0 then push_head(back) end
   redis.call('HINCRBY', K_STATS, 'reaped', reaped)
 end
 
--- 2. promote due delayed jobs to the head of the line (they are overdue).
+-- 2. promote due delayed jobs to the head of the line (they are overdue), in due order.
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, math.max(count * 4, 1000))
 if #due > 0 then
   chunked('ZREM', K_DELAYED, due)
-  chunked('RPUSH', K_READY, due)
+  push_head(due)
 end
 
 -- 3. lease up to count ready jobs (count 0: reap and promote only; RPOP with a

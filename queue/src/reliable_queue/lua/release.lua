@@ -17,7 +17,7 @@ for i = 1, n do
   end
 end
 if #back > 0 then
-  chunked('RPUSH', K_READY, back)
+  push_head(back)
   redis.call('HINCRBY', K_STATS, 'released', #back)
   wake(#back, tonumber(ARGV[1]))
 end
