@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.db import make_engine, make_session_factory
+from orders.errors import SchemaNotMigrated
 from orders.settings import Settings
 from orders.steps import STEPS, queue_name
 from reliable_queue import Queue, QueueSettings
@@ -84,17 +85,34 @@ class App:
         url, self.embedded = redis_url(self.settings)
         return redis_client(url, block_seconds=queue_settings(self.settings).max_block_seconds)
 
+    auto_migrate: bool = False
+
     @cached_property
     def engine(self) -> Engine:
-        """The SQLAlchemy engine (the embedded SQLite database is migrated on first use)."""
+        """The SQLAlchemy engine.
+
+        The embedded SQLite database (and any database when ``auto_migrate`` is set,
+        as the demo does) is migrated on first use; a configured database that is
+        not at the newest revision is refused.
+
+        Raises:
+            SchemaNotMigrated: a configured database needs ``orders db upgrade``.
+        """
         if self.engine_override is not None:
             return self.engine_override
-        url = self.settings.resolved_database_url()
-        if self.settings.uses_embedded_database():
-            from orders.migrate import upgrade_database
+        from orders.migrate import current_revision, head_revision, upgrade_database
 
+        url = self.settings.resolved_database_url()
+        if self.settings.uses_embedded_database() or self.auto_migrate:
             self.settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
             upgrade_database(url)
+        else:
+            current, head = current_revision(url), head_revision()
+            if current != head:
+                raise SchemaNotMigrated(
+                    f"the database is at migration {current or 'none'}, not {head}: "
+                    "run `orders db upgrade` first"
+                )
         return make_engine(url)
 
     @cached_property

@@ -27,3 +27,7 @@ class UnknownSource(OrdersError):
 
 class TpchGenerationFailed(OrdersError):
     """``tpchgen-cli`` is missing or exited with an error."""
+
+
+class SchemaNotMigrated(OrdersError):
+    """The configured database is not at the newest migration; run ``orders db upgrade``."""

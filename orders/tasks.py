@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from orders import handlers
+from orders.errors import OrdersError
 from orders.settings import Settings
 from orders.steps import STEPS, task_name
 from reliable_queue import (
@@ -52,7 +53,8 @@ def make_handler(
     """The queue handler of one step: effect + completion in one unit of work.
 
     Raises (to the worker):
-        PermanentError: the payload names a step or workflow that does not exist.
+        PermanentError: the payload names a step, workflow or order that does not
+            exist (errors marked ``retryable = False``).
         Exception: anything else (database busy, conflicts) is retried with backoff.
     """
 
@@ -69,8 +71,10 @@ def make_handler(
         )
         try:
             result = handlers.handle_step(session_factory, run)
-        except (StepNotFound, SubjectMismatch) as exc:
-            raise PermanentError(str(exc)) from exc
+        except (StepNotFound, SubjectMismatch, OrdersError) as exc:
+            if getattr(exc, "retryable", False):
+                raise
+            raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
         return result.outcome
 
     return handle

@@ -25,14 +25,17 @@ err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def make_app() -> App:
+def make_app(*, auto_migrate: bool = False) -> App:
     """Build the application from ``ORDERS_*`` environment variables.
+
+    Args:
+        auto_migrate: bring a configured database to the newest migration on first use.
 
     Raises:
         typer.Exit(2): the settings are invalid (the message says which).
     """
     try:
-        return build(Settings())
+        return build(Settings(), auto_migrate=auto_migrate)
     except ValidationError as exc:
         fail(f"invalid settings: {exc}", code=2)
         raise  # unreachable

@@ -24,7 +24,7 @@ def load_tpch(
     """
     from orders.tpch import load_tpch as load
 
-    app = make_app()
+    app = make_app(auto_migrate=True)
     with console.status(f"generating and loading TPC-H at scale {scale}..."):
         result = load(app.session_factory, app.settings.resolved_data_dir(), scale=scale)
     info = result.as_dict() if hasattr(result, "as_dict") else dict(result.__dict__)

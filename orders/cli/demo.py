@@ -133,7 +133,7 @@ def demo(
     """
     if source not in ("tpch", "random"):
         raise typer.BadParameter("use tpch or random", param_hint="--source")
-    app = make_app()
+    app = make_app(auto_migrate=True)
     _ensure_tpch(app)
     options = DemoOptions(orders, fail_rate, permanent_rate, source, concurrency, timeout, rate)
     with Live(console=console, refresh_per_second=4, transient=as_json) as live:

@@ -82,3 +82,23 @@ def test_bad_arguments_exit_nonzero_with_a_clear_message(
     )
     assert proc.returncode != 0
     assert message in (proc.stdout + proc.stderr)
+
+
+def test_a_configured_database_without_migrations_is_refused_with_the_fix(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = dict(cli_env, ORDERS_DATABASE_URL=f"sqlite:///{tmp_path / 'unmigrated.db'}")
+    proc = subprocess.run(
+        [*orders_command(), "status"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1
+    assert "orders db upgrade" in proc.stderr
+    upgrade = subprocess.run(
+        [*orders_command(), "db", "upgrade"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert upgrade.returncode == 0, upgrade.stderr
+    again = subprocess.run(
+        [*orders_command(), "status", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["orders"]["orders"] == 0
