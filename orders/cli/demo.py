@@ -147,6 +147,7 @@ def demo(
     if as_json:
         emit_json(report.as_dict())
     else:
+        console.print()
         print_report(report)
     app.close()
     raise typer.Exit(0 if report.ok else 1)
