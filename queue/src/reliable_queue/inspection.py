@@ -22,6 +22,7 @@ COUNTERS = (
     "stale_extends",
     "released",
     "redriven",
+    "replayed",
     "purged",
     "dlq_dropped",
     "orphaned",

@@ -385,6 +385,30 @@ class Queue:
             raise QueueConnectionError(str(exc)) from exc
         return job_id if exists and done is None else None
 
+    def replay(self, job_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Put finished jobs back on the queue to run again (fault injection).
+
+        Reproduces what an AOF replay after a Redis crash can do: jobs that had
+        already been acked run once more. Chaos runs and tests use it to force
+        duplicate deliveries and show that the handlers absorb them. Each job
+        starts again at attempt 1 and goes to the tail of ``ready``; it keeps
+        its id, record and idempotency key.
+
+        Args:
+            job_ids: ids of jobs in the ``done`` set (finished, record still kept).
+
+        Returns:
+            ``(replayed, skipped)``: ids put back on ``ready``, and ids that were
+            not finished or whose record has expired.
+
+        Raises:
+            QueueConnectionError: Redis unreachable (some may have been replayed).
+        """
+        if not job_ids:
+            return [], []
+        reply = self.scripts.run("replay", self._keys, [self.settings.wake_tokens, *job_ids])
+        return _split(reply)
+
     # ---------------------------------------------------------- dead letters
     @property
     def dead_letters(self) -> Any:
