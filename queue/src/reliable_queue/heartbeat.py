@@ -7,6 +7,8 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
+import redis
+
 from .errors import QueueConnectionError
 from .job import Lease
 from .queue import Queue
@@ -97,7 +99,7 @@ class Heartbeat(threading.Thread):
         for queue, leases in by_queue.values():
             try:
                 refused = queue.extend(leases, self.lease_seconds)
-            except QueueConnectionError as exc:
+            except (QueueConnectionError, redis.RedisError) as exc:  # e.g. OOM refuses ZADD
                 log.warning("heartbeat failed on queue %s: %s", queue.name, exc)
                 continue
             for job_id in refused:

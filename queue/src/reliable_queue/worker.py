@@ -206,7 +206,7 @@ class Worker:
                     len(mine) - len(unstarted),
                     queue.name,
                 )
-            except QueueConnectionError as exc:
+            except (QueueConnectionError, redis.RedisError) as exc:
                 log.warning("hand-back failed (%s); leases will expire and be reaped", exc)
 
     # ------------------------------------------------------------------- lanes
@@ -226,7 +226,9 @@ class Worker:
                 self.hooks.before_settle(pending)
             try:
                 replies = queue.scripts.run_many(calls)
-            except QueueConnectionError as exc:
+            except (QueueConnectionError, redis.RedisError) as exc:
+                # unreachable, or refusing for now (READONLY after a failover, OOM, ...):
+                # keep the settlements and try again; a lane never dies of Redis trouble
                 log.warning(
                     "queue %s: Redis unavailable (%s); retrying in %.2fs", queue.name, exc, backoff
                 )
@@ -248,7 +250,7 @@ class Worker:
                 wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
                 try:
                     queue.wait_for_work(wait)
-                except QueueConnectionError as exc:
+                except (QueueConnectionError, redis.RedisError) as exc:
                     log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
                     self.stopping.wait(backoff)
                 continue
