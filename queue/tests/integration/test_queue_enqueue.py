@@ -60,7 +60,7 @@ def test_enqueue_many_stores_a_batch_in_one_round_trip(private_client, key_prefi
     assert stats(queue).ready == 201
 
 
-def test_delayed_job_is_not_fetched_before_its_time_and_is_after(make_queue):
+def test_delayed_job_is_promoted_and_runs_once_due(make_queue):
     # fault 3: delayed jobs went to a set that nothing promoted
     queue = make_queue()
     job_id = queue.enqueue("t", {}, delay=0.4)

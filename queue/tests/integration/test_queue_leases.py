@@ -240,7 +240,7 @@ def test_many_reapers_at_once_requeue_each_expired_job_exactly_once(make_queue, 
     assert stats(queue).ready == 0 and stats(queue).active == n
 
 
-def test_concurrent_settlements_of_one_lease_apply_exactly_one(make_queue, redis_url):
+def test_concurrent_status_updates_never_overwrite_each_other(make_queue, redis_url):
     # fault 9: status was read-modify-written from Python, so racing updates overwrote
     import redis
 
@@ -322,7 +322,7 @@ def test_release_hands_jobs_back_to_the_head_without_counting_an_attempt(make_qu
     assert stats(queue).counters["released"] == 2
 
 
-def test_nack_with_a_delay_waits_out_the_backoff(make_queue):
+def test_failed_job_is_not_retried_before_its_backoff(make_queue):
     # fault 2: the backoff was computed, but the job went straight back to the ready list
     queue = make_queue()
     (job_id,) = enqueue(queue, 1)

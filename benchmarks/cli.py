@@ -1,0 +1,56 @@
+"""Command line: ``peers`` (side by side) and ``orderflow`` (the queue and the app alone)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from . import report
+from .registry import MODULES
+
+app = typer.Typer(
+    help="orderflow benchmarks (not tests): figures, not assertions.", no_args_is_help=True
+)
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("-v", help="progress on stderr")] = True) -> None:
+    """Progress goes to stderr; tables to stdout; JSON to benchmarks/results/."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+@app.command()
+def peers(
+    n: Annotated[int, typer.Option(help="no-op jobs per drain")] = 20_000,
+    only: Annotated[str, typer.Option(help="comma-separated libraries")] = ",".join(MODULES),
+    drain_timeout: Annotated[float, typer.Option(help="bound on one drain, seconds")] = 60.0,
+    latency_rate: Annotated[float, typer.Option(help="offered load, jobs/s")] = 1000.0,
+    latency_seconds: Annotated[float, typer.Option(help="latency run, seconds (0: skip)")] = 20.0,
+    latency_peers: Annotated[int, typer.Option(help="fastest peers also timed")] = 2,
+    save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>.json")] = True,
+) -> None:
+    """Every library: enqueue and drain N no-op jobs (default and tuned), then latency."""
+    from .run_peers import PeerOptions, run_peers
+
+    names = tuple(x.strip() for x in only.split(",") if x.strip())
+    unknown = [x for x in names if x not in MODULES]
+    if unknown:
+        raise typer.BadParameter(f"unknown libraries: {unknown}; known: {list(MODULES)}")
+    names = tuple(sorted(names, key=lambda x: x != "orderflow"))
+    rows = run_peers(
+        PeerOptions(names, n, drain_timeout, latency_rate, latency_seconds, latency_peers)
+    )
+    report.show(report.peers_table(rows), report.latency_table(rows))
+    if save:
+        typer.echo(f"wrote {report.write_results(rows)}")
+
+
+from .cli_orderflow import orderflow_app  # noqa: E402
+
+app.add_typer(orderflow_app, name="orderflow")

@@ -1,0 +1,142 @@
+"""``python -m benchmarks orderflow ...``: the queue and the application alone."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import report
+
+orderflow_app = typer.Typer(
+    help="orderflow alone: scaling, depth, durability, end to end.", no_args_is_help=True
+)
+
+Save = Annotated[bool, typer.Option(help="write benchmarks/results/<date>-<name>.json")]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+@orderflow_app.command()
+def scaling(
+    n: Annotated[int, typer.Option(help="jobs per drain")] = 20_000,
+    processes: Annotated[str, typer.Option(help="worker process counts")] = "1,2,4",
+    batches: Annotated[str, typer.Option(help="batch sizes")] = "1,10,100",
+    concurrency: Annotated[int, typer.Option(help="lanes per process")] = 1,
+    timeout: Annotated[float, typer.Option(help="bound on one drain, seconds")] = 60.0,
+    save: Save = True,
+) -> None:
+    """Drain rate (jobs/s) by worker processes x batch size."""
+    from .queue_alone import scaling as run
+
+    rows = run(n, _ints(processes), _ints(batches), concurrency, timeout)
+    report.show(
+        report.generic_table(
+            "Drain rate by processes and batch size (jobs/s)",
+            rows,
+            ["processes", "batch_size", "concurrency", "drain_rate"],
+        )
+    )
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'orderflow-scaling')}")
+
+
+@orderflow_app.command()
+def depth(
+    waiting: Annotated[str, typer.Option(help="jobs waiting")] = "1000,100000,1000000",
+    probe: Annotated[
+        int, typer.Option(help="jobs enqueued (single and bulk) and drained")
+    ] = 10_000,
+    batch_size: int = 100,
+    concurrency: int = 2,
+    timeout: float = 120.0,
+    save: Save = True,
+) -> None:
+    """Per-job enqueue/drain time (µs) and Redis bytes per job as the queue grows."""
+    from .queue_alone import depth as run
+
+    rows = run(_ints(waiting), probe, batch_size, concurrency, timeout)
+    report.show(
+        report.generic_table(
+            "Per-job cost with jobs waiting (µs per job; bytes per waiting job)",
+            rows,
+            [
+                "waiting",
+                "enqueue_us_per_job",
+                "bulk_enqueue_us_per_job",
+                "drain_us_per_job",
+                "redis_bytes_per_waiting_job",
+            ],
+        )
+    )
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'orderflow-depth')}")
+
+
+@orderflow_app.command()
+def durability(
+    n: Annotated[int, typer.Option(help="jobs per run")] = 20_000,
+    batch_size: int = 100,
+    concurrency: int = 2,
+    timeout: float = 120.0,
+    lpush_requests: Annotated[int, typer.Option(help="redis-benchmark -n")] = 200_000,
+    save: Save = True,
+) -> None:
+    """Enqueue and drain (jobs/s) with AOF off / everysec / always, beside redis-benchmark."""
+    from .queue_alone import durability as run
+
+    rows = run(n, batch_size, concurrency, timeout, lpush_requests)
+    report.show(
+        report.generic_table(
+            "Durability: orderflow vs redis-benchmark LPUSH (jobs/s, requests/s)",
+            rows,
+            [
+                "appendfsync",
+                "enqueue_rate",
+                "bulk_enqueue_rate",
+                "drain_rate",
+                "redis_benchmark_lpush_rps",
+                "redis_benchmark_lpush_p16_rps",
+            ],
+        )
+    )
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'orderflow-durability')}")
+
+
+@orderflow_app.command()
+def e2e(
+    orders: Annotated[int, typer.Option(help="orders to place")] = 2000,
+    databases: Annotated[str, typer.Option(help="sqlite,postgresql")] = "sqlite,postgresql",
+    concurrency: Annotated[int, typer.Option(help="lanes per worker (CLI default 2)")] = 2,
+    batch_size: Annotated[int, typer.Option(help="jobs per fetch (CLI default 1)")] = 1,
+    timeout: Annotated[float, typer.Option(help="bound per database, seconds")] = 300.0,
+    save: Save = True,
+) -> None:
+    """Orders/s through all four steps, and DB transactions per order."""
+    from .e2e import run_e2e
+
+    rows = [
+        run_e2e(db.strip(), orders, concurrency, batch_size, timeout)
+        for db in databases.split(",")
+        if db.strip()
+    ]
+    report.show(
+        report.generic_table(
+            "End to end: placement to completion, one worker process per step",
+            rows,
+            [
+                "variant",
+                "n",
+                "orders_done",
+                "seconds",
+                "orders_per_second",
+                "db_commits_per_order",
+                "pg_xact_commit_per_order",
+            ],
+        )
+    )
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'orderflow-e2e')}")

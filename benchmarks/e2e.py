@@ -1,0 +1,178 @@
+"""End to end: orders/s through all four steps and the completion tracker, on a database.
+
+Uses the application as shipped: placement through the outbox, one ``orders``
+worker process per step (``orders.runner.run_worker``, CLI defaults), TPC-H input.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import event, func, select
+
+from orders.bootstrap import build
+from orders.placement import place
+from orders.settings import Settings
+from orders.steps import STEPS, WORKFLOW_KIND
+from orders.tpch import load_tpch
+from workflows.models import Workflow, WorkflowStatus
+
+from .e2e_worker import COMMITS_KEY
+from .measure import start_process, stop_process
+from .run_peers import REPO, environment
+from .server import RedisServer
+
+log = logging.getLogger("benchmarks")
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+PG_DB = "orderflow_bench"
+
+
+def fresh_pg_database() -> str:
+    """Drop and create the benchmark database; returns its SQLAlchemy URL."""
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {PG_DB}")
+    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{PG_DB}"
+
+
+def pg_commits() -> int:
+    """``xact_commit`` of the benchmark database (after the stats are flushed)."""
+    time.sleep(1.2)  # backends flush their counters at most once a second
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (PG_DB,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def finished(app: Any, first_order: int) -> int:
+    """Workflows of this run no longer running (done or blocked)."""
+    with app.session_factory() as session:
+        return int(
+            session.scalar(
+                select(func.count())
+                .select_from(Workflow)
+                .where(
+                    Workflow.kind == WORKFLOW_KIND,
+                    Workflow.subject_id >= first_order,
+                    Workflow.status != WorkflowStatus.RUNNING,
+                )
+            )
+            or 0
+        )
+
+
+def run_e2e(
+    database: str, orders: int, concurrency: int, batch_size: int, timeout: float
+) -> dict[str, Any]:
+    """Place ``orders`` TPC-H orders and time them through every step.
+
+    Args:
+        database: ``sqlite`` or ``postgresql``.
+        orders: orders to place.
+        concurrency: lanes per worker process (one process per step).
+        batch_size: jobs per fetch.
+        timeout: bound on the run, seconds.
+
+    Returns:
+        A row with ``orders_per_second`` and DB transactions per order.
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    url = (
+        fresh_pg_database() if database == "postgresql" else (f"sqlite:///{data_dir / 'orders.db'}")
+    )
+    with RedisServer(appendfsync="everysec") as server:
+        env = environment(server)
+        settings = Settings(redis_url=server.url, database_url=url, data_dir=data_dir)
+        app = build(settings, auto_migrate=True)
+        log.info("%s: loading TPC-H (scale 0.01)", database)
+        load_tpch(app.session_factory, data_dir)
+        client = server.client()
+        placement_commits = [0]
+        event.listen(
+            app.engine,
+            "commit",
+            lambda conn: placement_commits.__setitem__(0, placement_commits[0] + 1),
+        )
+        worker_env = {
+            "ORDERS_REDIS_URL": server.url,
+            "ORDERS_DATABASE_URL": url,
+            "ORDERS_DATA_DIR": str(data_dir),
+            "PYTHONPATH": REPO,
+        }
+        procs = [
+            start_process(
+                [
+                    "python",
+                    "-m",
+                    "benchmarks.e2e_worker",
+                    step,
+                    "--concurrency",
+                    str(concurrency),
+                    "--batch-size",
+                    str(batch_size),
+                ],
+                worker_env,
+                data_dir / f"worker-{step}.log",
+            )
+            for step in STEPS
+        ]
+        try:
+            time.sleep(3.0)  # workers import and connect before the clock starts
+            client.delete(COMMITS_KEY)
+            xact_before = pg_commits() if database == "postgresql" else 0
+            started = time.perf_counter()
+            result = place(app.session_factory, orders, publisher=app.publisher)
+            placed_at = time.perf_counter() - started
+            first = min(result.order_ids)
+            done = 0
+            while time.perf_counter() - started < timeout:
+                done = finished(app, first)
+                if done >= orders:
+                    break
+                time.sleep(0.05)
+            seconds = time.perf_counter() - started
+        finally:
+            for p in procs:
+                stop_process(p)
+        worker_commits = int(client.get(COMMITS_KEY) or 0)
+        xact = pg_commits() - xact_before if database == "postgresql" else None
+        app.close()
+    row = {
+        "kind": "e2e",
+        "library": "orderflow",
+        "version": "app",
+        "variant": database,
+        "mode": "outbox + idempotent handlers + unit of work; CLI worker defaults",
+        "n": orders,
+        "enqueue_rate": None,
+        "drain_rate": None,
+        "orders_done": done,
+        "complete": done >= orders,
+        "seconds": round(seconds, 2),
+        "placement_seconds": round(placed_at, 2),
+        "orders_per_second": round(done / seconds, 1),
+        "worker_processes": len(STEPS),
+        "concurrency": concurrency,
+        "batch_size": batch_size,
+        "db_commits_per_order": round((worker_commits + placement_commits[0]) / orders, 2),
+        "worker_commits_per_order": round(worker_commits / orders, 2),
+        "placement_commits": placement_commits[0],
+        "pg_xact_commit_per_order": round(xact / orders, 2) if xact is not None else None,
+        **env,
+    }
+    log.info(
+        "%s: %d orders in %.1f s = %.0f orders/s, %.1f commits/order",
+        database,
+        done,
+        seconds,
+        row["orders_per_second"],
+        row["db_commits_per_order"],
+    )
+    return row

@@ -1,0 +1,55 @@
+"""An ``orders`` worker process that also counts its database commits.
+
+``python -m benchmarks.e2e_worker STEP [--concurrency C] [--batch-size B] [--no-sweep]``:
+exactly what ``orders worker`` runs (``orders.runner.run_worker``), plus a
+SQLAlchemy ``commit`` listener that adds each commit to a Redis counter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from sqlalchemy import event
+
+from orders.bootstrap import build
+from orders.runner import run_worker
+
+COMMITS_KEY = "bench:e2e:commits"
+
+
+def count_commits(app: object) -> None:
+    """Count every commit of ``app.engine`` in Redis (``INCR bench:e2e:commits``)."""
+    engine, client = app.engine, app.redis  # type: ignore[attr-defined]
+
+    @event.listens_for(engine, "commit")
+    def _on_commit(conn: object) -> None:
+        client.incr(COMMITS_KEY)
+
+
+def main() -> None:
+    """Parse options, instrument the engine, serve until SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("steps", nargs="+")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--no-sweep", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    app = build()
+    count_commits(app)
+    try:
+        run_worker(
+            app,
+            args.steps,
+            concurrency=args.concurrency,
+            batch_size=args.batch_size,
+            sweep=not args.no_sweep,
+            grace_seconds=5.0,
+        )
+    finally:
+        app.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Timing helpers: worker subprocesses, drain timing by polling Redis, percentiles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL_SECONDS = 0.005
+
+
+def start_process(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a worker process in its own process group (so its children stop with it).
+
+    Args:
+        argv: the command; a leading ``"python"`` is replaced by this interpreter.
+        env: extra environment variables on top of ours.
+        log: file for its stdout/stderr (default: discarded).
+    """
+    argv = [sys.executable if a == "python" and i == 0 else a for i, a in enumerate(argv)]
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
+    try:
+        return subprocess.Popen(
+            argv,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM the process group, wait up to ``timeout`` seconds, then SIGKILL it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # children a SIGTERM left behind
+    except ProcessLookupError:
+        pass
+    if proc.poll() is None:
+        proc.wait(5)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """How a backlog drained.
+
+    Attributes:
+        jobs: jobs finished inside the timed window.
+        seconds: the timed window, from the first job taken to the last finished.
+        complete: False when the time bound cut the run short.
+        startup_seconds: from process start to the first job taken.
+    """
+
+    jobs: int
+    seconds: float
+    complete: bool
+    startup_seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Jobs/s over the timed window (0 when nothing was measured)."""
+        return self.jobs / self.seconds if self.seconds > 0 else 0.0
+
+
+def time_drain(
+    remaining: Callable[[], int],
+    total: int,
+    *,
+    timeout: float,
+    alive: Callable[[], bool] = lambda: True,
+) -> Drain:
+    """Time a backlog of ``total`` jobs draining (workers already started).
+
+    The clock starts when ``remaining()`` first drops below ``total`` (worker start-up
+    and imports are not counted) and stops when it reaches 0 or ``timeout`` seconds
+    after the call.
+
+    Args:
+        remaining: jobs not yet finished (queued + in flight), read from Redis.
+        total: the backlog at the start.
+        timeout: bound on the whole wait, seconds.
+        alive: False stops the wait early (the worker died).
+    """
+    called = time.perf_counter()
+    deadline = called + timeout
+    left = total
+    while left >= total:
+        if time.perf_counter() > deadline or not alive():
+            return Drain(0, 0.0, False, time.perf_counter() - called)
+        time.sleep(POLL_SECONDS)
+        left = remaining()
+    started, at_start = time.perf_counter(), left
+    while left > 0:
+        if time.perf_counter() > deadline or not alive():
+            now = time.perf_counter()
+            return Drain(at_start - left, now - started, False, started - called)
+        time.sleep(POLL_SECONDS)
+        left = remaining()
+    # the first poll saw (total - at_start) jobs already done: count them over one poll
+    return Drain(at_start, time.perf_counter() - started, True, started - called)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of already sorted values, nearest rank."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1, 0)
+    return sorted_values[min(rank, len(sorted_values) - 1)]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds ``fn()`` took (perf_counter)."""
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t

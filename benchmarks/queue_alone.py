@@ -1,0 +1,224 @@
+"""orderflow's queue alone: worker scaling, queue depth, and AOF durability."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import time
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from .measure import start_process, stop_process, time_drain, timed
+from .peers import orderflow as of
+from .run_peers import environment, worker_env
+from .server import RedisServer
+
+log = logging.getLogger("benchmarks")
+
+
+def fill(server: RedisServer, n: int, queue: str = of.QUEUE) -> float:
+    """Bulk-enqueue ``n`` no-op jobs; returns seconds taken."""
+    producer = of.Producer(server.url, queue)
+    try:
+        return timed(lambda: producer.enqueue_bulk(n))
+    finally:
+        producer.close()
+
+
+def drain(
+    server: RedisServer,
+    n: int,
+    processes: int,
+    batch_size: int,
+    concurrency: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Time ``processes`` worker processes draining ``n`` queued jobs."""
+    client = server.client()
+    argv = of.worker_argv(concurrency, batch_size)
+    procs = [start_process(argv, worker_env(server)) for _ in range(processes)]
+    try:
+        result = time_drain(
+            lambda: of.remaining(client),
+            n,
+            timeout=timeout,
+            alive=lambda: all(p.poll() is None for p in procs),
+        )
+    finally:
+        for p in procs:
+            stop_process(p)
+        client.close()
+    return {
+        "drain_rate": round(result.rate, 1),
+        "drained": result.jobs,
+        "drain_complete": result.complete,
+    }
+
+
+def scaling(
+    n: int, processes: Sequence[int], batches: Sequence[int], concurrency: int, timeout: float
+) -> list[dict[str, Any]]:
+    """Drain rate (jobs/s) for each count of worker processes and batch size."""
+    rows = []
+    with RedisServer() as server:
+        env = environment(server)
+        for procs in processes:
+            for batch in batches:
+                server.flush()
+                fill(server, n)
+                row = drain(server, n, procs, batch, concurrency, timeout)
+                log.info("%d process(es), batch %d: %.0f jobs/s", procs, batch, row["drain_rate"])
+                rows.append(
+                    {
+                        "kind": "scaling",
+                        "library": "orderflow",
+                        "version": _version(),
+                        "variant": f"{procs}p-b{batch}-c{concurrency}",
+                        "mode": of.MODE,
+                        "n": n,
+                        "enqueue_rate": None,
+                        "processes": procs,
+                        "batch_size": batch,
+                        "concurrency": concurrency,
+                        **row,
+                        **env,
+                    }
+                )
+    return rows
+
+
+def depth(
+    waiting: Sequence[int], probe: int, batch_size: int, concurrency: int, timeout: float
+) -> list[dict[str, Any]]:
+    """Per-job enqueue and drain time (µs) and Redis memory per job with jobs waiting."""
+    rows = []
+    with RedisServer() as server:
+        env = environment(server)
+        client = server.client()
+        for count in waiting:
+            server.flush()
+            time.sleep(0.2)
+            before = server.used_memory()
+            fill(server, count)
+            per_job_bytes = (server.used_memory() - before) / count
+            producer = of.Producer(server.url)
+            single = timed(partial(producer.enqueue, probe))
+            bulk = timed(partial(producer.enqueue_bulk, probe))
+            producer.close()
+            total = count + 2 * probe
+            procs = start_process(of.worker_argv(concurrency, batch_size), worker_env(server))
+            try:  # time the first `2 * probe` jobs taken off the waiting line
+                result = time_drain(
+                    lambda waiting=count: of.remaining(client) - waiting, 2 * probe, timeout=timeout
+                )
+            finally:
+                stop_process(procs)
+            row = {
+                "kind": "depth",
+                "library": "orderflow",
+                "version": _version(),
+                "variant": f"{count}-waiting",
+                "mode": of.MODE,
+                "n": 2 * probe,
+                "waiting": count,
+                "total": total,
+                "enqueue_us_per_job": round(single / probe * 1e6, 2),
+                "bulk_enqueue_us_per_job": round(bulk / probe * 1e6, 2),
+                "drain_us_per_job": round(1e6 / result.rate, 2) if result.rate else None,
+                "enqueue_rate": round(probe / single, 1),
+                "bulk_enqueue_rate": round(probe / bulk, 1),
+                "drain_rate": round(result.rate, 1),
+                "redis_bytes_per_waiting_job": round(per_job_bytes, 1),
+                **env,
+            }
+            log.info(
+                "%d waiting: enqueue %.1f us, bulk %.2f us, drain %s us per job, %.0f B/job",
+                count,
+                row["enqueue_us_per_job"],
+                row["bulk_enqueue_us_per_job"],
+                row["drain_us_per_job"],
+                per_job_bytes,
+            )
+            rows.append(row)
+        client.close()
+    return rows
+
+
+def redis_benchmark_lpush(server: RedisServer, requests: int, pipeline: int) -> float:
+    """``redis-benchmark -t lpush`` against the server: requests/s (50 clients)."""
+    out = subprocess.run(
+        [
+            "redis-benchmark",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(server.port),
+            "-t",
+            "lpush",
+            "-n",
+            str(requests),
+            "-P",
+            str(pipeline),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    found = re.findall(r"LPUSH[^:]*:\s*([\d.]+) requests per second", out.replace("\r", "\n"))
+    return float(found[-1]) if found else float("nan")
+
+
+def durability(
+    n: int, batch_size: int, concurrency: int, timeout: float, lpush_requests: int
+) -> list[dict[str, Any]]:
+    """orderflow enqueue/drain and redis-benchmark LPUSH with AOF off / everysec / always."""
+    rows = []
+    for policy in (None, "everysec", "always"):
+        with RedisServer(appendfsync=policy) as server:
+            env = environment(server)
+            label = f"aof {policy}" if policy else "no persistence"
+            producer = of.Producer(server.url)
+            single = timed(partial(producer.enqueue, n))
+            producer.close()
+            drained_single = drain(server, n, 1, batch_size, concurrency, timeout)
+            bulk = fill(server, n)
+            drained = drain(server, n, 1, batch_size, concurrency, timeout)
+            lpush = redis_benchmark_lpush(server, lpush_requests, 1)
+            lpush_p = redis_benchmark_lpush(server, lpush_requests * 4, 16)
+            row = {
+                "kind": "durability",
+                "library": "orderflow",
+                "version": _version(),
+                "variant": label,
+                "mode": of.MODE,
+                "n": n,
+                "appendfsync": policy or "off",
+                "enqueue_rate": round(n / single, 1),
+                "bulk_enqueue_rate": round(n / bulk, 1),
+                "drain_rate": drained["drain_rate"],
+                "drain_rate_after_single_enqueue": drained_single["drain_rate"],
+                "redis_benchmark_lpush_rps": lpush,
+                "redis_benchmark_lpush_p16_rps": lpush_p,
+                **env,
+            }
+            log.info(
+                "%s: enqueue %.0f, bulk %.0f, drain %.0f jobs/s; LPUSH %.0f, -P16 %.0f/s",
+                label,
+                row["enqueue_rate"],
+                row["bulk_enqueue_rate"],
+                row["drain_rate"],
+                lpush,
+                lpush_p,
+            )
+            rows.append(row)
+    return rows
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    return metadata.version("reliable-queue")

@@ -1,0 +1,228 @@
+"""Model-based test: the job state machine in Redis against a plain Python model.
+
+Hypothesis drives random sequences of enqueue / fetch / ack / nack / dead / release /
+redrive / extend / stale settlements / lease expiry; after every step each job must
+sit in exactly the structure the model says, and the counters must agree.
+"""
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from reliable_queue import EnqueueRequest, Lease, Queue, QueueSettings, stats
+
+TINY = 0.001  # lease seconds; a sleep of a few ms expires it
+LONG = 3600.0
+
+
+@dataclass
+class Job:
+    state: str  # ready | delayed | active | dead | done
+    attempts: int
+    max_attempts: int
+    token: str | None = None
+    expired: bool = False
+
+
+def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix):
+    client = redis.Redis.from_url(redis_url)
+    names = itertools.count()
+
+    class JobStateMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.queue = Queue(
+                client,
+                f"sm{next(names)}",
+                prefix=key_prefix,
+                settings=QueueSettings(lease_seconds=LONG, job_retention_seconds=LONG),
+            )
+            self.jobs: dict[str, Job] = {}
+            self.stale: list[Lease] = []
+            self.counters = dict.fromkeys(
+                ("enqueued", "succeeded", "retried", "dead", "reaped", "stale_refused",
+                 "stale_extends", "released", "redriven"),
+                0,
+            )  # fmt: skip
+
+        def teardown(self) -> None:
+            keys = list(client.scan_iter(match=f"{self.queue.keys.base}:*"))
+            if keys:
+                client.unlink(*keys)
+
+        # ------------------------------------------------------------- helpers
+        def in_state(self, state: str) -> list[str]:
+            return sorted(i for i, j in self.jobs.items() if j.state == state)
+
+        def leave_active(self, job_id: str, state: str) -> None:
+            job = self.jobs[job_id]
+            self.stale.append(Lease(job_id, job.token))
+            job.state, job.token, job.expired = state, None, False
+
+        def reap_model(self) -> None:
+            for job_id, job in self.jobs.items():
+                if job.state == "active" and job.expired:
+                    self.counters["reaped"] += 1
+                    if job.attempts >= max(job.max_attempts, 1):
+                        self.leave_active(job_id, "dead")
+                        self.counters["dead"] += 1
+                    else:
+                        self.leave_active(job_id, "ready")
+
+        def pick(self, data, state: str) -> str:
+            return data.draw(st.sampled_from(self.in_state(state)))
+
+        # --------------------------------------------------------------- rules
+        @rule(n=st.integers(1, 3), delayed=st.booleans(), max_attempts=st.integers(0, 3))
+        def enqueue(self, n, delayed, max_attempts):
+            ids = self.queue.enqueue_many(
+                [
+                    EnqueueRequest("t", {}, delay=LONG if delayed else 0, max_attempts=max_attempts)
+                    for _ in range(n)
+                ]
+            )
+            for job_id in ids:
+                self.jobs[job_id] = Job("delayed" if delayed else "ready", 0, max_attempts)
+            self.counters["enqueued"] += n
+
+        @rule(count=st.integers(1, 4), tiny=st.booleans())
+        def fetch(self, count, tiny):
+            self.reap_model()
+            ready = set(self.in_state("ready"))
+            result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG)
+            assert len(result.jobs) == min(count, len(ready))
+            for raw in result.jobs:
+                assert raw.job_id in ready
+                job = self.jobs[raw.job_id]
+                job.attempts += 1
+                assert raw.attempt == job.attempts
+                job.state, job.token, job.expired = "active", raw.token, False
+            if tiny and result.jobs:
+                time.sleep(0.004)
+                for raw in result.jobs:
+                    self.jobs[raw.job_id].expired = True
+
+        @rule()
+        def reap(self):
+            expected = sum(1 for j in self.jobs.values() if j.state == "active" and j.expired)
+            self.reap_model()
+            assert self.queue.reap() == expected
+
+        @precondition(lambda self: self.in_state("active"))
+        @rule(data=st.data())
+        def ack(self, data):
+            job_id = self.pick(data, "active")
+            result = self.queue.ack([Lease(job_id, self.jobs[job_id].token)])
+            assert result.acked == [job_id]
+            self.leave_active(job_id, "done")
+            self.counters["succeeded"] += 1
+
+        @precondition(lambda self: self.in_state("active"))
+        @rule(data=st.data(), delayed=st.booleans())
+        def nack(self, data, delayed):
+            job_id = self.pick(data, "active")
+            lease = Lease(job_id, self.jobs[job_id].token)
+            assert self.queue.nack(lease, delay=LONG if delayed else 0) is True
+            self.leave_active(job_id, "delayed" if delayed else "ready")
+            self.counters["retried"] += 1
+
+        @precondition(lambda self: self.in_state("active"))
+        @rule(data=st.data())
+        def dead(self, data):
+            job_id = self.pick(data, "active")
+            assert self.queue.dead(Lease(job_id, self.jobs[job_id].token), "error") is True
+            self.leave_active(job_id, "dead")
+            self.counters["dead"] += 1
+
+        @precondition(lambda self: self.in_state("active"))
+        @rule(data=st.data())
+        def release(self, data):
+            job_id = self.pick(data, "active")
+            assert self.queue.release([Lease(job_id, self.jobs[job_id].token)]) == 1
+            self.jobs[job_id].attempts -= 1
+            self.leave_active(job_id, "ready")
+            self.counters["released"] += 1
+
+        @precondition(lambda self: self.in_state("active"))
+        @rule(data=st.data())
+        def extend(self, data):
+            job_id = self.pick(data, "active")
+            assert self.queue.extend([Lease(job_id, self.jobs[job_id].token)], LONG) == []
+            self.jobs[job_id].expired = False  # even an expired, unreaped lease revives
+
+        @precondition(lambda self: self.in_state("dead"))
+        @rule(data=st.data())
+        def redrive(self, data):
+            job_id = self.pick(data, "dead")
+            assert self.queue.dead_letters.redrive(ids=[job_id]).redriven == [job_id]
+            job = self.jobs[job_id]
+            job.state, job.attempts = "ready", 0
+            self.counters["redriven"] += 1
+
+        @precondition(lambda self: self.stale)
+        @rule(data=st.data(), how=st.sampled_from(["ack", "nack", "dead", "extend"]))
+        def settle_with_a_stale_token(self, data, how):
+            lease = data.draw(st.sampled_from(self.stale))
+            if how == "ack":
+                assert self.queue.ack([lease]).refused == [lease.job_id]
+            elif how == "nack":
+                assert self.queue.nack(lease) is False
+            elif how == "dead":
+                assert self.queue.dead(lease, "error") is False
+            else:
+                assert self.queue.extend([lease], LONG) == [lease.job_id]
+            self.counters["stale_extends" if how == "extend" else "stale_refused"] += 1
+
+        # ---------------------------------------------------------- invariants
+        @invariant()
+        def every_job_is_in_exactly_the_place_the_model_says(self):
+            k = self.queue.keys
+            pipe = client.pipeline(transaction=True)
+            pipe.lrange(k.key("ready"), 0, -1)
+            for kind in ("delayed", "active", "dead", "done"):
+                pipe.zrange(k.key(kind), 0, -1)
+            pipe.hgetall(k.key("attempts"))
+            ready, delayed, active, dead, done, attempts = pipe.execute()
+            places = {"ready": ready, "delayed": delayed, "active": active}
+            places.update(dead=dead, done=done)
+            seen: dict[str, str] = {}
+            for state, ids in places.items():
+                for raw in ids:
+                    job_id = raw.decode()
+                    assert job_id not in seen, f"{job_id} in {seen[job_id]} and {state}"
+                    seen[job_id] = state
+            assert seen == {i: j.state for i, j in self.jobs.items()}
+            for job_id, job in self.jobs.items():
+                assert int(attempts.get(job_id.encode(), 0)) == job.attempts, job_id
+
+        @invariant()
+        def counters_and_depths_match_the_model(self):
+            s = stats(self.queue)
+            assert {k: s.counters[k] for k in self.counters} == self.counters
+            for state in ("ready", "delayed", "active", "dead", "done"):
+                assert getattr(s, state) == len(self.in_state(state)), state
+
+    try:
+        run_state_machine_as_test(
+            JobStateMachine,
+            settings=settings(
+                max_examples=100,
+                stateful_step_count=40,
+                deadline=None,
+                database=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+    finally:
+        client.close()
