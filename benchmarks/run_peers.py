@@ -6,7 +6,6 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,14 +64,19 @@ def worker_env(server: RedisServer) -> dict[str, str]:
 def drain_once(
     server: RedisServer,
     peer: Peer,
-    enqueue: Callable[[int], None],
+    bulk: bool,
     tuned: bool,
     opts: PeerOptions,
     client: redis.Redis,
 ) -> dict[str, Any]:
-    """Flush, enqueue ``n`` jobs, then time one worker process draining them."""
+    """Flush, enqueue ``n`` jobs with a fresh producer, then time one worker draining them."""
     server.flush()
-    seconds = timed(lambda: enqueue(opts.n))
+    producer = peer.producer(server.url)
+    try:
+        enqueue = producer.enqueue_bulk if bulk else producer.enqueue
+        seconds = timed(lambda: enqueue(opts.n))
+    finally:
+        producer.close()
     queued = peer.remaining(client)
     argv, described = peer.worker(tuned)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
@@ -107,15 +111,13 @@ def run_library(
     """Two rows: default worker after single-call enqueue; tuned worker after bulk enqueue
     (or single-call again when the library has no bulk API)."""
     client = server.client()
-    producer = peer.producer(server.url)
     rows = []
     try:
-        variants = [("default", False, "single", producer.enqueue)]
-        bulk = producer.enqueue_bulk if peer.bulk else producer.enqueue
-        variants.append(("tuned-2core", True, "bulk" if peer.bulk else "single", bulk))
-        for variant, tuned, api, enqueue in variants:
+        variants = [("default", False, False), ("tuned-2core", True, bool(peer.bulk))]
+        for variant, tuned, bulk in variants:
+            api = "bulk" if bulk else "single"
             log.info("%s %s: enqueue %d (%s) and drain", peer.name, variant, opts.n, api)
-            result = drain_once(server, peer, enqueue, tuned, opts, client)
+            result = drain_once(server, peer, bulk, tuned, opts, client)
             rows.append(
                 {
                     "kind": "throughput",
@@ -125,7 +127,7 @@ def run_library(
                     "mode": peer.mode,
                     "guarantee": peer.guarantee,
                     "n": opts.n,
-                    "enqueue_api": peer.bulk if api == "bulk" else "single call per job",
+                    "enqueue_api": peer.bulk if bulk else "single call per job",
                     **result,
                     **env,
                 }
@@ -136,7 +138,6 @@ def run_library(
                 result["drain_rate"],
             )
     finally:
-        producer.close()
         client.close()
     return rows
 
@@ -194,6 +195,8 @@ def run_latency(
 def run_peers(opts: PeerOptions) -> list[dict[str, Any]]:
     """The whole side-by-side run on one fresh Redis server; returns the rows."""
     rows: list[dict[str, Any]] = []
+    for noisy in ("rq", "rq.queue", "rq.worker", "celery", "taskiq", "arq", "saq", "huey"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     with RedisServer() as server:
         os.environ[URL_ENV] = server.url
         env = environment(server)

@@ -26,7 +26,9 @@ class WorkerSettings:
     redis_settings = RedisSettings.from_dsn(redis_url())
 
 
-class TunedSettings(WorkerSettings):
-    """More jobs in flight per process."""
+class TunedSettings:
+    """More jobs in flight per process (arq reads settings from the class itself)."""
 
+    functions = [noop, stamp]
+    redis_settings = RedisSettings.from_dsn(redis_url())
     max_jobs = 100
