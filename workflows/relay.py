@@ -147,9 +147,10 @@ def sweep(
 
     A step counts as lost when it was dispatched (or last failed) more than
     ``republish_after`` seconds ago, is not done or dead, and ``is_known``
-    says the queue holds no job for its idempotency key (Redis lost it). The
-    database is the source of truth; the re-published job carries the same
-    idempotency key.
+    says the queue holds no job for its idempotency key (Redis lost it); the
+    steps are read again after that check, so one that finished meanwhile is
+    not taken for lost. The database is the source of truth; the re-published
+    job carries the same idempotency key.
 
     Args:
         session_factory: makes the sessions of the units of work.
@@ -182,7 +183,22 @@ def sweep(
         ).all()
         stale = [(step.id, message_for(step)) for step in rows]
     result.checked = len(stale)
-    lost = [(step_id, m) for step_id, m in stale if not is_known(m.idempotency_key)]
+    unknown = [(step_id, m) for step_id, m in stale if not is_known(m.idempotency_key)]
+    if not unknown:
+        return result
+    # A job that finished between the read above and its check is unknown to the
+    # queue too, but it committed first (acks follow commits): read again, and
+    # keep only the steps that are still open.
+    with UnitOfWork(session_factory) as uow:
+        still_open = set(
+            uow.session.scalars(
+                select(WorkflowStep.id).where(
+                    WorkflowStep.id.in_([step_id for step_id, _ in unknown]),
+                    WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
+                )
+            )
+        )
+    lost = [(step_id, m) for step_id, m in unknown if step_id in still_open]
     if not lost:
         return result
     publisher.publish([message for _, message in lost])

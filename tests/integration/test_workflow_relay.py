@@ -130,3 +130,28 @@ def test_recently_dispatched_steps_are_not_checked(session_factory, catalog, pub
     place(session_factory, 2, source=RANDOM, rng=random.Random(8), publisher=publisher)
     result = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
     assert (result.checked, result.republished) == (0, 0)
+
+
+def test_sweep_does_not_republish_a_step_that_finished_while_it_was_checking(
+    session_factory, catalog, publisher
+):
+    # The sweep reads the open steps, then asks the queue about each. A job that
+    # finishes in between is done in the database before its ack reaches Redis, so
+    # the queue no longer knows it: that is no loss, and nothing may be published.
+    result = place(session_factory, 1, source=RANDOM, rng=random.Random(9), publisher=publisher)
+    (order,) = result.orders
+    with session_factory() as session:
+        session.execute(update(WorkflowStep).values(dispatched_at=utcnow() - timedelta(minutes=5)))
+        session.commit()
+    publisher.messages.clear()
+
+    def finishes_meanwhile(key: str) -> bool:
+        workflow_id, step = key.split(":")
+        handle_step(session_factory, StepRequest(int(workflow_id), order.order_id, step))
+        return False  # acked by now: Redis holds no unfinished job for it
+
+    swept = sweep(session_factory, publisher, is_known=finishes_meanwhile, republish_after=30)
+
+    assert swept.checked == 4
+    assert (swept.republished, swept.republished_keys) == (0, [])
+    assert publisher.messages == []
