@@ -47,16 +47,14 @@ def _worker(tuned: bool) -> tuple[list[str], str]:
     if tuned:
         extra = [
             "-P",
-            "threads",
-            "-c",
-            "4",
+            "solo",
             "--prefetch-multiplier",
-            "16",
+            "64",
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
         ]
-        return [*argv, *extra], "threads pool x4, prefetch x16, no gossip/mingle/heartbeat"
+        return [*argv, *extra], "solo pool, prefetch x64, no gossip/mingle/heartbeat"
     return argv, "prefork pool, 2 children (cores), prefetch x4 (defaults)"
 
 
