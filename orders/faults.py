@@ -1,10 +1,10 @@
 """Injected failures per step, stored in Redis so running workers pick them up.
 
 ``orders inject STEP --fail-rate P [--permanent] [--crash-rate P] [--delay-ms D]``
-writes a :class:`FaultConfig` into one Redis hash; every worker re-reads it at
-most once per second (:class:`FaultSource`) and applies it around each handler
-call (:class:`FaultMiddleware`). The decision itself (:func:`decide`) is pure,
-with the randomness injected.
+(and ``orders chaos``) writes a :class:`FaultConfig` into one Redis hash; every
+worker re-reads it at most once per second (:class:`FaultSource`) and applies it
+around each handler call (:class:`FaultMiddleware`). The decision itself
+(:func:`decide`) is pure, with the randomness injected.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ class FaultConfig(BaseModel):
             lease it shows lease expiry and stale acks).
         crash_once: kill the process once (the first run that sees this config, per
             step, across all workers) after the effect, before the ack.
+        slow_rate: probability (0..1) that a run stalls for ``slow_ms`` before the
+            handler with its lease no longer extended, as if the process hung in a
+            blocking call: a stall longer than the lease lets the lease expire, the
+            job is reaped and delivered again while the stalled run goes on; that
+            run's effect is then absorbed as a duplicate and its ack refused.
+        slow_ms: length of such a stall, milliseconds.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -50,21 +56,32 @@ class FaultConfig(BaseModel):
     crash_rate: float = Field(0.0, ge=0.0, le=1.0)
     delay_ms: int = Field(0, ge=0)
     crash_once: bool = False
+    slow_rate: float = Field(0.0, ge=0.0, le=1.0)
+    slow_ms: int = Field(0, ge=0)
 
     @property
     def active(self) -> bool:
         """True if this config injects anything."""
-        return bool(self.fail_rate or self.crash_rate or self.delay_ms or self.crash_once)
+        slow = self.slow_rate and self.slow_ms
+        return bool(self.fail_rate or self.crash_rate or self.delay_ms or self.crash_once or slow)
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do to one run: sleep first, fail before the effect, crash after it."""
+    """What to do to one run: stall or sleep first, fail before the effect, crash after it.
+
+    Attributes:
+        delay_seconds: sleep before the handler (lease kept alive), seconds.
+        fail / permanent: raise before the effect; permanent goes to the DLQ.
+        crash_after: SIGKILL the process after the effect, before the ack.
+        slow_seconds: stall before the handler with the lease left to expire, seconds.
+    """
 
     delay_seconds: float = 0.0
     fail: bool = False
     permanent: bool = False
     crash_after: bool = False
+    slow_seconds: float = 0.0
 
 
 def decide(config: FaultConfig | None, rng: random.Random) -> Decision:
@@ -73,7 +90,14 @@ def decide(config: FaultConfig | None, rng: random.Random) -> Decision:
         return Decision()
     fail = rng.random() < config.fail_rate
     crash = (not fail) and rng.random() < config.crash_rate
-    return Decision(config.delay_ms / 1000.0, fail, fail and config.permanent, crash)
+    slow = bool(config.slow_rate and config.slow_ms) and rng.random() < config.slow_rate
+    return Decision(
+        config.delay_ms / 1000.0,
+        fail,
+        fail and config.permanent,
+        crash,
+        config.slow_ms / 1000.0 if slow else 0.0,
+    )
 
 
 def faults_key(prefix: str) -> str:
@@ -153,6 +177,11 @@ class FaultMiddleware:
         step_of: maps a job context to its step name (default: the queue name).
         rng: randomness (inject a seeded one in tests).
         kill: how the process dies (default SIGKILL to itself).
+        stall: called with the job's context when a slow run starts; it must stop the
+            lease of that job from being extended (the worker runner drops the job
+            from the heartbeat's lease book). Default: nothing.
+        on_injected: called with ``(step, kind)`` for every fault applied, kind one
+            of ``fail``, ``slow``, ``crash`` (for counting; must not raise).
     """
 
     def __init__(
@@ -162,19 +191,28 @@ class FaultMiddleware:
         step_of: Callable[[JobContext], str] = lambda ctx: ctx.queue,
         rng: random.Random | None = None,
         kill: Callable[[], None] | None = None,
+        stall: Callable[[JobContext], None] = lambda ctx: None,
+        on_injected: Callable[[str, str], None] = lambda step, kind: None,
     ) -> None:
         self.source = source
         self.step_of = step_of
         self.rng = rng or random.Random()
         self.kill = kill or (lambda: os.kill(os.getpid(), signal.SIGKILL))
+        self.stall = stall
+        self.on_injected = on_injected
 
     def __call__(self, ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
         step = self.step_of(ctx)
         config = self.source.get(step)
         decision = decide(config, self.rng)
+        if decision.slow_seconds:
+            self.on_injected(step, "slow")
+            self.stall(ctx)
+            time.sleep(decision.slow_seconds)
         if decision.delay_seconds:
             time.sleep(decision.delay_seconds)
         if decision.fail:
+            self.on_injected(step, "fail")
             message = f"injected failure on step {step} (attempt {ctx.attempt})"
             raise PermanentError(message) if decision.permanent else InjectedFailure(message)
         result = call_next()
@@ -182,6 +220,7 @@ class FaultMiddleware:
             config is not None and config.crash_once and self.source.store.claim_crash_once(step)
         )
         if decision.crash_after or crash_once:
+            self.on_injected(step, "crash")
             self.kill()
         return result
 

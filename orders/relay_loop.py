@@ -10,6 +10,7 @@ import logging
 import threading
 
 from orders.bootstrap import App
+from orders.metrics import Counters
 from workflows.relay import SweepResult, sweep
 
 log = logging.getLogger("orders.relay")
@@ -33,7 +34,9 @@ class SweepLoop(threading.Thread):
     """Runs :func:`sweep_once` every ``relay_sweep_interval_seconds`` while not stopped.
 
     Attributes:
-        totals: published / republished counts summed over the sweeps this loop ran.
+        totals: published / republished counts summed over the sweeps this loop ran
+            (this process only; every process also adds them to the shared
+            ``sweep:published`` / ``sweep:republished`` counters in Redis).
     """
 
     def __init__(self, app: App, stop: threading.Event, *, use_lock: bool = True) -> None:
@@ -43,6 +46,7 @@ class SweepLoop(threading.Thread):
         self.use_lock = use_lock
         self.totals = {"published": 0, "republished": 0}
         self.lock_key = f"{app.settings.queue_prefix}:relay-lock"
+        self.counters = Counters(app.redis, app.settings.queue_prefix)
 
     def run(self) -> None:
         interval = self.app.settings.relay_sweep_interval_seconds
@@ -58,5 +62,7 @@ class SweepLoop(threading.Thread):
                 continue
             self.totals["published"] += result.published
             self.totals["republished"] += result.republished
+            self.counters.add("sweep:published", result.published)
+            self.counters.add("sweep:republished", result.republished)
             if result.republished:
                 log.warning("relay re-published %d step(s) the queue had lost", result.republished)

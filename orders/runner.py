@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from orders.bootstrap import App
 from orders.faults import FaultMiddleware, FaultSource, FaultStore
+from orders.metrics import Counters
 from orders.relay_loop import SweepLoop
 from orders.steps import queue_name
 from orders.tasks import build_registry, outcome_recorder
@@ -26,6 +27,10 @@ def build_worker(
 ) -> Worker:
     """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
 
+    Injected faults (``orders.faults``) are applied around each handler; applied
+    effects, absorbed duplicates and injected faults are counted in the shared
+    counters (``orders.metrics``).
+
     Args:
         app: the application.
         steps: step names (each is its own queue).
@@ -33,9 +38,19 @@ def build_worker(
         batch_size: jobs leased per fetch per lane (1 keeps slow jobs from holding others).
         grace_seconds: graceful-shutdown budget, seconds.
     """
-    registry = build_registry(app.session_factory, app.settings)
-    faults = FaultMiddleware(FaultSource(FaultStore(app.redis, app.settings.queue_prefix)))
-    return Worker(
+    counters = Counters(app.redis, app.settings.queue_prefix)
+    registry = build_registry(
+        app.session_factory,
+        app.settings,
+        on_result=lambda step, result: counters.add(
+            f"{'duplicate' if result.duplicate else 'applied'}:{step}"
+        ),
+    )
+    faults = FaultMiddleware(
+        FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
+        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+    )
+    worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],
         registry,
@@ -47,6 +62,9 @@ def build_worker(
         middleware=[faults],
         hooks=WorkerHooks(on_outcome=outcome_recorder(app.session_factory)),
     )
+    # A slow injected run stops its heartbeat, so its lease can really expire.
+    faults.stall = lambda ctx: worker.book.drop([ctx.job_id])
+    return worker
 
 
 def run_worker(

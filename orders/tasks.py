@@ -22,7 +22,7 @@ from reliable_queue import (
 from reliable_queue.codec import RecordDecodeError, decode_record
 from reliable_queue.execution import Dead, Outcome, Retry
 from workflows.errors import StepNotFound, SubjectMismatch
-from workflows.tracker import StepRun, mark_step_dead, record_step_failure
+from workflows.tracker import StepResult, StepRun, mark_step_dead, record_step_failure
 from workflows.uow import SessionFactory
 
 log = logging.getLogger("orders.tasks")
@@ -47,10 +47,20 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     )
 
 
+OnResult = Callable[[str, StepResult], None]
+"""Called with ``(step, result)`` after each run that reached the unit of work."""
+
+
 def make_handler(
-    session_factory: SessionFactory, step: str
+    session_factory: SessionFactory, step: str, on_result: OnResult | None = None
 ) -> Callable[[StepPayload, JobContext], str]:
     """The queue handler of one step: effect + completion in one unit of work.
+
+    Args:
+        session_factory: makes the sessions.
+        step: the step this handler serves.
+        on_result: told of every run that committed or was absorbed as a duplicate
+            (``result.duplicate``), e.g. to count them; must not raise.
 
     Raises (to the worker):
         PermanentError: the payload names a step, workflow or order that does not
@@ -75,19 +85,27 @@ def make_handler(
             if getattr(exc, "retryable", False):
                 raise
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+        if on_result is not None:
+            on_result(step, result)
         return result.outcome
 
     return handle
 
 
-def build_registry(session_factory: SessionFactory, settings: Settings) -> TaskRegistry:
-    """A registry with the four step tasks (``orders.stock`` ...)."""
+def build_registry(
+    session_factory: SessionFactory, settings: Settings, on_result: OnResult | None = None
+) -> TaskRegistry:
+    """A registry with the four step tasks (``orders.stock`` ...).
+
+    Args:
+        on_result: see :func:`make_handler`.
+    """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in STEPS:
         registry.add(
             TaskDefinition(
-                task_name(step), make_handler(session_factory, step), StepPayload, policy
+                task_name(step), make_handler(session_factory, step, on_result), StepPayload, policy
             )
         )
     return registry

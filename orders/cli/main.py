@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from orders.cli.chaos import chaos
 from orders.cli.data import load_tpch, place
 from orders.cli.demo import demo
 from orders.cli.dlq import dlq
@@ -23,6 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command()(demo)
+app.command()(chaos)
 app.command("load-tpch")(load_tpch)
 app.command()(place)
 app.command()(worker)

@@ -7,7 +7,15 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from orders.faults import Decision, FaultConfig, decide
+from orders.faults import (
+    Decision,
+    FaultConfig,
+    FaultMiddleware,
+    FaultSource,
+    InjectedFailure,
+    decide,
+)
+from reliable_queue import JobContext
 
 
 def test_no_config_injects_nothing() -> None:
@@ -43,7 +51,89 @@ def test_delay_is_converted_from_milliseconds_to_seconds() -> None:
     assert decide(FaultConfig(delay_ms=250), random.Random(0)).delay_seconds == 0.25
 
 
-@pytest.mark.parametrize("field", ["fail_rate", "crash_rate"])
+@pytest.mark.parametrize("field", ["fail_rate", "crash_rate", "slow_rate"])
 def test_rates_outside_zero_to_one_are_refused(field: str) -> None:
     with pytest.raises(ValidationError):
         FaultConfig(**{field: 1.5})
+
+
+def test_slow_rate_stalls_only_that_share_of_runs() -> None:
+    rng = random.Random(11)
+    config = FaultConfig(slow_rate=0.1, slow_ms=3000)
+    decisions = [decide(config, rng) for _ in range(10_000)]
+    slow = [d for d in decisions if d.slow_seconds]
+    assert 800 < len(slow) < 1200
+    assert {d.slow_seconds for d in slow} == {3.0}
+    assert all(d.delay_seconds == 0 for d in decisions)
+
+
+def test_a_slow_rate_without_a_length_injects_nothing() -> None:
+    assert not FaultConfig(slow_rate=0.5).active
+    assert FaultConfig(slow_rate=0.5, slow_ms=10).active
+
+
+class StaticStore:
+    """A fault store holding fixed configs (the FaultStore protocol, in memory)."""
+
+    def __init__(self, configs: dict[str, FaultConfig]) -> None:
+        self.configs = configs
+        self.claimed: set[str] = set()
+
+    def all(self) -> dict[str, FaultConfig]:
+        return dict(self.configs)
+
+    def claim_crash_once(self, step: str) -> bool:
+        if step in self.claimed:
+            return False
+        self.claimed.add(step)
+        return True
+
+
+def context(queue: str = "points") -> JobContext:
+    return JobContext(
+        job_id="j1",
+        queue=queue,
+        task=f"orders.{queue}",
+        attempt=1,
+        max_attempts=5,
+        lease_token="1:w",
+        fencing_token=1,
+        enqueued_at=0.0,
+        idempotency_key=None,
+    )
+
+
+def middleware(configs: dict[str, FaultConfig], **kw: object) -> FaultMiddleware:
+    return FaultMiddleware(FaultSource(StaticStore(configs)), rng=random.Random(1), **kw)  # type: ignore[arg-type]
+
+
+def test_a_slow_run_gives_up_its_lease_before_stalling_and_is_counted() -> None:
+    events: list[object] = []
+    faults = middleware(
+        {"points": FaultConfig(slow_rate=1.0, slow_ms=1)},
+        stall=lambda ctx: events.append(("stall", ctx.job_id)),
+        on_injected=lambda step, kind: events.append((step, kind)),
+    )
+
+    result = faults(context(), {}, lambda: events.append("handler") or "ok")
+
+    assert result == "ok"
+    assert events == [("points", "slow"), ("stall", "j1"), "handler"]
+
+
+def test_injected_failures_and_the_crash_once_are_counted() -> None:
+    counted: list[tuple[str, str]] = []
+    kills: list[int] = []
+    faults = middleware(
+        {"points": FaultConfig(fail_rate=1.0), "stock": FaultConfig(crash_once=True)},
+        kill=lambda: kills.append(1),
+        on_injected=lambda step, kind: counted.append((step, kind)),
+    )
+
+    with pytest.raises(InjectedFailure):
+        faults(context("points"), {}, lambda: None)
+    faults(context("stock"), {}, lambda: None)
+    faults(context("stock"), {}, lambda: None)
+
+    assert counted == [("points", "fail"), ("stock", "crash")]
+    assert kills == [1]

@@ -1,0 +1,180 @@
+"""The verdict of a chaos run: queue-level checks, faults that really happened, the report.
+
+Everything here is pure: it takes numbers and returns findings, so the rules
+that decide the exit status are unit-tested without processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+QUEUE_DRAINED = "queue_drained"
+NO_ORPHAN_LEASE = "no_orphaned_lease"
+QUIESCENCE = "quiescence"
+
+QUEUE_INVARIANTS: dict[str, str] = {
+    QUEUE_DRAINED: "no job left ready, delayed or active once the run is quiet",
+    NO_ORPHAN_LEASE: "the lease table holds exactly the active jobs",
+    QUIESCENCE: "the system went quiet before the settle timeout",
+}
+"""Queue-level invariant name -> what it states."""
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """One queue's structures after the run.
+
+    Attributes:
+        queue: queue name.
+        ready / delayed / active: jobs in each structure.
+        leases: entries of the lease table.
+        dead: entries of the dead-letter queue.
+    """
+
+    queue: str
+    ready: int
+    delayed: int
+    active: int
+    leases: int
+    dead: int = 0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violated invariant.
+
+    Attributes:
+        invariant: its name (from ``orders.invariants.INVARIANTS`` or
+            :data:`QUEUE_INVARIANTS`).
+        detail: what is wrong.
+        order_id / part_id / queue: what it concerns, when known.
+    """
+
+    invariant: str
+    detail: str
+    order_id: int | None = None
+    part_id: int | None = None
+    queue: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def __str__(self) -> str:
+        if self.order_id is not None:
+            subject = f"order {self.order_id}"
+        elif self.part_id is not None:
+            subject = f"part {self.part_id}"
+        else:
+            subject = f"queue {self.queue}" if self.queue else "run"
+        return f"{self.invariant}: {subject}: {self.detail}"
+
+
+def queue_findings(snapshots: list[QueueSnapshot]) -> list[Finding]:
+    """Queue-level checks after quiescence: drained queues, no orphaned lease.
+
+    Returns:
+        One finding per queue and broken rule.
+    """
+    found = []
+    for s in snapshots:
+        left = {"ready": s.ready, "delayed": s.delayed, "active": s.active}
+        waiting = {k: n for k, n in left.items() if n}
+        if waiting:
+            text = ", ".join(f"{n} {k}" for k, n in waiting.items())
+            found.append(Finding(QUEUE_DRAINED, f"jobs left: {text}", queue=s.queue))
+        if s.leases != s.active:
+            found.append(
+                Finding(
+                    NO_ORPHAN_LEASE,
+                    f"{s.leases} lease(s) for {s.active} active job(s)",
+                    queue=s.queue,
+                )
+            )
+    return found
+
+
+@dataclass(frozen=True)
+class FaultTally:
+    """One kind of fault: whether it was enabled, its setting, and how often it happened.
+
+    Attributes:
+        kind: e.g. ``worker_sigkill``.
+        enabled: the run asked for it.
+        setting: the option that enabled it, in words.
+        count: times it happened.
+        skipped: why it could not be injected at all (e.g. an external Redis).
+    """
+
+    kind: str
+    enabled: bool
+    setting: str
+    count: int
+    skipped: str | None = None
+
+    @property
+    def missing(self) -> bool:
+        """Enabled and possible, yet it never happened: the run proves nothing about it."""
+        return self.enabled and self.skipped is None and self.count == 0
+
+
+def missing_faults(tallies: list[FaultTally]) -> list[Finding]:
+    """A finding per enabled fault kind that never happened."""
+    return [
+        Finding(
+            "fault_happened",
+            f"{t.kind} was enabled ({t.setting}) but never happened",
+        )
+        for t in tallies
+        if t.missing
+    ]
+
+
+@dataclass
+class ChaosReport:
+    """Everything a chaos run measured, and its verdict.
+
+    Attributes:
+        options: the run's settings, for the record.
+        faults: one tally per fault kind.
+        orders: placed / completed / out_of_stock / blocked (in the DLQ with a reason).
+        delivery: handler runs, distinct effects, duplicates absorbed, retries, stale
+            acks refused, reaped, published / re-published by the sweep...
+        timing: chaos window, time to quiescence, throughput.
+        workers: what happened to the worker processes.
+        redis: kills, restarts, AOF bytes cut.
+        findings: every violated invariant (database and queue) and every enabled
+            fault that never happened.
+        invariants: invariant name -> what it states (all that were checked).
+    """
+
+    options: dict[str, Any]
+    faults: list[FaultTally]
+    orders: dict[str, int]
+    delivery: dict[str, Any]
+    timing: dict[str, float]
+    workers: dict[str, int]
+    redis: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+    invariants: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every invariant held and every enabled fault happened."""
+        return not self.findings
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "ok": self.ok,
+            "options": self.options,
+            "faults": [{**t.__dict__, "missing": t.missing} for t in self.faults],
+            "orders": self.orders,
+            "delivery": self.delivery,
+            "timing": self.timing,
+            "workers": self.workers,
+            "redis": self.redis,
+            "findings": [f.as_dict() for f in self.findings],
+            "invariants": self.invariants,
+        }

@@ -1,0 +1,177 @@
+"""The pure rules of a chaos run: schedules, pacing, options, verdicts, AOF cuts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orders.chaos import Periodic, due_orders
+from orders.chaos_pool import lease_holder_pid
+from orders.chaos_redis import AofHistory, aof_tail
+from orders.chaos_report import (
+    NO_ORPHAN_LEASE,
+    QUEUE_DRAINED,
+    FaultTally,
+    QueueSnapshot,
+    missing_faults,
+    queue_findings,
+)
+from orders.chaos_setup import ChaosOptions, handler_faults, worker_env
+
+
+def test_a_schedule_fires_half_a_period_in_then_every_period() -> None:
+    schedule = Periodic(4.0, start=100.0)
+    fired = [t for t in (100.0, 101.9, 102.0, 103.0, 105.9, 106.0, 110.0) if schedule.due(t)]
+    assert fired == [102.0, 106.0, 110.0]
+
+
+def test_a_schedule_does_not_make_up_missed_firings() -> None:
+    schedule = Periodic(1.0, start=0.0)
+    assert schedule.due(10.0)
+    assert not schedule.due(10.2)
+    assert schedule.due(10.5)
+
+
+def test_a_zero_period_never_fires() -> None:
+    schedule = Periodic(0.0, start=0.0)
+    assert not any(schedule.due(t) for t in (0.0, 1.0, 1e9))
+
+
+def test_orders_are_paced_at_the_rate_with_the_first_at_once() -> None:
+    assert due_orders(0, 100, rate=10.0, elapsed=0.0) == 1
+    assert due_orders(1, 100, rate=10.0, elapsed=0.05) == 0
+    assert due_orders(1, 100, rate=10.0, elapsed=1.0) == 10
+    assert due_orders(11, 100, rate=10.0, elapsed=60.0) == 89  # caught up, capped at the total
+
+
+def test_drained_queues_with_matching_leases_pass() -> None:
+    assert queue_findings([QueueSnapshot("stock", 0, 0, 0, 0, dead=3)]) == []
+
+
+def test_jobs_left_behind_and_orphaned_leases_are_findings() -> None:
+    found = queue_findings(
+        [
+            QueueSnapshot("stock", ready=2, delayed=0, active=1, leases=1),
+            QueueSnapshot("points", ready=0, delayed=0, active=0, leases=1),
+        ]
+    )
+    assert [(f.invariant, f.queue) for f in found] == [
+        (QUEUE_DRAINED, "stock"),
+        (NO_ORPHAN_LEASE, "points"),
+    ]
+    assert str(found[0]) == "queue_drained: queue stock: jobs left: 2 ready, 1 active"
+
+
+def test_an_enabled_fault_that_never_happened_is_a_finding() -> None:
+    tallies = [
+        FaultTally("worker_sigkill", True, "every 4s", 3),
+        FaultTally("replay", True, "5 every 2s", 0),
+        FaultTally("slow_handler", False, "-", 0),
+        FaultTally("redis_sigkill", True, "every 15s", 0, skipped="external Redis"),
+    ]
+    found = missing_faults(tallies)
+    assert [f.detail for f in found] == ["replay was enabled (5 every 2s) but never happened"]
+
+
+def test_the_worker_pid_is_read_from_a_lease_token() -> None:
+    assert lease_holder_pid("17:vm:4242:beef") == 4242
+    assert lease_holder_pid("17:-") is None
+
+
+def test_handler_faults_go_to_the_chosen_steps_only() -> None:
+    options = ChaosOptions(
+        fail_rate=0.3,
+        fail_steps=("notification",),
+        slow_rate=0.1,
+        slow_ms=3000,
+        slow_steps=("points",),
+        crash_once_step="logistics",
+    )
+    faults = handler_faults(options)
+    assert set(faults) == {"notification", "points", "logistics"}
+    assert faults["notification"].fail_rate == 0.3 and not faults["notification"].slow_rate
+    assert (faults["points"].slow_rate, faults["points"].slow_ms) == (0.1, 3000)
+    assert faults["logistics"].crash_once and not faults["logistics"].fail_rate
+
+
+def test_no_handler_faults_when_all_are_off() -> None:
+    options = ChaosOptions(fail_rate=0, slow_rate=0, crash_once_step=None)
+    assert handler_faults(options) == {}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"fail_steps": ("shipping",)}, {"appendfsync": "no"}, {"crash_once_step": "x"}, {"rate": 0}],
+)
+def test_bad_options_are_refused(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        ChaosOptions(**bad)
+
+
+def test_everysec_loses_a_second_by_default_and_always_nothing() -> None:
+    assert ChaosOptions(appendfsync="everysec").effective_lose_window == 1.0
+    assert ChaosOptions(appendfsync="always").effective_lose_window == 0.0
+    assert ChaosOptions(appendfsync="always", lose_window=0.5).effective_lose_window == 0.5
+
+
+def test_workers_get_explicit_urls_a_short_lease_and_a_fast_sweep(tmp_path: Path) -> None:
+    env = worker_env(
+        {"PATH": "/bin", "ORDERS_QUEUE_PREFIX": "p"},
+        data_dir=tmp_path,
+        redis_url="unix:///x.sock",
+        database_url="sqlite:///x.db",
+        options=ChaosOptions(lease_seconds=2.0, republish_after=5.0),
+    )
+    assert env["PATH"] == "/bin" and env["ORDERS_QUEUE_PREFIX"] == "p"
+    assert env["ORDERS_REDIS_URL"] == "unix:///x.sock"
+    assert env["ORDERS_DATABASE_URL"] == "sqlite:///x.db"
+    assert env["ORDERS_LEASE_SECONDS"] == "2.0"
+    assert env["ORDERS_RELAY_REPUBLISH_AFTER_SECONDS"] == "5.0"
+
+
+def test_the_aof_tail_is_the_last_incremental_file_of_the_manifest(tmp_path: Path) -> None:
+    folder = tmp_path / "appendonlydir"
+    folder.mkdir()
+    for name in (
+        "appendonly.aof.1.base.rdb",
+        "appendonly.aof.1.incr.aof",
+        "appendonly.aof.2.incr.aof",
+    ):
+        (folder / name).write_bytes(b"")
+    (folder / "appendonly.aof.manifest").write_text(
+        "file appendonly.aof.1.base.rdb seq 1 type b\n"
+        "file appendonly.aof.1.incr.aof seq 1 type h\n"
+        "file appendonly.aof.2.incr.aof seq 2 type i\n"
+    )
+    assert aof_tail(tmp_path) == folder / "appendonly.aof.2.incr.aof"
+
+
+def test_a_single_file_aof_is_its_own_tail(tmp_path: Path) -> None:
+    assert aof_tail(tmp_path) is None
+    (tmp_path / "appendonly.aof").write_bytes(b"*1\r\n")
+    assert aof_tail(tmp_path) == tmp_path / "appendonly.aof"
+
+
+def test_the_aof_is_cut_back_to_its_size_a_window_before_the_crash(tmp_path: Path) -> None:
+    aof = tmp_path / "appendonly.aof"
+    now = [0.0]
+    history = AofHistory(tmp_path, clock=lambda: now[0])
+    for t, size in ((0.0, 100), (0.5, 200), (1.0, 300), (1.5, 400)):
+        now[0] = t
+        aof.write_bytes(b"x" * size)
+        history.sample()
+
+    dropped = history.cut(at=1.6, window=1.0)
+
+    assert dropped == 200  # back to the 200 bytes it had at t=0.5 <= 0.6
+    assert aof.stat().st_size == 200
+
+
+def test_nothing_is_cut_without_a_sample_old_enough(tmp_path: Path) -> None:
+    aof = tmp_path / "appendonly.aof"
+    aof.write_bytes(b"x" * 50)
+    history = AofHistory(tmp_path, clock=lambda: 10.0)
+    history.sample()
+    assert history.cut(at=10.5, window=1.0) == 0
+    assert aof.stat().st_size == 50
