@@ -64,25 +64,23 @@ def fencing_number(token: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
-def execute(
-    job: RawJob,
-    registry: TaskRegistry,
-    *,
-    middleware: Sequence[Middleware] = (),
-    rng: random.Random | None = None,
-) -> Outcome:
-    """Decode, validate and run ``job``; never raises for a handler's exception.
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A decoded, validated job ready for its handler."""
 
-    Args:
-        job: the fetched job.
-        registry: task definitions.
-        middleware: wrappers around the handler call, outermost first.
-        rng: jitter source for the retry backoff.
+    job: RawJob
+    definition: TaskDefinition
+    payload: Any
+    ctx: JobContext
+    max_attempts: int
+
+
+def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
+    """Decode the record, find the task and validate the payload.
 
     Returns:
-        :class:`Succeeded`, :class:`Retry` or :class:`Dead`.
-        ``BaseException`` subclasses that are not ``Exception`` (SystemExit,
-        KeyboardInterrupt) propagate.
+        :class:`Prepared`, or a :class:`Dead` outcome (``invalid_payload`` or
+        ``unknown_task``) — a bad job never raises out of here.
     """
     lease = job.lease
     try:
@@ -108,16 +106,97 @@ def execute(
         enqueued_at=record.enqueued_at_ms / 1000.0,
         idempotency_key=record.idempotency_key,
     )
+    return Prepared(job, definition, payload, ctx, record.max_attempts)
+
+
+def outcome_of(
+    item: Prepared, error: BaseException | None, trace: str, rng: random.Random | None
+) -> Outcome:
+    """The outcome of a run that returned (``error`` None) or raised ``error``."""
+    lease = item.job.lease
+    if error is None:
+        return Succeeded(lease)
+    if isinstance(error, PermanentError):
+        return Dead(lease, "error", _describe(error), trace)
+    if should_retry(item.job.attempt, item.max_attempts):
+        return Retry(
+            lease, item.definition.retry.backoff(item.job.attempt, rng), _describe(error), trace
+        )
+    return Dead(lease, "retries_exhausted", _describe(error), trace)
+
+
+def execute(
+    job: RawJob,
+    registry: TaskRegistry,
+    *,
+    middleware: Sequence[Middleware] = (),
+    rng: random.Random | None = None,
+) -> Outcome:
+    """Decode, validate and run ``job``; never raises for a handler's exception.
+
+    Args:
+        job: the fetched job.
+        registry: task definitions.
+        middleware: wrappers around the handler call, outermost first.
+        rng: jitter source for the retry backoff.
+
+    Returns:
+        :class:`Succeeded`, :class:`Retry` or :class:`Dead`.
+        ``BaseException`` subclasses that are not ``Exception`` (SystemExit,
+        KeyboardInterrupt) propagate.
+    """
+    item = prepare(job, registry)
+    if isinstance(item, Dead):
+        return item
+    if item.definition.batch:
+        return run_batch([item], rng)[0]
+    return run_prepared(item, middleware=middleware, rng=rng)
+
+
+def run_prepared(
+    item: Prepared, *, middleware: Sequence[Middleware] = (), rng: random.Random | None = None
+) -> Outcome:
+    """Run one prepared job of a single-job task through its middleware and handler."""
     try:
-        _call(definition, payload, ctx, middleware)
-    except PermanentError as exc:
-        return Dead(lease, "error", _describe(exc), tb.format_exc())
-    except Exception as exc:  # an ordinary failure: retry per policy
-        if should_retry(job.attempt, record.max_attempts):
-            delay = definition.retry.backoff(job.attempt, rng)
-            return Retry(lease, delay, _describe(exc), tb.format_exc())
-        return Dead(lease, "retries_exhausted", _describe(exc), tb.format_exc())
-    return Succeeded(lease)
+        _call(item.definition, item.payload, item.ctx, middleware)
+    except Exception as exc:  # an ordinary failure: retry per policy (or DLQ if permanent)
+        return outcome_of(item, exc, tb.format_exc(), rng)
+    return outcome_of(item, None, "", rng)
+
+
+def run_batch(items: Sequence[Prepared], rng: random.Random | None = None) -> list[Outcome]:
+    """Run prepared jobs of ONE batch task through a single handler call.
+
+    The handler returns one entry per item (None or the item's exception). If the
+    handler itself raises, every item gets that exception (and is retried per policy).
+
+    Raises:
+        ValueError: the items are not all of one batch task.
+    """
+    if not items:
+        return []
+    definition = items[0].definition
+    if not definition.batch or any(i.definition is not definition for i in items):
+        raise ValueError("run_batch takes jobs of one batch task")
+    try:
+        results = list(definition.handler([(i.payload, i.ctx) for i in items]))  # type: ignore[arg-type]
+        trace = ""
+        if len(results) != len(items):
+            raise RuntimeError(
+                f"batch handler returned {len(results)} results for {len(items)} jobs"
+            )
+    except Exception as exc:
+        results, trace = [exc] * len(items), tb.format_exc()
+    return [
+        outcome_of(item, err, trace or _trace_of(err), rng)
+        for item, err in zip(items, results, strict=True)
+    ]
+
+
+def _trace_of(error: BaseException | None) -> str:
+    if error is None or error.__traceback__ is None:
+        return ""
+    return "".join(tb.format_exception(error))
 
 
 def _call(

@@ -13,6 +13,9 @@ from .job import JobContext
 from .policy import RetryPolicy
 
 Handler = Callable[[Any, JobContext], Any]
+#: A batch handler takes ``[(payload, ctx), ...]`` and returns one entry per item:
+#: None for success, or the exception that item failed with.
+BatchHandler = Callable[[list[tuple[Any, JobContext]]], list[BaseException | None]]
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,16 @@ class TaskDefinition:
             (or the raw JSON value when ``model`` is None).
         model: pydantic model checked at enqueue and again at fetch.
         retry: retry policy for ordinary exceptions.
+        batch: when True, ``handler`` is a :data:`BatchHandler` called once with
+            every job of this task in a fetched batch (e.g. to handle them in one
+            database transaction); middleware does not wrap batch handlers.
     """
 
     name: str
-    handler: Handler
+    handler: Handler | BatchHandler
     model: type[BaseModel] | None
     retry: RetryPolicy
+    batch: bool = False
 
     def validate(self, payload: Any) -> Any:
         """Parse a JSON payload into the task's model.
@@ -57,15 +64,17 @@ class TaskRegistry:
         *,
         model: type[BaseModel] | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Callable[[Handler], Handler]:
-        """Decorator registering ``handler(payload, ctx)`` under ``name``.
+        batch: bool = False,
+    ) -> Callable[[Any], Any]:
+        """Decorator registering ``handler(payload, ctx)`` under ``name``
+        (or, with ``batch=True``, ``handler([(payload, ctx), ...]) -> [error | None]``).
 
         Raises:
             ValueError: if ``name`` is already registered.
         """
 
-        def register(handler: Handler) -> Handler:
-            self.add(TaskDefinition(name, handler, model, retry or RetryPolicy()))
+        def register(handler: Any) -> Any:
+            self.add(TaskDefinition(name, handler, model, retry or RetryPolicy(), batch))
             return handler
 
         return register

@@ -24,7 +24,17 @@ from typing import Any
 import redis
 
 from .errors import QueueConnectionError
-from .execution import Dead, Middleware, Outcome, Retry, Succeeded, execute
+from .execution import (
+    Dead,
+    Middleware,
+    Outcome,
+    Prepared,
+    Retry,
+    Succeeded,
+    prepare,
+    run_batch,
+    run_prepared,
+)
 from .heartbeat import Heartbeat, LeaseBook
 from .job import RawJob
 from .queue import Queue, _split
@@ -211,6 +221,21 @@ class Worker:
 
     # ------------------------------------------------------------------- lanes
     def _lane(self, queue: Queue) -> None:
+        """A lane never dies of a bug in a hook or the library: it logs and goes on.
+
+        Jobs it held when the error struck keep their leases until they expire
+        and are reaped, so nothing is lost.
+        """
+        while True:
+            try:
+                self._lane_loop(queue)
+                return
+            except Exception:
+                log.exception("lane of queue %s failed; restarting it in 1 s", queue.name)
+                if self.stopping.wait(1.0):
+                    return
+
+    def _lane_loop(self, queue: Queue) -> None:
         pending: list[Call] = []
         backoff = 0.05
         while True:
@@ -258,18 +283,50 @@ class Worker:
 
     def _run_batch(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
         self.book.add(queue, [j.lease for j in jobs])
+        try:
+            return self._run_held(queue, jobs)
+        finally:
+            # settled in the next round trip, or (after an unexpected error) left to
+            # expire and be reaped: either way the heartbeat must stop extending them
+            self.book.drop([j.job_id for j in jobs])
+
+    def _run_held(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
         if self.hooks.after_fetch:
             self.hooks.after_fetch(jobs)
+        outcomes: list[tuple[RawJob, Outcome]] = []
+        batched: dict[str, list[Prepared]] = {}
+        released: list[RawJob] = []
+        for job in jobs:
+            if self.stopping.is_set():
+                released.append(job)
+                continue
+            item = prepare(job, self.registry)
+            if isinstance(item, Prepared) and item.definition.batch:
+                batched.setdefault(item.definition.name, []).append(item)
+                continue
+            self.book.start(job.job_id)
+            if isinstance(item, Prepared):
+                outcome = run_prepared(item, middleware=self.middleware, rng=self.rng)
+            else:
+                outcome = item
+            outcomes.append((job, outcome))
+        for items in batched.values():
+            if self.stopping.is_set():
+                released.extend(i.job for i in items)
+                continue
+            for i in items:
+                self.book.start(i.job.job_id)
+            outcomes.extend(zip([i.job for i in items], run_batch(items, self.rng), strict=True))
+        calls = self._settlements(queue, outcomes)
+        if released:
+            calls.append(queue.release_call([j.lease for j in released]))
+            self.counters.add("released", len(released))
+        return calls
+
+    def _settlements(self, queue: Queue, outcomes: list[tuple[RawJob, Outcome]]) -> list[Call]:
         acks = []
         calls: list[Call] = []
-        for i, job in enumerate(jobs):
-            if self.stopping.is_set():
-                rest = jobs[i:]
-                calls.append(queue.release_call([j.lease for j in rest]))
-                self.counters.add("released", len(rest))
-                break
-            self.book.start(job.job_id)
-            outcome = execute(job, self.registry, middleware=self.middleware, rng=self.rng)
+        for job, outcome in outcomes:
             self._log_outcome(job, outcome)
             if self.hooks.on_outcome is not None:
                 try:
@@ -279,24 +336,13 @@ class Worker:
             if isinstance(outcome, Succeeded):
                 acks.append(outcome.lease)
             elif isinstance(outcome, Retry):
-                calls.append(
-                    queue.nack_call(
-                        outcome.lease,
-                        outcome.delay,
-                        queue.failure_info("retry", outcome.error, outcome.traceback),
-                    )
-                )
+                info = queue.failure_info("retry", outcome.error, outcome.traceback)
+                calls.append(queue.nack_call(outcome.lease, outcome.delay, info))
             else:
-                calls.append(
-                    queue.dead_call(
-                        outcome.lease,
-                        outcome.reason,
-                        queue.failure_info(outcome.reason, outcome.error, outcome.traceback),
-                    )
-                )
+                info = queue.failure_info(outcome.reason, outcome.error, outcome.traceback)
+                calls.append(queue.dead_call(outcome.lease, outcome.reason, info))
         if acks:
             calls.insert(0, queue.ack_call(acks))
-        self.book.drop([j.job_id for j in jobs])
         return calls
 
     def _log_outcome(self, job: RawJob, outcome: Outcome) -> None:
