@@ -9,16 +9,17 @@ the database in step with the queue's retries and dead letters.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from orders.batch_effects import BATCH_EFFECTS, complete_orders
 from orders.effects import EFFECTS
 from orders.errors import OrderNotFound
 from orders.models import Order, OrderStatus
-from workflows import tracker
+from workflows import batch_tracker, tracker
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound
 from workflows.models import Workflow, WorkflowStep
@@ -30,6 +31,7 @@ __all__ = [
     "StepResult",
     "StepRun",
     "handle_step",
+    "handle_steps",
     "mark_step_dead",
     "record_step_failure",
 ]
@@ -112,6 +114,37 @@ def handle_step(
         on_workflow_done=_complete_order,
         clock=clock,
         conflict_attempts=conflict_attempts,
+    )
+
+
+def handle_steps(
+    session_factory: SessionFactory,
+    runs: Sequence[StepRun],
+    *,
+    clock: Callable[[], datetime] = utcnow,
+) -> list[StepResult | Exception]:
+    """Apply a batch of deliveries of ONE order step in one transaction, set-based.
+
+    Same guarantees as :func:`handle_step` per delivery (see
+    :mod:`workflows.batch_tracker`); each run's ``subject_id`` is its order id.
+
+    Returns:
+        Per run, in order: a ``StepResult`` (``duplicate`` for an absorbed
+        redelivery, including a second copy inside the batch) or that run's own
+        error (``StepNotFound``, ``SubjectMismatch``).
+
+    Raises:
+        StepNotFound: the step has no batch effect.
+        ConcurrencyConflict / sqlalchemy errors: the whole batch failed, nothing
+            committed (the caller may retry it, or run the deliveries one by one).
+    """
+    if not runs:
+        return []
+    effect = BATCH_EFFECTS.get(runs[0].step)
+    if effect is None:
+        raise StepNotFound(f"no handler for step {runs[0].step!r}")
+    return batch_tracker.run_steps(
+        session_factory, runs, effect, on_workflows_done=complete_orders, clock=clock
     )
 
 
