@@ -60,7 +60,7 @@ def test_delayed_job_wakes_a_blocked_worker_by_its_due_time(redis_client, key_pr
         queue.enqueue("t", {}, delay=0.5)
         wait_until(lambda: ran, timeout=5)
 
-    assert due - 0.01 <= ran[0] <= due + 0.25
+    assert due - 0.01 <= ran[0] <= due + 0.4  # well inside the 2 s block it interrupted
 
 
 def test_heartbeat_keeps_a_long_job_alive_past_its_lease(redis_client, key_prefix, registry):
@@ -148,7 +148,7 @@ def test_delayed_job_runs_once_not_before_its_time_with_three_workers(
         time.sleep(0.5)  # room for a second (wrong) run to show up
 
     assert len(ran) == 1
-    assert due <= ran[0] <= due + 0.25
+    assert due <= ran[0] <= due + 0.4
     assert stats(queue).counters["succeeded"] == 1
 
 
@@ -285,4 +285,4 @@ def test_retry_backoff_is_honoured_by_the_worker(redis_client, key_prefix, regis
         wait_until(lambda: explain(queue, job_id).state == "done")
 
     gaps = [b - a for a, b in zip(ran, ran[1:], strict=False)]
-    assert 0.29 <= gaps[0] <= 0.45 and 0.59 <= gaps[1] <= 0.75
+    assert 0.29 <= gaps[0] <= 0.6 and 0.59 <= gaps[1] <= 0.9
