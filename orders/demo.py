@@ -41,6 +41,7 @@ class DemoOptions:
             (those orders end blocked with their step in the DLQ).
         source: ``tpch`` or ``random``.
         concurrency: lanes per worker process.
+        batch_size: jobs fetched per lane; above 1 a batch is handled in one transaction.
         timeout: seconds to wait for quiescence before giving up.
         rate: orders placed per second (None: as fast as possible).
     """
@@ -52,6 +53,7 @@ class DemoOptions:
     concurrency: int = 2
     timeout: float = 300.0
     rate: float | None = None
+    batch_size: int = 20
 
 
 @dataclass
@@ -213,6 +215,7 @@ def run_demo(
             env=worker_env,
             log_path=log_dir / f"worker-{step}.log",
             concurrency=options.concurrency,
+            extra=["--batch-size", str(options.batch_size)],
         )
         for step in STEPS
     ]
@@ -236,6 +239,7 @@ def run_demo(
                     env=worker_env,
                     log_path=log_dir / f"worker-{step}.log",
                     concurrency=options.concurrency,
+                    extra=["--batch-size", str(options.batch_size)],
                 )
             time.sleep(0.5)
         duration = time.monotonic() - started

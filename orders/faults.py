@@ -202,6 +202,23 @@ class FaultMiddleware:
         self.on_injected = on_injected
 
     def __call__(self, ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
+        decision, config = self.before(ctx)
+        result = call_next()
+        self.after(ctx, decision, config)
+        return result
+
+    def before(self, ctx: JobContext) -> tuple[Decision, FaultConfig | None]:
+        """Roll the dice for one run and apply what comes before the effect.
+
+        Sleeps for a slow or delayed run; raises for an injected failure.
+
+        Returns:
+            The decision and the config it came from, for :meth:`after`.
+
+        Raises:
+            InjectedFailure: a transient injected failure.
+            PermanentError: a permanent injected failure.
+        """
         step = self.step_of(ctx)
         config = self.source.get(step)
         decision = decide(config, self.rng)
@@ -215,14 +232,17 @@ class FaultMiddleware:
             self.on_injected(step, "fail")
             message = f"injected failure on step {step} (attempt {ctx.attempt})"
             raise PermanentError(message) if decision.permanent else InjectedFailure(message)
-        result = call_next()
+        return decision, config
+
+    def after(self, ctx: JobContext, decision: Decision, config: FaultConfig | None) -> None:
+        """After the effect committed, before the ack: crash the process if decided."""
+        step = self.step_of(ctx)
         crash_once = (
             config is not None and config.crash_once and self.source.store.claim_crash_once(step)
         )
         if decision.crash_after or crash_once:
             self.on_injected(step, "crash")
             self.kill()
-        return result
 
 
 def describe(configs: dict[str, FaultConfig]) -> dict[str, dict[str, Any]]:

@@ -35,20 +35,24 @@ def build_worker(
         app: the application.
         steps: step names (each is its own queue).
         concurrency: lanes (threads) per step.
-        batch_size: jobs leased per fetch per lane (1 keeps slow jobs from holding others).
+        batch_size: jobs leased per fetch per lane. Above 1, each fetched batch of a
+            step is handled in one database transaction (``orders.handlers.handle_steps``);
+            1 runs one delivery per transaction and keeps slow jobs from holding others.
         grace_seconds: graceful-shutdown budget, seconds.
     """
     counters = Counters(app.redis, app.settings.queue_prefix)
+    faults = FaultMiddleware(
+        FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
+        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+    )
     registry = build_registry(
         app.session_factory,
         app.settings,
         on_result=lambda step, result: counters.add(
             f"{'duplicate' if result.duplicate else 'applied'}:{step}"
         ),
-    )
-    faults = FaultMiddleware(
-        FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
-        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+        batch=batch_size > 1,
+        faults=faults,
     )
     worker = Worker(
         app.redis,

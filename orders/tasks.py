@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orders import handlers
 from orders.errors import OrdersError
+from orders.faults import FaultMiddleware
 from orders.settings import Settings
 from orders.steps import STEPS, task_name
 from reliable_queue import (
@@ -92,22 +93,111 @@ def make_handler(
     return handle
 
 
+def _as_job_error(exc: Exception) -> Exception:
+    """Errors marked not retryable (unknown step, workflow or order) become permanent."""
+    if isinstance(exc, StepNotFound | SubjectMismatch | OrdersError) and not getattr(
+        exc, "retryable", False
+    ):
+        return PermanentError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def make_batch_handler(
+    session_factory: SessionFactory,
+    step: str,
+    on_result: OnResult | None = None,
+    faults: FaultMiddleware | None = None,
+) -> Callable[[list[tuple[StepPayload, JobContext]]], list[BaseException | None]]:
+    """The batch handler of one step: every delivery of a fetched batch in one transaction.
+
+    Injected faults are applied per delivery (a failed one is left out of the
+    batch; a crash comes after the batch committed, before the acks). If the
+    batch transaction fails as a whole, its deliveries are run one by one, so a
+    single bad delivery cannot fail its neighbours.
+
+    Returns (to the worker): per delivery, None or its error (``PermanentError``
+    for deliveries naming no known step, workflow or order).
+    """
+
+    def handle(items: list[tuple[StepPayload, JobContext]]) -> list[BaseException | None]:
+        errors: list[BaseException | None] = [None] * len(items)
+        runs: list[StepRun] = []
+        positions: list[int] = []
+        decided = []
+        for i, (payload, ctx) in enumerate(items):
+            if payload.step != step:
+                errors[i] = PermanentError(f"job for step {payload.step!r} arrived on {step!r}")
+                continue
+            if faults is not None:
+                try:
+                    decided.append((ctx, *faults.before(ctx)))
+                except Exception as exc:
+                    errors[i] = exc
+                    continue
+            runs.append(
+                StepRun(
+                    payload.workflow_id,
+                    step,
+                    payload.order_id,
+                    ctx.attempt,
+                    ctx.job_id,
+                    ctx.fencing_token,
+                )
+            )
+            positions.append(i)
+        results: list[StepResult | Exception]
+        try:
+            results = handlers.handle_steps(session_factory, runs)
+        except Exception as exc:
+            log.warning(
+                "batch of %d %s deliveries failed (%s); running them one by one",
+                len(runs),
+                step,
+                exc,
+            )
+            results = []
+            for run in runs:
+                try:
+                    results.append(handlers.handle_step(session_factory, run))
+                except Exception as one:
+                    results.append(one)
+        for i, result in zip(positions, results, strict=True):
+            if isinstance(result, Exception):
+                errors[i] = _as_job_error(result)
+            elif on_result is not None:
+                on_result(step, result)
+        for ctx, decision, config in decided:
+            faults.after(ctx, decision, config)  # type: ignore[union-attr]
+        return errors
+
+    return handle
+
+
 def build_registry(
-    session_factory: SessionFactory, settings: Settings, on_result: OnResult | None = None
+    session_factory: SessionFactory,
+    settings: Settings,
+    on_result: OnResult | None = None,
+    *,
+    batch: bool = False,
+    faults: FaultMiddleware | None = None,
 ) -> TaskRegistry:
     """A registry with the four step tasks (``orders.stock`` ...).
 
     Args:
         on_result: see :func:`make_handler`.
+        batch: register batch handlers (:func:`make_batch_handler`) that take a
+            fetched batch in one transaction; else one delivery per call.
+        faults: with ``batch``, the injected faults the batch handlers apply per
+            delivery (single-delivery handlers get them as worker middleware).
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in STEPS:
-        registry.add(
-            TaskDefinition(
-                task_name(step), make_handler(session_factory, step, on_result), StepPayload, policy
-            )
-        )
+        if batch:
+            handler = make_batch_handler(session_factory, step, on_result, faults)
+        else:
+            handler = make_handler(session_factory, step, on_result)
+        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batch))
     return registry
 
 

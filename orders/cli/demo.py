@@ -118,6 +118,10 @@ def demo(
         float | None, typer.Option(min=1.0, help="Orders placed per second (default: unpaced).")
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")] = 2,
+    batch_size: Annotated[
+        int,
+        typer.Option(min=1, max=1000, help="Jobs per fetch; above 1 a batch is one transaction."),
+    ] = 20,
     timeout: Annotated[
         float, typer.Option(min=1.0, help="Seconds to wait for quiescence.")
     ] = 300.0,
@@ -135,7 +139,9 @@ def demo(
         raise typer.BadParameter("use tpch or random", param_hint="--source")
     app = make_app(auto_migrate=True)
     _ensure_tpch(app)
-    options = DemoOptions(orders, fail_rate, permanent_rate, source, concurrency, timeout, rate)
+    options = DemoOptions(
+        orders, fail_rate, permanent_rate, source, concurrency, timeout, rate, batch_size=batch_size
+    )
     with Live(console=console, refresh_per_second=4, transient=as_json) as live:
         report = run_demo(
             app,
