@@ -33,6 +33,7 @@ def peers(
     latency_rate: Annotated[float, typer.Option(help="offered load, jobs/s")] = 1000.0,
     latency_seconds: Annotated[float, typer.Option(help="latency run, seconds (0: skip)")] = 20.0,
     latency_peers: Annotated[int, typer.Option(help="fastest peers also timed")] = 2,
+    repeat: Annotated[int, typer.Option(help="runs per variant; best kept")] = 1,
     save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>.json")] = True,
 ) -> None:
     """Every library: enqueue and drain N no-op jobs (default and tuned), then latency."""
@@ -44,7 +45,9 @@ def peers(
         raise typer.BadParameter(f"unknown libraries: {unknown}; known: {list(MODULES)}")
     names = tuple(sorted(names, key=lambda x: x != "orderflow"))
     rows = run_peers(
-        PeerOptions(names, n, drain_timeout, latency_rate, latency_seconds, latency_peers)
+        PeerOptions(
+            names, n, drain_timeout, latency_rate, latency_seconds, latency_peers, repeat=repeat
+        )
     )
     report.show(report.peers_table(rows), report.latency_table(rows))
     if save:

@@ -34,6 +34,7 @@ class PeerOptions:
         latency_seconds: length of the latency run, seconds.
         latency_peers: fastest peers (by drain rate) that also get the latency run.
         log_dir: where worker logs go.
+        repeat: runs per variant; the best enqueue and the best drain are kept.
     """
 
     libraries: tuple[str, ...]
@@ -43,6 +44,7 @@ class PeerOptions:
     latency_seconds: float = 20.0
     latency_peers: int = 2
     log_dir: Path = Path("/tmp/bench-logs")
+    repeat: int = 1
 
 
 def environment(server: RedisServer) -> dict[str, Any]:
@@ -70,28 +72,37 @@ def drain_once(
     client: redis.Redis,
 ) -> dict[str, Any]:
     """Flush, enqueue ``n`` jobs with a fresh producer, then time one worker draining them."""
-    server.flush()
-    producer = peer.producer(server.url)
-    try:
-        enqueue = producer.enqueue_bulk if bulk else producer.enqueue
-        seconds = timed(lambda: enqueue(opts.n))
-    finally:
-        producer.close()
-    queued = peer.remaining(client)
     argv, described = peer.worker(tuned)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     logfile = opts.log_dir / f"{peer.name}-{'tuned' if tuned else 'default'}.log"
-    proc = start_process(argv, worker_env(server), logfile)
-    try:
-        drain = time_drain(
-            lambda: peer.remaining(client),
-            queued,
-            timeout=opts.drain_timeout,
-            alive=lambda: proc.poll() is None,
-        )
-    finally:
-        stop_process(proc)
+    load_before = os.getloadavg()[0]
+    seconds, drain, queued = float("inf"), None, 0
+    for _ in range(opts.repeat):  # best of `repeat`: other load on the machine only slows
+        server.flush()
+        producer = peer.producer(server.url)
+        try:
+            enqueue = producer.enqueue_bulk if bulk else producer.enqueue
+            seconds = min(seconds, timed(lambda: enqueue(opts.n)))  # noqa: B023
+        finally:
+            producer.close()
+        queued = peer.remaining(client)
+        proc = start_process(argv, worker_env(server), logfile)
+        try:
+            one = time_drain(
+                lambda: peer.remaining(client),
+                queued,
+                timeout=opts.drain_timeout,
+                alive=lambda: proc.poll() is None,  # noqa: B023
+            )
+        finally:
+            stop_process(proc)
+        if drain is None or one.rate > drain.rate:
+            drain = one
+    assert drain is not None
     return {
+        "repeat": opts.repeat,
+        "loadavg_1m_before": round(load_before, 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
         "enqueue_rate": round(opts.n / seconds, 1),
         "enqueue_seconds": round(seconds, 3),
         "queued_seen": queued,
@@ -188,6 +199,7 @@ def run_latency(
         "p99_ms": round(percentile(values, 99), 3),
         "max_ms": round(values[-1], 3) if values else None,
         "worker": described,
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
         **env,
     }
 
