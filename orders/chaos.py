@@ -549,7 +549,7 @@ class ChaosRun:
                 "redriven": redriven,
             },
             delivery={
-                "handler_runs": total(counters, "applied") + total(counters, "duplicate"),
+                "deliveries": total(counters, "applied") + total(counters, "duplicate"),
                 "distinct_effects": sum(distinct.values()),
                 "duplicates_absorbed": total(counters, "duplicate"),
                 "retries": queue_total("retried"),

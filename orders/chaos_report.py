@@ -139,8 +139,11 @@ class ChaosReport:
         options: the run's settings, for the record.
         faults: one tally per fault kind.
         orders: placed / completed / out_of_stock / blocked (in the DLQ with a reason).
-        delivery: handler runs, distinct effects, duplicates absorbed, retries, stale
-            acks refused, reaped, published / re-published by the sweep...
+        delivery: ``deliveries`` (handler runs that reached the unit of work: effects
+            applied plus duplicates absorbed; runs failed by an injected fault before
+            the effect are counted as retries), ``distinct_effects`` (steps done in
+            the database), ``duplicates_absorbed``, retries, stale acks refused,
+            reaped, steps published / re-published by the relay sweep...
         timing: chaos window, time to quiescence, throughput.
         workers: what happened to the worker processes.
         redis: kills, restarts, AOF bytes cut.
