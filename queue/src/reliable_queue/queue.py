@@ -199,9 +199,11 @@ class Queue:
     def parse_fetch(self, reply: Sequence[Any]) -> FetchResult:
         """Turn a fetch script reply into a :class:`FetchResult`."""
         wait_ms, reaped, more = int(reply[0]), int(reply[1]), bool(int(reply[2]))
+        name, items = self.name, iter(reply[3:])
+        # replies are bytes (the client may not decode); ids and tokens are ASCII
         jobs = [
-            RawJob(self.name, _text(reply[i]), _text(reply[i + 1]), int(reply[i + 2]), reply[i + 3])
-            for i in range(3, len(reply), 4)
+            RawJob(name, job_id.decode(), token.decode(), int(attempt), record)
+            for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
         ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
         return FetchResult(jobs, wait, reaped, more)

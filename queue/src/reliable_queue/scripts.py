@@ -74,7 +74,17 @@ class ScriptRunner:
             QueueConnectionError: Redis unreachable or the connection dropped.
             redis.ResponseError: the script itself failed (a bug, not a condition).
         """
-        return self.run_many([Call(name, keys, args)])[0]
+        # One script needs no pipeline: a plain EVALSHA saves redis-py's pipeline set-up,
+        # a third of a single enqueue's client time.
+        sha = self.sha(name)
+        try:
+            try:
+                return self._client.evalsha(sha, len(keys), *keys, *args)
+            except NoScriptError:
+                self._load({name})
+                return self._client.evalsha(sha, len(keys), *keys, *args)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise QueueConnectionError(f"Redis command failed: {exc}") from exc
 
     def run_many(
         self, calls: Sequence[Call], extra: Sequence[tuple[str, tuple[Any, ...]]] = ()

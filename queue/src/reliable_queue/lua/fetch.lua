@@ -65,15 +65,20 @@ if not ids then
   return out
 end
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+-- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
+local counts = redis.call('HMGET', K_ATTEMPTS, unpack(ids))
 local seq = redis.call('INCRBY', K_SEQ, #ids) - #ids
 local deadline = now + lease_ms
-local zargs, hargs, orphans = {}, {}, 0
+local zargs, hargs, aargs, orphans, counted = {}, {}, {}, 0, {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
   if rec then
     seq = seq + 1
     local token = seq .. ':' .. worker
-    local att = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
+    local att = (counted[id] or tonumber(counts[i]) or 0) + 1  -- counted: an id twice in a batch
+    counted[id] = att
+    aargs[#aargs + 1] = id
+    aargs[#aargs + 1] = att
     zargs[#zargs + 1] = deadline
     zargs[#zargs + 1] = id
     hargs[#hargs + 1] = id
@@ -90,6 +95,7 @@ end
 if #zargs > 0 then
   redis.call('ZADD', K_ACTIVE, unpack(zargs))
   redis.call('HSET', K_LEASES, unpack(hargs))
+  redis.call('HSET', K_ATTEMPTS, unpack(aargs))
 end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
 return out
