@@ -12,7 +12,7 @@ from orders.metrics import Counters
 from orders.relay_loop import SweepLoop
 from orders.steps import queue_name
 from orders.tasks import build_registry, outcome_recorder
-from reliable_queue import Worker, WorkerHooks
+from reliable_queue import Lease, Worker, WorkerHooks
 
 log = logging.getLogger("orders.worker")
 
@@ -67,7 +67,7 @@ def build_worker(
         hooks=WorkerHooks(on_outcome=outcome_recorder(app.session_factory)),
     )
     # A slow injected run stops its heartbeat, so its lease can really expire.
-    faults.stall = lambda ctx: worker.book.drop([ctx.job_id])
+    faults.stall = lambda ctx: worker.book.drop([Lease(ctx.job_id, ctx.lease_token)])
     return worker
 
 

@@ -46,12 +46,19 @@ class LeaseBook:
             if held is not None:
                 held.started = True
 
-    def drop(self, job_ids: list[str]) -> None:
-        """Forget jobs that are settled (or about to be, in the next round trip)."""
+    def drop(self, leases: list[Lease]) -> None:
+        """Forget jobs that are settled (or about to be, in the next round trip).
+
+        Only the entry holding that very lease is removed: if the job was reaped and
+        fetched again by another lane of this process, its newer lease stays held
+        (and heartbeated).
+        """
         with self._lock:
-            for job_id in job_ids:
-                self._held.pop(job_id, None)
-                self.lost.discard(job_id)
+            for lease in leases:
+                held = self._held.get(lease.job_id)
+                if held is not None and held.lease.token == lease.token:
+                    del self._held[lease.job_id]
+                    self.lost.discard(lease.job_id)
 
     def snapshot(self) -> list[Held]:
         """A copy of everything held now."""

@@ -288,7 +288,7 @@ class Worker:
         finally:
             # settled in the next round trip, or (after an unexpected error) left to
             # expire and be reaped: either way the heartbeat must stop extending them
-            self.book.drop([j.job_id for j in jobs])
+            self.book.drop([j.lease for j in jobs])
 
     def _run_held(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
         if self.hooks.after_fetch:
