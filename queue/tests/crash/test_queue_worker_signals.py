@@ -47,9 +47,9 @@ def test_second_signal_exits_at_once_and_the_lease_is_reaped_later(
     proc.send_signal(signal.SIGTERM)
 
     assert proc.wait(timeout=5) == 128 + signal.SIGTERM
-    assert time.monotonic() - sent < 1.0
+    assert time.monotonic() - sent < 3.0  # not the 10 s grace: at once, allowing a loaded machine
     assert explain(queue, job_id).state == "active" and effects(effects_db) == []
-    job = wait_until(lambda: queue.fetch(1).jobs, timeout=3)[0]
+    job = wait_until(lambda: queue.fetch(1).jobs, timeout=10)[0]
     assert (job.job_id, job.attempt) == (job_id, 2)
 
 
@@ -67,7 +67,7 @@ def test_jobs_still_running_after_the_grace_period_are_handed_back(
     sent = time.monotonic()
 
     assert proc.wait(timeout=5) == 0
-    assert time.monotonic() - sent < 2.5
+    assert time.monotonic() - sent < 4.5  # grace 0.5 s, well before the 5 s job ends
     started = explain(queue, slow)
     assert (started.state, started.attempts) == ("ready", 1)
     assert "shut down" in started.last_failure["error"]
