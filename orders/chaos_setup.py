@@ -6,11 +6,14 @@
 the shared counters and writes the handler faults. Every worker process gets
 the same explicit URLs (:func:`worker_env`), so only the chaos driver ever
 starts the embedded server: a restart after a crash cannot race a worker.
+On an external Redis without ``ORDERS_QUEUE_PREFIX`` the run's keys get a
+prefix of their own (``chaos-<hex>``), left in place afterwards.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -212,10 +215,14 @@ def prepare(options: ChaosOptions, base_env: Mapping[str, str], data_dir: Path) 
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "logs").mkdir(exist_ok=True)
     server = None
+    base_env = dict(base_env)
     redis_url = base_env.get("ORDERS_REDIS_URL") or None
     if redis_url is None:
         server = EmbeddedRedis(data_dir, appendfsync=options.appendfsync)  # type: ignore[arg-type]
         redis_url = server.ensure_running()
+    elif not base_env.get("ORDERS_QUEUE_PREFIX"):
+        # A shared server: keep the run's keys apart from an application's.
+        base_env["ORDERS_QUEUE_PREFIX"] = f"chaos-{secrets.token_hex(4)}"
     database_url = base_env.get("ORDERS_DATABASE_URL") or (
         Settings(data_dir=data_dir, database_url=None).resolved_database_url()
     )

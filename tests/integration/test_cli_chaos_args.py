@@ -1,0 +1,51 @@
+"""``orders chaos`` refuses bad options at once, before starting anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def orders_command() -> list[str]:
+    script = Path(sys.executable).with_name("orders")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "orders.cli.main"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail-steps", "shipping"], "unknown step"),
+        (["--crash-once", "billing"], "unknown step"),
+        (["--appendfsync", "no"], "everysec or always"),
+        (["--source", "nowhere"], "tpch or random"),
+        (["--fail-rate", "2"], "fail-rate"),
+    ],
+)
+def test_bad_chaos_options_exit_nonzero_with_a_clear_message(
+    cli_env: dict[str, str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    proc = subprocess.run(
+        [*orders_command(), "chaos", "--data-dir", str(tmp_path / "run"), *args],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_chaos_is_listed_in_the_help(cli_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [*orders_command(), "chaos", "--help"],
+        env=dict(cli_env, COLUMNS="200"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    assert "--redis-kill-every" in proc.stdout and "--appendfsync" in proc.stdout
