@@ -99,6 +99,7 @@ def durability(
                 "drain_rate",
                 "redis_benchmark_lpush_rps",
                 "redis_benchmark_lpush_p16_rps",
+                "redis_benchmark_lpush_c1_rps",
             ],
         )
     )

@@ -147,8 +147,10 @@ def depth(
     return rows
 
 
-def redis_benchmark_lpush(server: RedisServer, requests: int, pipeline: int) -> float:
-    """``redis-benchmark -t lpush`` against the server: requests/s (50 clients)."""
+def redis_benchmark_lpush(
+    server: RedisServer, requests: int, pipeline: int, clients: int = 50
+) -> float:
+    """``redis-benchmark -t lpush`` against the server: requests/s."""
     out = subprocess.run(
         [
             _redis_benchmark(server),
@@ -162,6 +164,8 @@ def redis_benchmark_lpush(server: RedisServer, requests: int, pipeline: int) -> 
             str(requests),
             "-P",
             str(pipeline),
+            "-c",
+            str(clients),
             "-q",
         ],
         capture_output=True,
@@ -190,6 +194,8 @@ def durability(
             drained = drain(server, n, 1, batch_size, concurrency, timeout)
             lpush = redis_benchmark_lpush(server, lpush_requests, 1)
             lpush_p = redis_benchmark_lpush(server, lpush_requests * 4, 16)
+            # one client, no pipeline: what a single producer calling enqueue() waits for
+            lpush_c1 = redis_benchmark_lpush(server, max(lpush_requests // 40, 1000), 1, 1)
             row = {
                 "kind": "durability",
                 "library": "orderflow",
@@ -204,6 +210,7 @@ def durability(
                 "drain_rate_after_single_enqueue": drained_single["drain_rate"],
                 "redis_benchmark_lpush_rps": lpush,
                 "redis_benchmark_lpush_p16_rps": lpush_p,
+                "redis_benchmark_lpush_c1_rps": lpush_c1,
                 **env,
             }
             log.info(
