@@ -8,6 +8,7 @@ from orders.cli.chaos import chaos
 from orders.cli.data import load_tpch, place
 from orders.cli.demo import demo
 from orders.cli.dlq import dlq
+from orders.cli.explain import explain
 from orders.cli.inject import inject
 from orders.cli.services import db, services
 from orders.cli.status import status
@@ -30,6 +31,7 @@ app.command()(place)
 app.command()(worker)
 app.command()(status)
 app.command()(inject)
+app.command()(explain)
 app.add_typer(dlq, name="dlq")
 app.add_typer(services, name="services")
 app.add_typer(db, name="db")

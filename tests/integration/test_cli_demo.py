@@ -102,3 +102,47 @@ def test_a_configured_database_without_migrations_is_refused_with_the_fix(
     )
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["orders"]["orders"] == 0
+
+
+def test_explain_shows_a_job_and_refuses_an_unknown_id(
+    cli_env: dict[str, str], key_prefix: str, redis_url: str
+) -> None:
+    import redis as redis_lib
+
+    from reliable_queue import Queue
+
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    proc = subprocess.run(
+        [*orders_command(), "services", "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    status = subprocess.run(
+        [*orders_command(), "services", "status", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    url = env.get("ORDERS_REDIS_URL") or json.loads(status.stdout)["embedded_url"]
+    with redis_lib.Redis.from_url(url) as client:
+        job_id = Queue(client, "points", prefix=key_prefix).enqueue(
+            "orders.points", {"workflow_id": 1, "order_id": 1, "step": "points"}, delay=60
+        )
+    shown = subprocess.run(
+        [*orders_command(), "explain", job_id, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert (info["state"], info["queue"], info["task"]) == ("delayed", "points", "orders.points")
+    missing = subprocess.run(
+        [*orders_command(), "explain", "nope"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 1 and "no job" in missing.stderr
