@@ -112,17 +112,23 @@ def e2e(
     orders: Annotated[int, typer.Option(help="orders to place")] = 2000,
     databases: Annotated[str, typer.Option(help="sqlite,postgresql")] = "sqlite,postgresql",
     concurrency: Annotated[int, typer.Option(help="lanes per worker (CLI default 2)")] = 2,
-    batch_size: Annotated[int, typer.Option(help="jobs per fetch (CLI default 1)")] = 1,
-    timeout: Annotated[float, typer.Option(help="bound per database, seconds")] = 300.0,
+    batch_sizes: Annotated[
+        str,
+        typer.Option(
+            help="jobs per fetch, one run each (CLI default 1; above 1 a batch is one transaction)"
+        ),
+    ] = "1,20",
+    timeout: Annotated[float, typer.Option(help="bound per run, seconds")] = 300.0,
     save: Save = True,
 ) -> None:
     """Orders/s through all four steps, and DB transactions per order."""
     from .e2e import run_e2e
 
     rows = [
-        run_e2e(db.strip(), orders, concurrency, batch_size, timeout)
+        run_e2e(db.strip(), orders, concurrency, batch, timeout)
         for db in databases.split(",")
         if db.strip()
+        for batch in _ints(batch_sizes)
     ]
     report.show(
         report.generic_table(
@@ -130,6 +136,7 @@ def e2e(
             rows,
             [
                 "variant",
+                "batch_size",
                 "n",
                 "orders_done",
                 "seconds",

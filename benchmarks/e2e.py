@@ -148,8 +148,8 @@ def run_e2e(
         "kind": "e2e",
         "library": "orderflow",
         "version": "app",
-        "variant": database,
-        "mode": "outbox + idempotent handlers + unit of work; CLI worker defaults",
+        "variant": f"{database} batch {batch_size}",
+        "mode": "outbox + idempotent handlers + unit of work per job (batch 1) or per batch",
         "n": orders,
         "enqueue_rate": None,
         "drain_rate": None,
@@ -168,8 +168,9 @@ def run_e2e(
         **env,
     }
     log.info(
-        "%s: %d orders in %.1f s = %.0f orders/s, %.1f commits/order",
+        "%s, batch %d: %d orders in %.1f s = %.0f orders/s, %.1f commits/order",
         database,
+        batch_size,
         done,
         seconds,
         row["orders_per_second"],
