@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,6 +16,7 @@ from orders.errors import SchemaNotMigrated
 from orders.settings import Settings
 from orders.steps import STEPS, queue_name
 from reliable_queue import Queue, QueueSettings
+from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis
 from workflows.publisher import QueuePublisher
 
@@ -30,6 +30,8 @@ def queue_settings(settings: Settings) -> QueueSettings:
         idempotency_window_seconds=settings.idempotency_window_seconds,
         dlq_max_size=settings.dlq_max_size,
         dlq_max_age_seconds=settings.dlq_max_age_seconds,
+        min_replicas=settings.min_replicas,
+        replica_timeout_seconds=settings.replica_timeout_seconds,
     )
 
 
@@ -48,14 +50,19 @@ def redis_url(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
     return server.ensure_running(), server
 
 
-def redis_client(url: str, *, block_seconds: float = 2.0) -> redis.Redis:
+def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
     """A bytes-replies client whose socket timeout outlasts the longest blocking wait.
 
     Args:
-        url: ``redis://``, ``rediss://`` or ``unix://`` URL.
+        url: ``redis://``, ``rediss://`` or ``unix://`` URL, or ``redis+cluster://host:port``
+            (any node of a Redis Cluster) for the cluster client.
         block_seconds: longest BLPOP the workers issue, seconds.
+
+    Raises:
+        redis.RedisError / redis.exceptions.RedisClusterException: a cluster URL whose
+            node cannot be reached (the cluster client reads the slot table at once).
     """
-    return redis.Redis.from_url(
+    return client_from_url(
         url,
         socket_timeout=block_seconds + 10.0,
         socket_connect_timeout=5.0,
@@ -73,12 +80,12 @@ class App:
     """
 
     settings: Settings
-    redis_override: redis.Redis | None = None
+    redis_override: RedisClient | None = None
     engine_override: Engine | None = None
     embedded: EmbeddedRedis | None = field(default=None, init=False)
 
     @cached_property
-    def redis(self) -> redis.Redis:
+    def redis(self) -> RedisClient:
         """The Redis client (starts the embedded server on first use if needed)."""
         if self.redis_override is not None:
             return self.redis_override

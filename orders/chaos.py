@@ -51,6 +51,7 @@ from orders.queries import BLOCKED, totals
 from orders.reconcile import reconcile_dead_letters
 from orders.steps import STEPS, WORKFLOW_KIND
 from reliable_queue import QueueError, stats
+from reliable_queue.cluster import clients_running
 from workflows.models import Workflow, WorkflowStatus
 from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
@@ -332,7 +333,7 @@ class ChaosRun:
         while self.clock() - began < timeout:
             self.pool.poll()
             try:
-                waiting = sum(1 for c in self.app.redis.client_list() if c.get("cmd") == "blpop")
+                waiting = clients_running(self.app.redis, "blpop")  # every master
             except TRANSIENT:
                 waiting = 0
             if waiting >= lanes:

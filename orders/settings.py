@@ -28,7 +28,17 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         default=None,
-        description="Redis URL (redis://, rediss://, unix://); None starts the embedded server.",
+        description="Redis URL (redis://, rediss://, unix://), or redis+cluster://host:port "
+        "(any node of a Redis Cluster); None starts the embedded server.",
+    )
+    min_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Replicas that must acknowledge each enqueue / ack / retry / dead letter "
+        "/ redrive (Redis WAIT) before it counts; 0 waits for none.",
+    )
+    replica_timeout_seconds: float = Field(
+        default=1.0, gt=0, description="Longest wait for those replica acknowledgements, seconds."
     )
     database_url: str | None = Field(
         default=None,

@@ -12,6 +12,7 @@ from .errors import (
     PermanentError,
     QueueConnectionError,
     QueueError,
+    ReplicationTimeoutError,
     StaleLeaseError,
     UnknownTaskError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "QueueStats",
     "RawJob",
     "RedriveReport",
+    "ReplicationTimeoutError",
     "RetryPolicy",
     "StaleLeaseError",
     "TaskDefinition",

@@ -10,6 +10,7 @@ from typing import Any
 import redis
 
 from . import codec
+from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
 from .queue import Queue, _split, _text
 
@@ -67,7 +68,7 @@ class DeadLetters:
         """Entries in the DLQ now."""
         try:
             return int(self.queue.client.zcard(self.queue.keys.key("dead")))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
 
     def iter(
@@ -96,7 +97,7 @@ class DeadLetters:
                 pipe.hmget(k.key("info"), ids)
                 pipe.hmget(k.key("attempts"), ids)
                 recs, infos, atts = pipe.execute()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except UNAVAILABLE as exc:
                 raise QueueConnectionError(str(exc)) from exc
             for job_id, (_, score), rec, info, att in zip(
                 ids, page, recs, infos, atts, strict=True
@@ -119,14 +120,16 @@ class DeadLetters:
     def show(self, job_id: str) -> DeadLetter | None:
         """One dead letter by id, or None if it is not in the DLQ."""
         k = self.queue.keys
-        try:
-            pipe = self.queue.client.pipeline(transaction=True)
+
+        def fill(pipe: redis.client.Pipeline) -> None:
             pipe.zscore(k.key("dead"), job_id)
             pipe.hget(k.key("jobs"), job_id)
             pipe.hget(k.key("info"), job_id)
             pipe.hget(k.key("attempts"), job_id)
-            score, rec, info, att = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+
+        try:
+            score, rec, info, att = snapshot(self.queue.client, k.key("dead"), fill)
+        except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
         if score is None:
             return None

@@ -15,6 +15,29 @@ class QueueConnectionError(QueueError):
     """Redis could not be reached or dropped the connection mid-command."""
 
 
+class ReplicationTimeoutError(QueueError):
+    """Fewer replicas than ``QueueSettings.min_replicas`` acknowledged a write in time.
+
+    The write itself happened on the master (an enqueue returned no id, but the job
+    may exist): a failover before the replicas catch up may lose it. Re-sending an
+    enqueue with the same idempotency key is safe. Not a :class:`QueueConnectionError`:
+    Redis answered, only the durability level was not reached.
+
+    Attributes:
+        acked: replicas that acknowledged (the smallest WAIT reply of the round trip).
+        wanted: replicas required.
+        replies: the round trip's replies (the scripts did run).
+    """
+
+    def __init__(self, acked: int, wanted: int, replies: list[object] | None = None) -> None:
+        super().__init__(
+            f"only {acked} of {wanted} required replica(s) acknowledged the write in time"
+        )
+        self.acked = acked
+        self.wanted = wanted
+        self.replies = replies or []
+
+
 class PayloadTooLargeError(QueueError):
     """The encoded job record is larger than ``QueueSettings.max_payload_bytes``."""
 

@@ -8,6 +8,7 @@ from typing import Any
 import redis
 
 from . import codec
+from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
 from .queue import Queue, _text
 
@@ -65,18 +66,23 @@ class QueueStats:
 def stats(queue: Queue) -> QueueStats:
     """Counters and depths of ``queue`` in one round trip (a MULTI snapshot).
 
+    On Redis Cluster the MULTI runs on the master owning the queue's slot (every
+    key of a queue shares it); a view of all queues asks each queue in turn.
+
     Raises:
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
-    try:
-        pipe = queue.client.pipeline(transaction=True)
+
+    def fill(pipe: redis.client.Pipeline) -> None:
         pipe.llen(k.key("ready"))
         for kind in ("delayed", "active", "dead", "done"):
             pipe.zcard(k.key(kind))
         pipe.hgetall(k.key("stats"))
-        ready, delayed, active, dead, done, raw = pipe.execute()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+
+    try:
+        ready, delayed, active, dead, done, raw = snapshot(queue.client, k.key("ready"), fill)
+    except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
     counters = dict.fromkeys(COUNTERS, 0)
     counters.update({_text(a): int(b) for a, b in raw.items()})
@@ -133,16 +139,18 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
-    try:
-        pipe = queue.client.pipeline(transaction=True)
-        pipe.hget(k.key("jobs"), job_id)
-        pipe.hget(k.key("attempts"), job_id)
-        pipe.hget(k.key("leases"), job_id)
-        pipe.hget(k.key("info"), job_id)
+
+    def fill(pipe: redis.client.Pipeline) -> None:
+        for kind in ("jobs", "attempts", "leases", "info"):
+            pipe.hget(k.key(kind), job_id)
         for kind in ("active", "delayed", "dead", "done"):
             pipe.zscore(k.key(kind), job_id)
-        rec, att, lease, info, active, delayed, dead, done = pipe.execute()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+
+    try:
+        rec, att, lease, info, active, delayed, dead, done = snapshot(
+            queue.client, k.key("jobs"), fill
+        )
+    except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
     if rec is None and dead is None and active is None:
         return None
@@ -165,6 +173,8 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
                 state = "unknown"
         except redis.ResponseError:  # LPOS needs Redis >= 6.0.6
             pass
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
     task = payload = max_attempts = key = enqueued = error = None
     if rec is not None:
         try:

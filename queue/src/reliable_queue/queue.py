@@ -10,6 +10,7 @@ import redis
 from pydantic import BaseModel
 
 from . import codec
+from .cluster import UNAVAILABLE
 from .errors import PayloadTooLargeError, QueueConnectionError, QueueError
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, RawJob
@@ -78,7 +79,11 @@ class Queue:
         self.settings = settings or QueueSettings()
         self.registry = registry
         self.clock = clock
-        self.scripts = ScriptRunner(client)
+        self.scripts = ScriptRunner(
+            client,
+            min_replicas=self.settings.min_replicas,
+            replica_timeout_ms=max(_ms(self.settings.replica_timeout_seconds), 1),
+        )
         self._keys = self.keys.script_keys()
         self._registered = False
 
@@ -124,6 +129,9 @@ class Queue:
             TypeError: a payload that JSON cannot represent.
             QueueConnectionError: Redis unreachable; the batch may or may not be stored
                 (re-sending the same requests with idempotency keys is safe).
+            ReplicationTimeoutError: with ``settings.min_replicas``, the batch is stored
+                on the master but too few replicas acknowledged it in time (a failover
+                could lose it; re-sending with idempotency keys is safe).
         """
         if not requests:
             return []
@@ -174,7 +182,7 @@ class Queue:
         if not self._registered:
             try:
                 self.client.sadd(self.keys.registry, self.name)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except UNAVAILABLE as exc:
                 raise QueueConnectionError(str(exc)) from exc
             self._registered = True
 
@@ -237,7 +245,7 @@ class Queue:
         timeout = max(timeout, 0.001)
         try:
             return self.client.blpop([self.keys.key("wake")], timeout=timeout) is not None
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except UNAVAILABLE as exc:
             raise QueueConnectionError(f"blocking wait failed: {exc}") from exc
 
     # ------------------------------------------------------------- settlements
@@ -254,6 +262,8 @@ class Queue:
         Raises:
             QueueConnectionError: Redis unreachable (the acks may not be recorded;
                 sending them again is safe).
+            ReplicationTimeoutError: with ``settings.min_replicas``, recorded on the
+                master but not acknowledged by enough replicas in time.
         """
         if not leases:
             return AckResult([], [])
@@ -383,7 +393,7 @@ class Queue:
             pipe.hexists(self.keys.key("jobs"), job_id)
             pipe.zscore(self.keys.key("done"), job_id)
             exists, done = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
         return job_id if exists and done is None else None
 
@@ -427,7 +437,7 @@ class Queue:
                 raw = self.client.lrange(key, start, stop)
             else:
                 raw = self.client.zrange(key, start, stop)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
         return [_text(x) for x in raw]
 

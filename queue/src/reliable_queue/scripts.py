@@ -4,6 +4,10 @@ A script file may contain ``-- @include <file>.lua`` lines; each is replaced by
 that fragment's text at load time, so shared code is included, not copied.
 Scripts are sent by EVALSHA; a NOSCRIPT reply (Redis restarted or SCRIPT FLUSH)
 loads them again and re-runs only the commands that failed, never the others.
+On Redis Cluster a round trip goes to the master owning the calls' slot, and a
+redirect (MOVED, a failover) re-sends only the redirected commands. With
+``min_replicas`` a round trip that changes a job's durable state ends with a
+``WAIT`` on the same connection.
 """
 
 from __future__ import annotations
@@ -19,7 +23,20 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from .errors import QueueConnectionError
+from .cluster import (
+    REDIRECT_ATTEMPTS,
+    UNAVAILABLE,
+    is_cluster,
+    is_redirect,
+    node_client,
+    pause,
+    refresh,
+)
+from .errors import QueueConnectionError, ReplicationTimeoutError
+
+#: Scripts whose effect must survive a failover when ``min_replicas`` is set: a job
+#: accepted (enqueue), finished (ack), rescheduled (nack), dead-lettered or redriven.
+DURABLE_SCRIPTS = frozenset({"enqueue", "ack", "nack", "dead", "redrive"})
 
 _INCLUDE = re.compile(r"^-- @include (\S+)\s*$", re.MULTILINE)
 
@@ -49,14 +66,25 @@ class Call:
 
 
 class ScriptRunner:
-    """Runs named scripts on one Redis client, many per round trip.
+    """Runs named scripts on one Redis client or cluster, many per round trip.
 
     Args:
-        client: a redis-py client created with ``decode_responses=False``.
+        client: a redis-py ``Redis`` or ``RedisCluster`` with ``decode_responses=False``.
+        min_replicas: when > 0, a round trip holding a script of
+            :data:`DURABLE_SCRIPTS` ends with ``WAIT min_replicas timeout`` and fails
+            with :class:`ReplicationTimeoutError` if fewer replicas acknowledged.
+        replica_timeout_ms: the WAIT timeout, milliseconds (> 0).
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(
+        self, client: Any, *, min_replicas: int = 0, replica_timeout_ms: int = 1000
+    ) -> None:
+        if min_replicas < 0 or replica_timeout_ms <= 0:
+            raise ValueError("min_replicas must be >= 0 and replica_timeout_ms > 0")
         self._client = client
+        self._cluster = is_cluster(client)
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self._sha = {}  # type: dict[str, str]
 
     def sha(self, name: str) -> str:
@@ -72,8 +100,11 @@ class ScriptRunner:
 
         Raises:
             QueueConnectionError: Redis unreachable or the connection dropped.
+            ReplicationTimeoutError: see :meth:`run_many`.
             redis.ResponseError: the script itself failed (a bug, not a condition).
         """
+        if self._cluster or (self.min_replicas and name in DURABLE_SCRIPTS):
+            return self.run_many([Call(name, keys, args)])[0]
         # One script needs no pipeline: a plain EVALSHA saves redis-py's pipeline set-up,
         # a third of a single enqueue's client time.
         sha = self.sha(name)
@@ -81,9 +112,9 @@ class ScriptRunner:
             try:
                 return self._client.evalsha(sha, len(keys), *keys, *args)
             except NoScriptError:
-                self._load({name})
+                self._load(self._client, {name})
                 return self._client.evalsha(sha, len(keys), *keys, *args)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except UNAVAILABLE as exc:
             raise QueueConnectionError(f"Redis command failed: {exc}") from exc
 
     def run_many(
@@ -92,44 +123,84 @@ class ScriptRunner:
         """Run several scripts (and plain commands) in one pipelined round trip.
 
         Args:
-            calls: the script calls, replied in order.
+            calls: the script calls, replied in order. On a cluster every call (and
+                extra command) must touch the slot of the first call's first key.
             extra: plain commands ``(name, args)`` appended after the scripts (read-only
-                commands such as LLEN; they are not re-run on NOSCRIPT).
+                commands such as LLEN on the same slot; re-sent after a redirect).
 
         Returns:
             One reply per call, then one per extra command.
 
         Raises:
-            QueueConnectionError: Redis unreachable or the connection dropped.
+            QueueConnectionError: Redis unreachable, the connection dropped, or the
+                cluster still redirecting after ``REDIRECT_ATTEMPTS`` re-sends.
+            ReplicationTimeoutError: the scripts ran, but fewer than ``min_replicas``
+                replicas acknowledged them in time (``.replies`` holds the replies).
             redis.ResponseError: a script failed for a reason other than NOSCRIPT.
         """
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            for call in calls:
-                pipe.evalsha(self.sha(call.script), len(call.keys), *call.keys, *call.args)
-            for command, cargs in extra:
-                pipe.execute_command(command, *cargs)
-            replies = pipe.execute(raise_on_error=False)
-            missing = [
-                i for i, r in enumerate(replies[: len(calls)]) if isinstance(r, NoScriptError)
-            ]
-            if missing:
-                self._load({calls[i].script for i in missing})
-                pipe = self._client.pipeline(transaction=False)
-                for i in missing:
-                    call = calls[i]
-                    pipe.evalsha(self.sha(call.script), len(call.keys), *call.keys, *call.args)
-                for i, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
-                    replies[i] = reply
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise QueueConnectionError(f"Redis command failed: {exc}") from exc
+        commands: list[tuple[Any, ...]] = [
+            ("EVALSHA", self.sha(c.script), len(c.keys), *c.keys, *c.args) for c in calls
+        ]
+        commands += [(name, *cargs) for name, cargs in extra]
+        if not commands:
+            return []
+        slot_key = calls[0].keys[0] if calls and calls[0].keys else commands[0][1]
+        replies: list[Any] = [None] * len(commands)
+        todo = list(range(len(commands)))
+        acked: int | None = None
+        for attempt in range(REDIRECT_ATTEMPTS):
+            target = node_client(self._client, slot_key)
+            waits = self.min_replicas > 0 and any(
+                i < len(calls) and calls[i].script in DURABLE_SCRIPTS for i in todo
+            )
+            try:
+                pipe = target.pipeline(transaction=False)
+                for i in todo:
+                    pipe.execute_command(*commands[i])
+                if waits:
+                    pipe.execute_command("WAIT", self.min_replicas, self.replica_timeout_ms)
+                out = pipe.execute(raise_on_error=False)
+            except UNAVAILABLE as exc:
+                refresh(self._client)
+                raise QueueConnectionError(f"Redis command failed: {exc}") from exc
+            if waits:
+                got = out.pop()
+                if isinstance(got, Exception):
+                    raise got
+                acked = int(got) if acked is None else min(acked, int(got))
+            again, missing, moved = [], set(), False
+            for i, reply in zip(todo, out, strict=True):
+                replies[i] = reply
+                if isinstance(reply, NoScriptError) and i < len(calls):
+                    again.append(i)
+                    missing.add(calls[i].script)
+                elif self._cluster and is_redirect(reply):
+                    again.append(i)
+                    moved = True
+            if not again:
+                break
+            try:
+                if missing:
+                    self._load(target, missing)
+            except UNAVAILABLE as exc:
+                raise QueueConnectionError(f"Redis command failed: {exc}") from exc
+            if moved:
+                refresh(self._client)
+                pause(attempt)
+            todo = again
+        else:
+            raise QueueConnectionError(
+                f"still redirected after {REDIRECT_ATTEMPTS} tries (cluster topology changing)"
+            )
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
+        if acked is not None and acked < self.min_replicas:
+            raise ReplicationTimeoutError(acked, self.min_replicas, replies)
         return replies
 
-    def _load(self, names: set[str]) -> None:
+    def _load(self, target: redis.Redis, names: set[str]) -> None:
         for name in names:
-            loaded = self._client.script_load(script_source(name))
+            loaded = target.script_load(script_source(name))
             if loaded != self.sha(name) and loaded != self.sha(name).encode():
                 raise RuntimeError(f"script {name}: SHA mismatch after SCRIPT LOAD")

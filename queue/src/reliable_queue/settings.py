@@ -25,6 +25,11 @@ class QueueSettings(BaseModel):
             (delayed jobs and lease expiries shorten it).
         wake_tokens: cap of the wake-up list idle workers block on.
         traceback_max_chars: stored traceback text is cut to this length.
+        min_replicas: replicas that must acknowledge every enqueue / ack / nack / dead
+            / redrive (Redis WAIT on the same connection) before it counts as done;
+            0 (default) waits for none. Below it the call raises
+            :class:`~reliable_queue.errors.ReplicationTimeoutError`.
+        replica_timeout_seconds: longest WAIT for those replicas.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -40,3 +45,5 @@ class QueueSettings(BaseModel):
     max_block_seconds: float = Field(2.0, gt=0)
     wake_tokens: int = Field(16, gt=0)
     traceback_max_chars: int = Field(4000, ge=0)
+    min_replicas: int = Field(0, ge=0)
+    replica_timeout_seconds: float = Field(1.0, gt=0)

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from .errors import QueueConnectionError
+from .errors import QueueConnectionError, ReplicationTimeoutError
 from .execution import (
     Dead,
     Middleware,
@@ -251,6 +251,12 @@ class Worker:
                 self.hooks.before_settle(pending)
             try:
                 replies = queue.scripts.run_many(calls)
+            except ReplicationTimeoutError as exc:
+                # the scripts ran on the master; only the replica acknowledgement is
+                # missing (counted): go on with their replies rather than re-send them
+                log.warning("queue %s: %s", queue.name, exc)
+                self.counters.add("replication_timeouts")
+                replies = exc.replies
             except (QueueConnectionError, redis.RedisError) as exc:
                 # unreachable, or refusing for now (READONLY after a failover, OOM, ...):
                 # keep the settlements and try again; a lane never dies of Redis trouble
