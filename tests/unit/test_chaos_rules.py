@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from orders.chaos import Periodic, due_orders
+from orders.chaos_observe import lost_increments
 from orders.chaos_pool import lease_holder_pid
 from orders.chaos_redis import AofHistory, aof_tail
 from orders.chaos_report import (
@@ -18,6 +19,7 @@ from orders.chaos_report import (
     queue_findings,
 )
 from orders.chaos_setup import ChaosOptions, handler_faults, worker_env
+from orders.chaos_summary import RunFacts, fault_tallies
 
 
 def test_a_schedule_fires_half_a_period_in_then_every_period() -> None:
@@ -175,3 +177,29 @@ def test_nothing_is_cut_without_a_sample_old_enough(tmp_path: Path) -> None:
     history.sample()
     assert history.cut(at=10.5, window=1.0) == 0
     assert aof.stat().st_size == 50
+
+
+def test_counts_a_redis_crash_took_back_are_the_ones_that_went_down() -> None:
+    before = {"app": {"duplicate:stock": 10, "applied:stock": 50}, "stock": {"retried": 4}}
+    after = {"app": {"duplicate:stock": 7, "applied:stock": 50}, "stock": {}}
+    assert lost_increments(before, after) == {
+        "app": {"duplicate:stock": 3},
+        "stock": {"retried": 4},
+    }
+
+
+def test_fault_tallies_count_the_driver_and_the_workers_and_skip_what_is_impossible() -> None:
+    options = ChaosOptions(kill_every=4, redis_kill_every=15, crash_once_step="logistics")
+    facts = RunFacts(
+        first_order_id=1, replayed=9, workers={"sigkill_sent": 3, "died_unprompted": 1}
+    )
+    counters = {"injected:fail:notification": 40, "injected:slow:points": 2}
+
+    tallies = {t.kind: t for t in fault_tallies(options, facts, counters)}
+
+    assert tallies["worker_sigkill"].count == 3
+    assert tallies["transient_failure"].count == 40
+    assert tallies["slow_handler"].count == 2
+    assert tallies["crash_once"].count == 1  # its counter was lost, the pool saw the death
+    assert tallies["replay"].count == 9
+    assert tallies["redis_sigkill"].skipped and not tallies["redis_sigkill"].missing

@@ -1,0 +1,120 @@
+"""What the chaos driver does to the system besides signals: place orders, replay jobs.
+
+Each action survives a dead Redis: a failed step is counted or tried again on
+the next turn of the driver loop.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import redis
+from sqlalchemy.exc import SQLAlchemyError
+
+from orders.bootstrap import App
+from orders.chaos_pool import lease_holder_pid
+from orders.placement import place
+from reliable_queue import QueueError
+from workflows.relay import publish_steps
+
+TRANSIENT = (QueueError, redis.RedisError, OSError)
+"""Errors a driver step may meet while Redis is down; the step is tried again later."""
+
+
+@dataclass
+class PlacerCounts:
+    """Placement under chaos: orders committed, and publishes that failed after the
+    commit (Redis down: the relay sweep publishes those steps later)."""
+
+    order_ids: list[int] = field(default_factory=list)
+    publish_failures: int = 0
+    placement_errors: int = 0
+
+
+class Placer:
+    """Places orders through the outbox and publishes them, surviving a dead Redis.
+
+    Args:
+        app: the application.
+        source: ``tpch`` or ``random``.
+        rng: randomness for ``random`` orders.
+    """
+
+    def __init__(self, app: App, source: str, rng: random.Random) -> None:
+        self.app = app
+        self.source = source
+        self.rng = rng
+        self.counts = PlacerCounts()
+
+    def place(self, n: int) -> int:
+        """Place ``n`` orders in one transaction, then publish their steps.
+
+        Returns:
+            Orders placed (0 when the transaction failed; it is tried again later).
+        """
+        try:
+            result = place(
+                self.app.session_factory, n, source=self.source, rng=self.rng, batch_size=n
+            )
+        except SQLAlchemyError:
+            self.counts.placement_errors += 1
+            return 0
+        self.counts.order_ids.extend(result.order_ids)
+        step_ids = [s for placed in result.orders for s in placed.step_ids]
+        try:
+            publish_steps(self.app.session_factory, self.app.publisher, step_ids)
+        except (*TRANSIENT, SQLAlchemyError):
+            self.counts.publish_failures += 1
+        return len(result.orders)
+
+
+class Replayer:
+    """Puts recently finished jobs back on their queues (duplicate deliveries).
+
+    Args:
+        app: the application.
+        steps: steps whose queues are replayed.
+        count: jobs per firing.
+        rng: chooses the jobs.
+    """
+
+    def __init__(self, app: App, steps: Sequence[str], count: int, rng: random.Random) -> None:
+        self.queues = [app.queues[s] for s in steps]
+        self.count = count
+        self.rng = rng
+        self.replayed = 0
+
+    def replay(self) -> int:
+        """Replay up to ``count`` finished jobs chosen among the newest of each queue.
+
+        Returns:
+            Jobs replayed.
+
+        Raises:
+            QueueError: Redis unreachable.
+        """
+        candidates = [(q, job_id) for q in self.queues for job_id in q.ids_in("done", -100, -1)]
+        chosen = self.rng.sample(candidates, min(self.count, len(candidates)))
+        done = 0
+        for queue in {q.name: q for q, _ in chosen}.values():
+            replayed, _ = queue.replay([j for q, j in chosen if q is queue])
+            done += len(replayed)
+        self.replayed += done
+        return done
+
+
+def lease_holders(app: App) -> set[int]:
+    """Pids of the processes holding a lease on any step queue now.
+
+    Raises:
+        redis.RedisError: Redis unreachable.
+    """
+    pids = set()
+    for queue in app.queues.values():
+        for token in app.redis.hvals(queue.keys.key("leases")):
+            pid = lease_holder_pid(token.decode() if isinstance(token, bytes) else token)
+            if pid is not None:
+                pids.add(pid)
+    return pids

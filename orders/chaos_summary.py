@@ -1,0 +1,189 @@
+"""Turn what a chaos run measured into its report and verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orders.bootstrap import App
+from orders.chaos_observe import counter_snapshot, queue_snapshots
+from orders.chaos_redis import RedisCrashCounts
+from orders.chaos_report import (
+    QUEUE_INVARIANTS,
+    QUIESCENCE,
+    ChaosReport,
+    FaultTally,
+    Finding,
+    missing_faults,
+    queue_findings,
+)
+from orders.chaos_setup import ChaosOptions
+from orders.invariants import INVARIANTS, check_invariants
+from orders.metrics import by_step, total
+from orders.models import OrderStatus
+from orders.queries import BLOCKED, totals
+from orders.steps import STEPS
+from workflows.uow import UnitOfWork
+
+
+@dataclass
+class RunFacts:
+    """What the driver itself observed during a run (times are monotonic seconds).
+
+    Attributes:
+        first_order_id: the run's first order id (its orders are those from it on).
+        placed: orders placed.
+        publish_failures: placement batches whose publish failed (Redis down).
+        replayed: finished jobs the driver replayed.
+        workers: the worker pool's counts (``orders.chaos_pool.PoolCounts``).
+        redis: the crasher's counts; None with an external Redis.
+        lost_increments: counter increments the cut AOF tails dropped, per group.
+        warmup_seconds: time the workers took to start.
+        started / faults_end / quiet_at / ended: placing began, faults stopped,
+            quiescence (None: never), report time.
+        redriven: dead letters redriven after quiescence.
+    """
+
+    first_order_id: int
+    placed: int = 0
+    publish_failures: int = 0
+    replayed: int = 0
+    workers: dict[str, int] = field(default_factory=dict)
+    redis: RedisCrashCounts | None = None
+    lost_increments: dict[str, dict[str, int]] = field(default_factory=dict)
+    warmup_seconds: float = 0.0
+    started: float = 0.0
+    faults_end: float = 0.0
+    quiet_at: float | None = None
+    ended: float = 0.0
+    redriven: int = 0
+
+
+def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) -> list[FaultTally]:
+    """One tally per fault kind: enabled by ``o``, counted by the driver or the workers."""
+    w = facts.workers
+    crash = facts.redis
+    external = None if crash else "external Redis: it cannot be killed from here"
+    lose = o.effective_lose_window
+    return [
+        FaultTally("worker_sigkill", o.kill_every > 0, f"every {o.kill_every:g}s",
+                   w.get("sigkill_sent", 0)),
+        FaultTally("worker_sigterm", o.term_every > 0,
+                   f"every {o.term_every:g}s, a worker holding a job", w.get("sigterm_sent", 0)),
+        FaultTally("redis_sigkill", o.redis_kill_every > 0,
+                   f"every {o.redis_kill_every:g}s, down {o.redis_down:g}s, "
+                   f"appendfsync {o.appendfsync}",
+                   crash.restarts if crash else 0, external),
+        FaultTally("redis_lost_writes", o.redis_kill_every > 0 and lose > 0,
+                   f"last {lose:g}s of AOF writes dropped at each crash",
+                   crash.cuts if crash else 0, external),
+        FaultTally("transient_failure", o.fail_rate > 0 and bool(o.fail_steps),
+                   f"{o.fail_rate:.0%} of runs of {', '.join(o.fail_steps)}",
+                   total(counters, "injected:fail")),
+        FaultTally("slow_handler", o.slow_rate > 0 and o.slow_ms > 0 and bool(o.slow_steps),
+                   f"{o.slow_rate:.0%} of runs of {', '.join(o.slow_steps)} stall "
+                   f"{o.slow_ms} ms, lease {o.lease_seconds:g}s",
+                   total(counters, "injected:slow")),
+        FaultTally("crash_once", o.crash_once_step is not None,
+                   f"the {o.crash_once_step} handler kills its process once",
+                   max(total(counters, "injected:crash"), w.get("died_unprompted", 0))),
+        FaultTally("replay", o.replay_every > 0 and o.replay_count > 0,
+                   f"{o.replay_count} finished job(s) every {o.replay_every:g}s",
+                   facts.replayed),
+    ]  # fmt: skip
+
+
+def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
+    """Check every invariant and build the report (call once the run is quiet).
+
+    Raises:
+        QueueError / redis.RedisError / sqlalchemy errors: a service is unreachable.
+    """
+    o = options
+    findings = [
+        Finding(v.invariant, v.detail, order_id=v.order_id, part_id=v.part_id)
+        for v in check_invariants(app.session_factory)
+    ]
+    findings += queue_findings(queue_snapshots(app))
+    if facts.quiet_at is None:
+        findings.append(
+            Finding(QUIESCENCE, f"not quiet {o.settle_timeout:.0f} s after the faults stopped")
+        )
+    snapshot = counter_snapshot(app)
+    for group, lost in facts.lost_increments.items():
+        for name, n in lost.items():
+            snapshot[group][name] = snapshot[group].get(name, 0) + n
+    counters = snapshot.pop("app")
+
+    def queue_total(name: str) -> int:
+        return sum(c.get(name, 0) for c in snapshot.values())
+
+    tallies = fault_tallies(o, facts, counters)
+    findings += missing_faults(tallies)
+    with UnitOfWork(app.session_factory) as uow:
+        t = totals(uow.session, first_order_id=facts.first_order_id)
+    by_status = t.orders_by_status
+    distinct = {s: t.steps_by_state.get(s, {}).get("done", 0) for s in STEPS}
+    applied, duplicates = by_step(counters, "applied"), by_step(counters, "duplicate")
+    settled = sum(
+        by_status.get(status, 0)
+        for status in (OrderStatus.COMPLETED, OrderStatus.OUT_OF_STOCK, BLOCKED)
+    )
+    span = ((facts.quiet_at or facts.ended) - facts.started) or 1e-9
+    crash = facts.redis
+    return ChaosReport(
+        options=o.as_dict(),
+        faults=tallies,
+        orders={
+            "placed": facts.placed,
+            "completed": by_status.get(OrderStatus.COMPLETED, 0),
+            "out_of_stock": by_status.get(OrderStatus.OUT_OF_STOCK, 0),
+            "blocked_in_dlq": by_status.get(BLOCKED, 0),
+            "unsettled": facts.placed - settled,
+            "dead_lettered_during_run": queue_total("dead"),
+            "redriven": facts.redriven,
+        },
+        delivery={
+            "deliveries": total(counters, "applied") + total(counters, "duplicate"),
+            "distinct_effects": sum(distinct.values()),
+            "duplicates_absorbed": total(counters, "duplicate"),
+            "retries": queue_total("retried"),
+            "stale_acks_refused": queue_total("stale_refused"),
+            "reaped": queue_total("reaped"),
+            "republished_by_sweep": counters.get("sweep:republished", 0),
+            "published_by_sweep": counters.get("sweep:published", 0),
+            "publish_failures_at_placement": facts.publish_failures,
+            "replayed": queue_total("replayed"),
+            "per_step": {
+                s: {
+                    "applied": applied.get(s, 0),
+                    "duplicates": duplicates.get(s, 0),
+                    "distinct_effects": distinct[s],
+                    "retries": snapshot[s].get("retried", 0),
+                }
+                for s in STEPS
+            },
+        },
+        timing={
+            "worker_startup_seconds": round(facts.warmup_seconds, 1),
+            "chaos_window_seconds": round(facts.faults_end - facts.started, 1),
+            "time_to_quiescence_seconds": (
+                round(facts.quiet_at - facts.faults_end, 1) if facts.quiet_at is not None else -1.0
+            ),
+            "orders_per_second": round(settled / span, 1),
+            "step_effects_per_second": round(sum(distinct.values()) / span, 1),
+        },
+        workers=dict(facts.workers),
+        redis={
+            "embedded": crash is not None,
+            "appendfsync": o.appendfsync if crash else "external",
+            "kills": crash.kills if crash else 0,
+            "restarts": crash.restarts if crash else 0,
+            "aof_cuts": crash.cuts if crash else 0,
+            "aof_bytes_lost": crash.bytes_lost if crash else 0,
+            "counter_increments_restored": sum(
+                n for lost in facts.lost_increments.values() for n in lost.values()
+            ),
+        },
+        findings=findings,
+        invariants={**INVARIANTS, **QUEUE_INVARIANTS},
+    )
