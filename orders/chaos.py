@@ -42,6 +42,7 @@ from orders.faults import FaultStore
 from orders.models import Order
 from orders.queries import totals
 from orders.reconcile import reconcile_dead_letters
+from reliable_queue.cluster import clients_running
 from workflows.uow import UnitOfWork
 
 TICK = 0.1  # seconds between two turns of the driver loop
@@ -164,7 +165,7 @@ class ChaosRun:
         while self.clock() - began < timeout:
             self.pool.poll()
             try:
-                waiting = sum(1 for c in self.app.redis.client_list() if c.get("cmd") == "blpop")
+                waiting = clients_running(self.app.redis, "blpop")  # every master
             except TRANSIENT:
                 waiting = 0
             if waiting >= lanes:
