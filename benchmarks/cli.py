@@ -54,6 +54,57 @@ def peers(
         typer.echo(f"wrote {report.write_results(rows)}")
 
 
+@app.command()
+def markdown(
+    files: Annotated[list[str], typer.Argument(help="results JSON files")],
+) -> None:
+    """Print saved results as Markdown tables (for docs/performance.md)."""
+    import json
+
+    from . import markdown as md
+
+    for name in files:
+        with open(name) as fh:
+            rows = json.load(fh)
+        kinds = {r["kind"] for r in rows}
+        if "throughput" in kinds:
+            typer.echo(md.peers_markdown(rows) + "\n")
+        if "latency" in kinds:
+            typer.echo(md.latency_markdown(rows) + "\n")
+        for kind in sorted(kinds - {"throughput", "latency"}):
+            chosen = [r for r in rows if r["kind"] == kind]
+            typer.echo(md.fields_markdown(chosen, COLUMNS[kind]) + "\n")
+
+
+COLUMNS = {
+    "scaling": ["processes", "batch_size", "concurrency", "drain_rate"],
+    "depth": [
+        "waiting",
+        "enqueue_us_per_job",
+        "bulk_enqueue_us_per_job",
+        "drain_us_per_job",
+        "redis_bytes_per_waiting_job",
+    ],
+    "durability": [
+        "appendfsync",
+        "enqueue_rate",
+        "bulk_enqueue_rate",
+        "drain_rate",
+        "redis_benchmark_lpush_c1_rps",
+        "redis_benchmark_lpush_rps",
+        "redis_benchmark_lpush_p16_rps",
+    ],
+    "e2e": [
+        "variant",
+        "n",
+        "orders_done",
+        "seconds",
+        "orders_per_second",
+        "db_commits_per_order",
+        "pg_xact_commit_per_order",
+    ],
+}
+
 from .cli_orderflow import orderflow_app  # noqa: E402
 
 app.add_typer(orderflow_app, name="orderflow")
