@@ -214,6 +214,14 @@ class LocalCluster:
                 return port
         raise LookupError(f"slot {slot} is not served")
 
+    def restart(self, port: int) -> None:
+        """Start a killed node again on its data dir; it rejoins (as a replica if its
+        slots were failed over meanwhile)."""
+        server = redis_server_binary()
+        assert server is not None
+        self._spawn(server, port)
+        self._wait_ping(port, time.monotonic() + 30)
+
     def kill(self, port: int) -> None:
         """SIGKILL one node and reap it (no shutdown, no save)."""
         proc = self._procs[port]

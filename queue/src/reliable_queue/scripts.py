@@ -163,11 +163,11 @@ class ScriptRunner:
             except UNAVAILABLE as exc:
                 refresh(self._client)
                 raise QueueConnectionError(f"Redis command failed: {exc}") from exc
-            if waits:
-                got = out.pop()
-                if isinstance(got, Exception):
-                    raise got
-                acked = int(got) if acked is None else min(acked, int(got))
+            lost = next((r for r in out if isinstance(r, UNAVAILABLE)), None)
+            if lost is not None:  # the connection died mid-pipeline: some may have run
+                refresh(self._client)
+                raise QueueConnectionError(f"Redis command failed: {lost}") from lost
+            got = out.pop() if waits else None
             again, missing, moved = [], set(), False
             for i, reply in zip(todo, out, strict=True):
                 replies[i] = reply
@@ -177,6 +177,14 @@ class ScriptRunner:
                 elif self._cluster and is_redirect(reply):
                     again.append(i)
                     moved = True
+            if isinstance(got, Exception):
+                # "WAIT cannot be used with replica instances": the node was demoted, and
+                # the redirected commands are re-sent with a WAIT of their own
+                if not moved:
+                    refresh(self._client)
+                    raise QueueConnectionError(f"WAIT failed: {got}") from got
+            elif got is not None:
+                acked = int(got) if acked is None else min(acked, int(got))
             if not again:
                 break
             try:
