@@ -93,6 +93,8 @@ class App:
         return redis_client(url, block_seconds=queue_settings(self.settings).max_block_seconds)
 
     auto_migrate: bool = False
+    #: connections kept by the engine; a worker sets it from its lanes before first use
+    pool_size: int = 5
 
     @cached_property
     def engine(self) -> Engine:
@@ -120,7 +122,11 @@ class App:
                     f"the database is at migration {current or 'none'}, not {head}: "
                     "run `orders db upgrade` first"
                 )
-        return make_engine(url)
+        return make_engine(
+            url,
+            pool_size=self.settings.db_pool_size or self.pool_size,
+            statement_timeout_ms=self.settings.db_statement_timeout_ms,
+        )
 
     @cached_property
     def session_factory(self) -> sessionmaker[Session]:

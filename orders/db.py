@@ -69,18 +69,31 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    echo: bool = False,
+    pool_size: int = 5,
+    max_overflow: int = 5,
+    statement_timeout_ms: int = 0,
+) -> Engine:
     """Create an engine for ``url`` with orderflow's connection settings.
 
     For SQLite the parent directory of the file is created. Connections run
     WAL, ``busy_timeout`` of ``SQLITE_BUSY_TIMEOUT_SECONDS`` (30 s), foreign
     keys on and ``synchronous=NORMAL``. PostgreSQL uses psycopg 3 with
-    ``pool_pre_ping``.
+    ``pool_pre_ping`` (a connection the server dropped is replaced, not handed out).
 
     Args:
         url: SQLAlchemy URL (``sqlite:///path``, ``postgresql://...``).
         echo: log every statement.
-        pool_size: connections kept open per process (not for SQLite).
+        pool_size: connections kept open per process (not for SQLite); a worker
+            process sizes it from its lanes (:func:`worker_pool_size`).
+        max_overflow: extra connections opened under a burst, closed when returned.
+        statement_timeout_ms: PostgreSQL ``statement_timeout`` of every connection
+            (``-c statement_timeout=...``), milliseconds; 0 leaves the server's. A
+            statement past it fails with ``sqlalchemy.exc.OperationalError``
+            (``QueryCanceled``). Not applied to SQLite.
 
     Returns:
         A new ``Engine``; dispose it when done.
@@ -101,7 +114,27 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=pool_size)
+    connect_args = {}
+    if statement_timeout_ms > 0:
+        connect_args["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
+    return create_engine(
+        url,
+        echo=echo,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        connect_args=connect_args,
+    )
+
+
+def worker_pool_size(lanes: int) -> int:
+    """Connections a worker process needs: one per lane (a lane holds at most one
+    unit of work at a time) plus one for the relay sweep and outcome records.
+
+    Args:
+        lanes: lanes (threads) of the process, all steps together.
+    """
+    return max(lanes, 1) + 1
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

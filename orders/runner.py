@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 
 from orders.bootstrap import App
+from orders.db import worker_pool_size
 from orders.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.metrics import Counters
 from orders.relay_loop import SweepLoop
@@ -40,6 +41,8 @@ def build_worker(
             1 runs one delivery per transaction and keeps slow jobs from holding others.
         grace_seconds: graceful-shutdown budget, seconds.
     """
+    if "engine" not in app.__dict__:  # one connection per lane, sized before first use
+        app.pool_size = worker_pool_size(concurrency * len(steps))
     counters = Counters(app.redis, app.settings.queue_prefix)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),

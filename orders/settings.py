@@ -44,6 +44,18 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy URL; None means the SQLite file <data_dir>/orders.db.",
     )
+    db_statement_timeout_ms: int = Field(
+        default=0,
+        ge=0,
+        description="PostgreSQL statement_timeout of every connection, milliseconds; "
+        "0 keeps the server's setting.",
+    )
+    db_pool_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Database connections kept per process; None sizes a worker's pool "
+        "from its lanes (one per lane, plus one) and uses 5 elsewhere.",
+    )
     queue_prefix: str = Field(default="orderflow", description="Prefix of every Redis key.")
     lease_seconds: float = Field(
         default=30.0, gt=0, description="Lease (visibility timeout) of a fetched job, seconds."

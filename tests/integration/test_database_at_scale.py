@@ -1,0 +1,66 @@
+"""PostgreSQL at scale: statement timeouts and a connection pool sized per worker process.
+
+The timeout tests need PostgreSQL (``TEST_DATABASE_URL``); on the SQLite default
+they are skipped, saying so. Pool sizing is checked on both.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from orders.bootstrap import build
+from orders.db import make_engine, worker_pool_size
+from orders.migrate import upgrade_database
+from orders.runner import build_worker
+from orders.settings import Settings
+
+
+def _postgres_only(url: str) -> None:
+    if make_url(url).get_backend_name() != "postgresql":
+        pytest.skip("statement_timeout is a PostgreSQL setting: set TEST_DATABASE_URL")
+
+
+def test_statement_timeout_cancels_a_statement_that_runs_too_long(database_url):
+    _postgres_only(database_url)
+    engine = make_engine(database_url, statement_timeout_ms=200)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar() == "200ms"
+            started = time.monotonic()
+            with pytest.raises(OperationalError, match="statement timeout"):
+                conn.execute(text("SELECT pg_sleep(3)"))
+            assert time.monotonic() - started < 2.0
+    finally:
+        engine.dispose()
+
+
+def test_orders_db_statement_timeout_ms_reaches_every_connection(database_url, monkeypatch):
+    _postgres_only(database_url)
+    upgrade_database(database_url)
+    monkeypatch.setenv("ORDERS_DATABASE_URL", database_url)
+    monkeypatch.setenv("ORDERS_DB_STATEMENT_TIMEOUT_MS", "1500")
+    app = build(Settings())
+    try:
+        with app.engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar() == "1500ms"
+    finally:
+        app.close()
+
+
+def test_a_worker_process_sizes_its_pool_from_its_lanes(database_url, redis_client, key_prefix):
+    upgrade_database(database_url)
+    app = build(
+        Settings(database_url=database_url, queue_prefix=key_prefix), redis_override=redis_client
+    )
+    try:
+        build_worker(app, ["stock", "points"], concurrency=3)
+        assert app.pool_size == worker_pool_size(6) == 7
+        if make_url(database_url).get_backend_name() == "postgresql":
+            assert app.engine.pool.size() == 7
+    finally:
+        app.close()
