@@ -156,7 +156,21 @@ def run_library(
 def run_latency(
     server: RedisServer, peer: Peer, opts: PeerOptions, env: dict[str, Any]
 ) -> dict[str, Any]:
-    """Enqueue-to-start percentiles at a fixed offered load, default worker settings."""
+    """Enqueue-to-start percentiles at a fixed offered load, default worker settings.
+
+    With ``repeat`` above 1 the run with the lowest p99 is kept (other load on the
+    machine only adds delay); every run's p99 is listed in ``p99_ms_runs``.
+    """
+    runs = [latency_once(server, peer, opts, env) for _ in range(opts.repeat)]
+    best = min(runs, key=lambda r: r["p99_ms"])
+    return {**best, "repeat": opts.repeat, "p99_ms_runs": [r["p99_ms"] for r in runs]}
+
+
+def latency_once(
+    server: RedisServer, peer: Peer, opts: PeerOptions, env: dict[str, Any]
+) -> dict[str, Any]:
+    """One latency run (see :func:`run_latency`)."""
+    load_before = os.getloadavg()[0]
     server.flush()
     client = server.client()
     producer = peer.producer(server.url)
@@ -199,6 +213,7 @@ def run_latency(
         "p99_ms": round(percentile(values, 99), 3),
         "max_ms": round(values[-1], 3) if values else None,
         "worker": described,
+        "loadavg_1m_before": round(load_before, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
         **env,
     }
