@@ -1,0 +1,172 @@
+"""Structured log lines: JSON when stderr is not a terminal, readable when it is.
+
+Every line logged while a job runs carries ``job_id``, ``queue``, ``task``,
+``attempt`` and, for an order step, ``order_id``: :func:`job_log_context` is a
+worker middleware that remembers the job for the lane thread running it, and
+:class:`JobContextFilter` copies those fields onto each record. The worker's
+own line about a job's outcome (logged just after the handler returned, with
+``extra={"job_id": ...}``) gets the task and order id of the same job too.
+Credentials inside URLs are masked in every line (see ``urls``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+from orders.observability.urls import mask_urls_in
+from reliable_queue import JobContext
+
+CONTEXT_FIELDS = ("job_id", "queue", "task", "attempt", "order_id")
+"""Record attributes that describe the job being worked on, in output order."""
+
+_current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "orders_job_log_context", default=None
+)
+_last: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "orders_job_log_last", default=None
+)
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's colored copy of the message
+}
+
+
+def _order_id(payload: Any) -> Any:
+    if isinstance(payload, dict):
+        return payload.get("order_id")
+    return getattr(payload, "order_id", None)
+
+
+def job_log_context(ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
+    """Worker middleware: log lines written during this job carry its fields.
+
+    Args:
+        ctx: the job's context (job id, queue, task, attempt).
+        payload: the validated payload; its ``order_id`` is added when it has one.
+        call_next: runs the rest of the chain.
+
+    Returns:
+        Whatever the handler returned; exceptions pass through unchanged.
+    """
+    fields: dict[str, Any] = {
+        "job_id": ctx.job_id,
+        "queue": ctx.queue,
+        "task": ctx.task,
+        "attempt": ctx.attempt,
+    }
+    order_id = _order_id(payload)
+    if order_id is not None:
+        fields["order_id"] = order_id
+    token = _current.set(fields)
+    _last.set(fields)
+    try:
+        return call_next()
+    finally:
+        _current.reset(token)
+
+
+class JobContextFilter(logging.Filter):
+    """Adds the current job's fields to each record (never drops a record).
+
+    Inside a job every field is added. After it, a record that names the same
+    ``job_id`` (the worker's retry / dead-letter line) gets the missing fields.
+    Fields already on the record win.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Attach the fields; always returns True."""
+        fields = _current.get()
+        if fields is None:
+            last = _last.get()
+            if last is not None and getattr(record, "job_id", None) == last["job_id"]:
+                fields = last
+        if fields:
+            for key, value in fields.items():
+                if not hasattr(record, key):
+                    setattr(record, key, value)
+        return True
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    out = {k: getattr(record, k) for k in CONTEXT_FIELDS if hasattr(record, k)}
+    for key, value in vars(record).items():
+        if key not in _STANDARD and key not in out and not key.startswith("_"):
+            out[key] = value
+    return out
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``msg``,
+    the job fields when present, any other ``extra`` fields, and ``exc`` (traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render ``record`` as one JSON line (credentials in URLs masked)."""
+        line: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": mask_urls_in(record.getMessage()),
+        }
+        line.update(_extras(record))
+        if record.exc_info:
+            line["exc"] = mask_urls_in(self.formatException(record.exc_info))
+        elif record.stack_info:
+            line["stack"] = record.stack_info
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class ReadableFormatter(logging.Formatter):
+    """``HH:MM:SS.mmm LEVEL logger: message  job_id=.. task=.. attempt=.. order_id=..``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render ``record`` for a person at a terminal (credentials in URLs masked)."""
+        when = dt.datetime.fromtimestamp(record.created).strftime("%H:%M:%S.%f")[:-3]
+        text = f"{when} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        extras = _extras(record)
+        if extras:
+            text += "  " + " ".join(f"{k}={v}" for k, v in extras.items())
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return mask_urls_in(text)
+
+
+def configure_logging(
+    level: str = "INFO", *, stream: IO[str] | None = None, json_lines: bool | None = None
+) -> logging.Handler:
+    """Send every log record to ``stream`` as JSON lines or readable lines.
+
+    Replaces the root logger's handlers (so calling it twice does not double
+    lines).
+
+    Args:
+        level: DEBUG, INFO, WARNING or ERROR (unknown names mean INFO).
+        stream: where lines go (default ``sys.stderr``).
+        json_lines: force JSON (True) or readable (False); None picks JSON
+            unless ``stream`` is a terminal.
+
+    Returns:
+        The installed handler.
+    """
+    stream = stream or sys.stderr
+    if json_lines is None:
+        isatty = getattr(stream, "isatty", None)
+        json_lines = not (isatty is not None and isatty())
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if json_lines else ReadableFormatter())
+    handler.addFilter(JobContextFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    return handler

@@ -1,0 +1,38 @@
+"""The newest dead letters across queues, without reading whole dead-letter queues."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import redis
+
+from reliable_queue import DeadLetter, Queue, QueueConnectionError
+
+
+def newest_dead_letters(queues: Iterable[Queue], limit: int = 5) -> list[DeadLetter]:
+    """The ``limit`` most recently dead-lettered jobs of ``queues``, newest first.
+
+    Reads the ``limit`` highest scores of each queue's ``dead`` sorted set, then
+    the full entries of the overall newest ``limit``.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+    """
+    if limit <= 0:
+        return []
+    candidates: list[tuple[float, Queue, str]] = []
+    for queue in queues:
+        try:
+            top = queue.client.zrange(queue.keys.key("dead"), -limit, -1, withscores=True)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        for member, score in top:
+            job_id = member.decode() if isinstance(member, bytes) else str(member)
+            candidates.append((float(score), queue, job_id))
+    candidates.sort(key=lambda c: c[0], reverse=True)
+    out: list[DeadLetter] = []
+    for _, queue, job_id in candidates[:limit]:
+        letter = queue.dead_letters.show(job_id)
+        if letter is not None:
+            out.append(letter)
+    return out

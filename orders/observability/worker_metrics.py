@@ -1,0 +1,180 @@
+"""What worker processes record: handler time, start latency, failures, duplicates,
+and each order's placement-to-completion time.
+
+These are the figures only a worker sees. Counts that Redis keeps itself
+(enqueued, succeeded, retried, dead-lettered, reaped, stale acks refused) are
+read from Redis by ``collectors.QueueCollector`` instead, so they are exact
+across every process and survive worker restarts.
+
+Call ``multiproc.enable_multiprocess`` before building :class:`WorkerMetrics`
+when several processes should add up (``orders worker`` does).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from sqlalchemy import select
+
+from orders.steps import queue_name, task_name
+from reliable_queue import JobContext, RawJob
+from reliable_queue.codec import RecordDecodeError, decode_record
+from reliable_queue.execution import Dead, Outcome, Retry
+from workflows.models import Workflow
+from workflows.tracker import StepResult
+from workflows.uow import SessionFactory
+
+HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+"""Seconds; handler runs are database transactions, usually milliseconds."""
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+"""Seconds from enqueue to the start of the first attempt."""
+
+COMPLETION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
+"""Seconds from an order's placement to its last step's commit."""
+
+_ERROR_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*): ")
+
+
+def error_kind(outcome: Retry | Dead) -> str:
+    """A bounded label for a failure: the exception class name, else the DLQ reason.
+
+    Args:
+        outcome: a Retry or Dead outcome (its ``error`` reads ``"Type: message"``).
+    """
+    match = _ERROR_CLASS.match(outcome.error)
+    if match:
+        return match.group(1).rsplit(".", 1)[-1]
+    return outcome.reason if isinstance(outcome, Dead) else "error"
+
+
+def completion_seconds(session_factory: SessionFactory) -> Callable[[int], float | None]:
+    """A lookup: workflow id -> seconds from placement to completion (None if not done).
+
+    The workflow row is written in the order's placement transaction, so its
+    ``created_at`` is the placement time; ``finished_at`` is set by the commit
+    that completed it.
+    """
+
+    def lookup(workflow_id: int) -> float | None:
+        with session_factory() as session:
+            row = session.execute(
+                select(Workflow.created_at, Workflow.finished_at).where(Workflow.id == workflow_id)
+            ).one_or_none()
+        if row is None or row.finished_at is None:
+            return None
+        return max((row.finished_at - row.created_at).total_seconds(), 0.0)
+
+    return lookup
+
+
+class WorkerMetrics:
+    """Metric objects of one worker process, and the hooks that feed them.
+
+    Metric names (``queue`` and ``task`` labels unless said otherwise):
+
+    - ``orderflow_job_handler_seconds`` (histogram): one handler run, middleware
+      and injected faults included, seconds.
+    - ``orderflow_job_start_latency_seconds`` (histogram): enqueue to the start
+      of the first attempt, seconds (retries wait on purpose and are left out).
+    - ``orderflow_jobs_failed_total`` (+ ``error``: exception class or DLQ reason):
+      runs that ended in a retry or a dead letter.
+    - ``orderflow_duplicates_absorbed_total``: redeliveries of a finished step
+      that the idempotent handler acknowledged without a second effect.
+    - ``orderflow_order_completion_seconds`` (histogram, no labels): placement to
+      completion of each order, seconds.
+
+    Args:
+        completion: workflow id -> completion seconds (see :func:`completion_seconds`);
+            None records no completion times.
+        clock: wall clock, epoch seconds (compared with the producer's enqueue time).
+    """
+
+    def __init__(
+        self,
+        *,
+        completion: Callable[[int], float | None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.completion = completion
+        self.clock = clock
+        labels = ("queue", "task")
+        self.handler_seconds = Histogram(
+            "orderflow_job_handler_seconds",
+            "Handler run time (middleware included), seconds.",
+            labels,
+            buckets=HANDLER_BUCKETS,
+            registry=None,
+        )
+        self.start_latency = Histogram(
+            "orderflow_job_start_latency_seconds",
+            "Enqueue to start of the first attempt, seconds.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=None,
+        )
+        self.failed = Counter(
+            "orderflow_jobs_failed",
+            "Handler runs that ended in a retry or a dead letter.",
+            (*labels, "error"),
+            registry=None,
+        )
+        self.duplicates = Counter(
+            "orderflow_duplicates_absorbed",
+            "Redeliveries absorbed by idempotent handlers (no second effect).",
+            labels,
+            registry=None,
+        )
+        self.order_completion = Histogram(
+            "orderflow_order_completion_seconds",
+            "Order placement to completion, seconds.",
+            buckets=COMPLETION_BUCKETS,
+            registry=None,
+        )
+
+    def declare(self, queue: str, task: str) -> None:
+        """Create the ``queue``/``task`` series at zero, so they show before the first job."""
+        self.handler_seconds.labels(queue, task)
+        self.start_latency.labels(queue, task)
+        self.duplicates.labels(queue, task)
+
+    def middleware(self, ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
+        """Worker middleware: time the run; record the first attempt's start latency."""
+        if ctx.attempt == 1:
+            self.start_latency.labels(ctx.queue, ctx.task).observe(
+                max(self.clock() - ctx.enqueued_at, 0.0)
+            )
+        started = time.perf_counter()
+        try:
+            return call_next()
+        finally:
+            self.handler_seconds.labels(ctx.queue, ctx.task).observe(time.perf_counter() - started)
+
+    def on_outcome(self, job: RawJob, outcome: Outcome) -> None:
+        """Worker ``on_outcome`` hook: count runs that failed (retry or dead letter)."""
+        if not isinstance(outcome, Retry | Dead):
+            return
+        try:
+            task = decode_record(job.record).task
+        except RecordDecodeError:
+            task = "?"
+        self.failed.labels(job.queue, task, error_kind(outcome)).inc()
+
+    def on_result(self, step: str, result: StepResult) -> None:
+        """Step-handler hook: count absorbed duplicates; time completed orders.
+
+        Never raises: a failed completion lookup only loses that one sample.
+        """
+        if result.duplicate:
+            self.duplicates.labels(queue_name(step), task_name(step)).inc()
+        if result.workflow_done and self.completion is not None:
+            try:
+                seconds = self.completion(result.workflow_id)
+            except Exception:  # a metric must never fail the job
+                return
+            if seconds is not None:
+                self.order_completion.observe(seconds)

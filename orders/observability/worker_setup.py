@@ -1,0 +1,107 @@
+"""Observability of one worker process: log context, recorded metrics, /metrics server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from orders.bootstrap import App
+from orders.observability.logs import job_log_context
+from orders.observability.multiproc import enable_multiprocess, metrics_dir
+from orders.observability.registry import metrics_registry, serve
+from orders.observability.worker_metrics import WorkerMetrics, completion_seconds
+from orders.steps import queue_name, task_name
+from reliable_queue import RawJob
+from reliable_queue.execution import Middleware, Outcome
+from workflows.tracker import StepResult
+
+log = logging.getLogger("orders.worker")
+
+
+class WorkerObservability:
+    """What a worker process adds to its worker: middleware, hooks and a server.
+
+    Args:
+        metrics: the process's metric objects, or None to record nothing.
+        server: the ``/metrics`` HTTP server, or None.
+    """
+
+    def __init__(self, metrics: WorkerMetrics | None = None, server: Any = None) -> None:
+        self.metrics = metrics
+        self.server = server
+
+    def middleware(self) -> list[Middleware]:
+        """Outermost first: timing (so it includes the rest), then the log context."""
+        out: list[Middleware] = []
+        if self.metrics is not None:
+            out.append(self.metrics.middleware)
+        out.append(job_log_context)
+        return out
+
+    def on_outcome(
+        self, then: Callable[[RawJob, Outcome], None] | None
+    ) -> Callable[[RawJob, Outcome], None]:
+        """An ``on_outcome`` hook that records the outcome, then calls ``then``."""
+
+        def hook(job: RawJob, outcome: Outcome) -> None:
+            if self.metrics is not None:
+                try:
+                    self.metrics.on_outcome(job, outcome)
+                except Exception:
+                    log.exception("recording the outcome of job %s failed", job.job_id)
+            if then is not None:
+                then(job, outcome)
+
+        return hook
+
+    def on_result(self, step: str, result: StepResult) -> None:
+        """Step-handler hook: duplicates absorbed and order completion times."""
+        if self.metrics is not None:
+            self.metrics.on_result(step, result)
+
+    def serve(self, app: App, host: str, port: int) -> int:
+        """Serve ``/metrics`` of this data dir on ``host:port``; return the bound port.
+
+        Raises:
+            OSError: the port cannot be bound.
+        """
+        registry = metrics_registry(app, multiproc=metrics_dir(app.settings))
+        self.server = serve(registry, host, port)
+        bound = int(self.server.server_port)
+        log.info("metrics on http://%s:%d/metrics", host, bound)
+        return bound
+
+    def close(self) -> None:
+        """Stop the ``/metrics`` server, if any."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+def worker_observability(
+    app: App, steps: Sequence[str] = (), *, record: bool = True
+) -> WorkerObservability:
+    """Set up a worker process's metrics (call once per process, before the worker runs).
+
+    Touches neither Redis nor the database (the worker sizes its connection pool
+    first); the completion-time lookup opens sessions only when an order completes.
+
+    Args:
+        app: the application.
+        steps: the steps served; their series are created at zero.
+        record: record metrics into the data dir's multi-process folder.
+
+    Raises:
+        OSError: the metrics folder cannot be created.
+    """
+    metrics = None
+    if record:
+        enable_multiprocess(metrics_dir(app.settings))
+        metrics = WorkerMetrics(
+            completion=lambda workflow_id: completion_seconds(app.session_factory)(workflow_id)
+        )
+        for step in steps:
+            metrics.declare(queue_name(step), task_name(step))
+    return WorkerObservability(metrics)
