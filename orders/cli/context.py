@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,10 +11,12 @@ from typing import Any, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
 from orders.bootstrap import App, build
 from orders.errors import OrdersError
+from orders.observability.urls import mask_urls_in
 from orders.settings import Settings
 from reliable_queue import QueueError
 
@@ -43,7 +44,7 @@ def make_app(*, auto_migrate: bool = False) -> App:
 
 def fail(message: str, code: int = 1) -> None:
     """Print ``error: message`` to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(mask_urls_in(message))}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -70,9 +71,9 @@ def handle_errors(func: F) -> F:
 
 
 def setup_logging(level: str = "INFO") -> None:
-    """Plain stdlib logging to stderr: time, level, logger, message."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    """Structured logs on stderr: JSON lines when stderr is not a terminal, readable
+    lines when it is; each line about a job carries its id, task, attempt and order
+    id, and credentials in URLs are masked (see ``orders.observability.logs``)."""
+    from orders.observability.logs import configure_logging
+
+    configure_logging(level, stream=sys.stderr)

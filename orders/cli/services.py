@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from orders.cli.context import console, emit_json, handle_errors
+from orders.observability.urls import mask_url
 from orders.settings import Settings
 from reliable_queue.embedded import EmbeddedRedis
 
@@ -37,11 +38,14 @@ def stop() -> None:
 @services.command()
 @handle_errors
 def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
-    """Say whether the embedded Redis server runs, where, and with which pid."""
+    """Say whether the embedded Redis server runs, where, and with which pid, and which
+    Redis and database URLs are configured (passwords masked)."""
     settings = Settings()
     server = EmbeddedRedis(settings.resolved_data_dir())
     info = {
         "redis_url_configured": bool(settings.redis_url),
+        "redis_url": mask_url(settings.redis_url),
+        "database_url": mask_url(settings.resolved_database_url()),
         "embedded_running": server.is_running(),
         "embedded_url": server.url,
         "embedded_pid": server.pid,
