@@ -10,10 +10,12 @@ from orders.bootstrap import App
 from orders.db import worker_pool_size
 from orders.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.metrics import Counters
+from orders.observability.worker_setup import WorkerObservability, worker_observability
 from orders.relay_loop import SweepLoop
 from orders.steps import queue_name
 from orders.tasks import build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
+from workflows.tracker import StepResult
 
 log = logging.getLogger("orders.worker")
 
@@ -25,6 +27,7 @@ def build_worker(
     concurrency: int = 1,
     batch_size: int = 1,
     grace_seconds: float = 10.0,
+    observability: WorkerObservability | None = None,
 ) -> Worker:
     """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
 
@@ -40,6 +43,7 @@ def build_worker(
             step is handled in one database transaction (``orders.handlers.handle_steps``);
             1 runs one delivery per transaction and keeps slow jobs from holding others.
         grace_seconds: graceful-shutdown budget, seconds.
+        observability: log context and metrics (default: log context only).
     """
     if "engine" not in app.__dict__:  # one connection per lane, sized before first use
         app.pool_size = worker_pool_size(concurrency * len(steps))
@@ -48,12 +52,16 @@ def build_worker(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
         on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
     )
+    obs = observability or WorkerObservability()
+
+    def on_result(step: str, result: StepResult) -> None:
+        counters.add(f"{'duplicate' if result.duplicate else 'applied'}:{step}")
+        obs.on_result(step, result)
+
     registry = build_registry(
         app.session_factory,
         app.settings,
-        on_result=lambda step, result: counters.add(
-            f"{'duplicate' if result.duplicate else 'applied'}:{step}"
-        ),
+        on_result=on_result,
         batch=batch_size > 1,
         faults=faults,
     )
@@ -66,8 +74,8 @@ def build_worker(
         batch_size=batch_size,
         settings=app.queue_settings,
         grace_seconds=grace_seconds,
-        middleware=[faults],
-        hooks=WorkerHooks(on_outcome=outcome_recorder(app.session_factory)),
+        middleware=[*obs.middleware(), faults],
+        hooks=WorkerHooks(on_outcome=obs.on_outcome(outcome_recorder(app.session_factory))),
     )
     # A slow injected run stops its heartbeat, so its lease can really expire.
     faults.stall = lambda ctx: worker.book.drop([Lease(ctx.job_id, ctx.lease_token)])
@@ -82,11 +90,32 @@ def run_worker(
     batch_size: int = 1,
     sweep: bool = True,
     grace_seconds: float = 10.0,
+    record_metrics: bool = False,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
-    """Serve ``steps`` until SIGTERM/SIGINT; also run the outbox sweep when ``sweep``."""
+    """Serve ``steps`` until SIGTERM/SIGINT; also run the outbox sweep when ``sweep``.
+
+    Args:
+        record_metrics: record Prometheus metrics in the data dir's multi-process
+            folder (``orders worker`` does; see ``orders.observability``).
+        metrics_port: also serve ``/metrics`` on this port (None: no server).
+        metrics_host: address the metrics server binds.
+
+    Raises:
+        OSError: the metrics port cannot be bound.
+    """
+    obs = worker_observability(app, steps, record=record_metrics)
     worker = build_worker(
-        app, steps, concurrency=concurrency, batch_size=batch_size, grace_seconds=grace_seconds
+        app,
+        steps,
+        concurrency=concurrency,
+        batch_size=batch_size,
+        grace_seconds=grace_seconds,
+        observability=obs,
     )
+    if metrics_port is not None:
+        obs.serve(app, metrics_host, metrics_port)
     stop = threading.Event()
     loop = SweepLoop(app, stop) if sweep else None
     if loop is not None:
@@ -95,3 +124,4 @@ def run_worker(
         worker.run()
     finally:
         stop.set()
+        obs.close()

@@ -26,12 +26,25 @@ def worker(
         float, typer.Option(min=0, help="Seconds in-flight jobs get on SIGTERM.")
     ] = 10.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Serve Prometheus /metrics on this port."),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the /metrics server binds.")
+    ] = "127.0.0.1",
+    metrics: Annotated[
+        bool, typer.Option(help="Record metrics in the data dir (for /metrics, watch, web).")
+    ] = True,
 ) -> None:
     """Run a worker for STEP... (or --all) until SIGTERM / Ctrl-C.
 
     Several worker processes may serve the same step. The first signal stops
     fetching and lets in-flight jobs finish within --grace seconds; a second
     signal exits at once (held jobs are reaped when their lease expires).
+
+    Every worker of one data dir records its metrics in <data dir>/metrics;
+    --metrics-port serves all of them (and the queue and order gauges) at /metrics.
     """
     chosen = list(STEPS) if all_steps else list(steps or [])
     if not chosen:
@@ -49,6 +62,9 @@ def worker(
             batch_size=batch_size,
             sweep=sweep,
             grace_seconds=grace,
+            record_metrics=metrics,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
     finally:
         app.close()
