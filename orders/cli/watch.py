@@ -1,0 +1,141 @@
+"""``orders watch``: a live terminal view of queues, orders and the newest dead letters."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import threading
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orders.cli.context import console, handle_errors, make_app
+from orders.observability.multiproc import metrics_dir
+from orders.observability.snapshot import Snapshot, SystemView
+
+
+def _num(value: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def render(snap: Snapshot) -> Group:
+    """Draw one snapshot: queues, orders, newest dead letters, and read errors.
+
+    Args:
+        snap: what to draw.
+
+    Returns:
+        A rich renderable.
+    """
+    when = dt.datetime.fromtimestamp(snap.at).strftime("%H:%M:%S")
+    header = Text(f"orderflow — {when} — Ctrl-C to quit", style="bold")
+    queues = Table(title="queues", title_justify="left")
+    for col in (
+        "step",
+        "ready",
+        "delayed",
+        "active",
+        "dead",
+        "jobs/s (10 s)",
+        "p50 ms",
+        "p95 ms",
+        "retries/min",
+    ):
+        queues.add_column(col, justify="left" if col == "step" else "right")
+    for q in snap.queues:
+        queues.add_row(
+            q.name,
+            str(q.ready),
+            str(q.delayed),
+            str(q.active),
+            Text(str(q.dead), style="bold red" if q.dead else ""),
+            _num(q.jobs_per_second),
+            _ms(q.p50_seconds),
+            _ms(q.p95_seconds),
+            _num(q.retries_per_minute),
+        )
+    parts: list[Any] = [header, queues]
+    if snap.orders is not None:
+        o = snap.orders
+        orders = Table(title="orders", title_justify="left")
+        for col in ("placed", "in progress", "completed", "out of stock", "blocked", "outbox"):
+            orders.add_column(col, justify="right")
+        orders.add_row(
+            str(o.placed),
+            str(o.in_progress),
+            str(o.completed),
+            str(o.out_of_stock),
+            Text(str(o.blocked), style="bold red" if o.blocked else ""),
+            str(o.outbox_backlog),
+        )
+        parts.append(orders)
+    dead = Table(title="newest dead letters", title_justify="left")
+    for col in ("dead at", "queue", "job id", "reason", "order", "error"):
+        dead.add_column(col)
+    for d in snap.newest_dead:
+        order = d.payload.get("order_id") if isinstance(d.payload, dict) else None
+        dead.add_row(
+            dt.datetime.fromtimestamp(d.dead_at).strftime("%H:%M:%S"),
+            d.queue,
+            d.job_id,
+            d.reason,
+            "-" if order is None else str(order),
+            d.error[:60],
+        )
+    if not snap.newest_dead:
+        dead.add_row("-", "", "(the dead-letter queues are empty)", "", "", "")
+    parts.append(dead)
+    for error in snap.errors:
+        parts.append(Text(f"cannot read {error}", style="bold red"))
+    return Group(*parts)
+
+
+@handle_errors
+def watch(
+    interval: Annotated[
+        float, typer.Option(min=0.2, max=60.0, help="Seconds between refreshes.")
+    ] = 1.0,
+    dead_letters: Annotated[
+        int, typer.Option("--dead", min=0, max=50, help="Newest dead letters shown.")
+    ] = 5,
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one view (two readings apart) and exit.")
+    ] = False,
+) -> None:
+    """Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s,
+    p50/p95 handler time, retries per minute; orders placed / in progress / completed /
+    blocked; the newest dead letters. Ctrl-C exits.
+
+    Handler times come from the worker processes of this data dir (their metrics
+    folder); the rest from Redis and the database.
+    """
+    app = make_app()
+    view = SystemView(app, multiproc=metrics_dir(app.settings), dead_limit=dead_letters)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if once:
+            view.look()
+            stop.wait(interval)
+            console.print(render(view.look()))
+            return
+        with Live(render(view.look()), console=console, refresh_per_second=4) as live:
+            while not stop.wait(interval):
+                live.update(render(view.look()))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        app.close()
