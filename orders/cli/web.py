@@ -1,0 +1,78 @@
+"""``orders web``: serve the dashboard."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import Annotated
+
+import typer
+
+from orders.cli.context import console, handle_errors, make_app, setup_logging
+from orders.observability.urls import mask_url
+
+log = logging.getLogger("orders.web")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@handle_errors
+def web(
+    host: Annotated[
+        str | None,
+        typer.Option(help="Address to bind (default ORDERS_WEB_HOST or 127.0.0.1)."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="TCP port (default ORDERS_WEB_PORT or 8080)."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Serve the web dashboard: overview, queues, orders, dead letters, /metrics.
+
+    Reading is open to clients on this machine (loopback). Redrive and purge
+    need the token: set ORDERS_WEB_TOKEN before starting, then sign in on the
+    page (or send `Authorization: Bearer <token>`). Without the token every
+    action is refused.
+    """
+    import uvicorn
+
+    from orders.web.app import create_app
+    from orders.web.settings import WebSettings
+
+    setup_logging(log_level)
+    settings = WebSettings()
+    bind = host or settings.host
+    port = settings.port if port is None else port
+    app = make_app()
+    redis_shown = mask_url(app.settings.redis_url) or "embedded"
+    database_shown = mask_url(app.settings.resolved_database_url())
+    actions = "need the token" if settings.token_value() else "disabled (no ORDERS_WEB_TOKEN)"
+    console.print(
+        f"dashboard on http://{bind}:{port}/ — Redis {redis_shown}, database {database_shown}; "
+        f"actions {actions}",
+        highlight=False,
+    )
+    if not _loopback(bind):
+        log.warning(
+            "listening on %s: clients not on this machine must sign in with the token to read",
+            bind,
+        )
+    try:
+        uvicorn.run(
+            create_app(app, settings),
+            host=bind,
+            port=port,
+            log_config=None,
+            log_level=log_level.lower(),
+            access_log=log_level.upper() == "DEBUG",
+        )
+    finally:
+        app.close()

@@ -1,0 +1,166 @@
+"""Build the dashboard's ASGI application."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import redis
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from orders.bootstrap import App
+from orders.observability.multiproc import metrics_dir
+from orders.observability.registry import metrics_registry
+from orders.observability.sampler import Sampler
+from orders.observability.snapshot import SystemView, read_queue_stats
+from orders.observability.urls import mask_urls_in
+from orders.web import render
+from orders.web.params import BadParam
+from orders.web.routes import auth, dlq, metrics, orders, overview, queues
+from orders.web.security import Guard, Refused
+from orders.web.settings import WebSettings
+from orders.web.state import WebState
+from reliable_queue import QueueError
+
+log = logging.getLogger("orders.web")
+
+HERE = Path(__file__).parent
+OPEN_PATHS = ("/login", "/static/", "/healthz")
+
+
+def templates() -> Jinja2Templates:
+    """The Jinja2 environment with the dashboard's filters (``when``, ``ms``, ``rate``)."""
+    t = Jinja2Templates(directory=str(HERE / "templates"))
+    t.env.filters["when"] = render.when
+    t.env.filters["when_ms"] = render.when_ms
+    t.env.filters["ms"] = render.ms
+    t.env.filters["rate"] = render.rate
+    t.env.globals["login_link"] = auth.login_link
+    return t
+
+
+class ReadGuard:
+    """ASGI middleware: a client that is neither on loopback nor signed in may only
+    reach the sign-in page (pages redirect there; ``/metrics`` answers 401)."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            path = request.url.path
+            if not path.startswith(OPEN_PATHS) and not self.guard.may_read(request):
+                response: Response
+                if path == "/metrics" or request.method != "GET":
+                    response = PlainTextResponse("sign in or send the bearer token", 401)
+                else:
+                    response = RedirectResponse(auth.login_link(path), status_code=303)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _bad_param(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BadParam)
+    return render.error_page(request, exc.status, str(exc))
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return render.error_page(request, exc.status, str(exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return render.error_page(request, exc.status_code, str(exc.detail))
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    message = mask_urls_in(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
+    log.warning("%s %s: %s", request.method, request.url.path, message)
+    return render.error_page(request, 503, f"a backing service failed: {message}")
+
+
+def create_app(
+    app: App,
+    settings: WebSettings | None = None,
+    *,
+    multiproc: Path | None = None,
+    sample: bool = True,
+) -> Starlette:
+    """The dashboard for ``app``.
+
+    Args:
+        app: the application (its Redis, database and queues).
+        settings: web settings (default: read ``ORDERS_WEB_*``).
+        multiproc: the workers' metrics folder (default: the data dir's).
+        sample: run the background queue sampler while the server runs
+            (the test client runs it inside ``with TestClient(...)``).
+
+    Returns:
+        A Starlette application; it stops its sampler on shutdown but does not
+        close ``app`` (the caller owns it).
+    """
+    settings = settings or WebSettings()
+    folder = multiproc or metrics_dir(app.settings)
+    guard = Guard(settings.token_value(), session_seconds=settings.session_hours * 3600)
+    sampler = Sampler(lambda: read_queue_stats(app), keep=settings.history_seconds)
+    state = WebState(
+        app=app,
+        settings=settings,
+        guard=guard,
+        sampler=sampler,
+        view=SystemView(app, multiproc=folder, sampler=sampler),
+        registry=metrics_registry(app, multiproc=folder),
+        templates=templates(),
+        multiproc=folder,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        thread = None
+        if sample:
+            state.stop.clear()
+            thread = state.sampler.start(settings.sample_seconds, state.stop)
+        try:
+            yield
+        finally:
+            state.stop.set()
+            if thread is not None:
+                thread.join(timeout=5)
+
+    web = Starlette(
+        routes=[
+            *overview.routes,
+            *queues.routes,
+            *orders.routes,
+            *dlq.routes,
+            *auth.routes,
+            *metrics.routes,
+            Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+        ],
+        exception_handlers={
+            BadParam: _bad_param,
+            Refused: _refused,
+            HTTPException: _http_error,
+            QueueError: _unavailable,
+            SQLAlchemyError: _unavailable,
+            redis.RedisError: _unavailable,
+        },
+        lifespan=lifespan,
+    )
+    web.state.web = state
+    web.add_middleware(ReadGuard, guard=guard)
+    return web

@@ -1,0 +1,105 @@
+"""Checking request parameters: a bad one is a 400 with a message, never a 500."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+JOB_ID = re.compile(r"^[A-Za-z0-9:_\-.]{1,128}$")
+
+
+class BadParam(Exception):
+    """A request parameter is missing or invalid; the message says which and why.
+
+    Attributes:
+        status: the HTTP status to answer with (400 unless said otherwise).
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def one_of(params: Mapping[str, Any], name: str, allowed: Iterable[str]) -> str | None:
+    """Parameter ``name`` if it is one of ``allowed``; None when absent or empty.
+
+    Raises:
+        BadParam: present but not allowed.
+    """
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    allowed = list(allowed)
+    if value not in allowed:
+        raise BadParam(f"unknown {name} {value!r}; choose from {', '.join(allowed)}")
+    return str(value)
+
+
+def integer(params: Mapping[str, Any], name: str, *, default: int, low: int, high: int) -> int:
+    """Parameter ``name`` as an integer in ``[low, high]`` (``default`` when absent).
+
+    Raises:
+        BadParam: not an integer, or out of range.
+    """
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    return bounded_int(str(value), name, low=low, high=high)
+
+
+def bounded_int(value: str, name: str, *, low: int, high: int) -> int:
+    """``value`` as an integer in ``[low, high]``.
+
+    Raises:
+        BadParam: not an integer, or out of range.
+    """
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadParam(f"{name} must be an integer, not {value!r}") from None
+    if not low <= number <= high:
+        raise BadParam(f"{name} must be between {low} and {high}, not {number}")
+    return number
+
+
+def job_id(value: str | None, name: str = "job id") -> str:
+    """A job id: 1-128 letters, digits or ``:_-.``.
+
+    Raises:
+        BadParam: missing or malformed.
+    """
+    if not value:
+        raise BadParam(f"{name} is missing")
+    if not JOB_ID.match(value):
+        raise BadParam(f"{name} {value!r} is malformed (letters, digits and :_-. only)")
+    return value
+
+
+def job_ids(values: Iterable[str]) -> list[str]:
+    """Every value checked with :func:`job_id`, duplicates dropped, order kept."""
+    seen: dict[str, None] = {}
+    for value in values:
+        seen[job_id(value)] = None
+    return list(seen)
+
+
+def flag(params: Mapping[str, Any], name: str) -> bool:
+    """A checkbox-style boolean: ``1``, ``true``, ``on``, ``yes`` are true; absent is false.
+
+    Raises:
+        BadParam: any other value.
+    """
+    value = str(params.get(name, "") or "").lower()
+    if value in ("", "0", "false", "off", "no"):
+        return False
+    if value in ("1", "true", "on", "yes"):
+        return True
+    raise BadParam(f"{name} must be 1 or 0, not {value!r}")
+
+
+def local_path(value: str | None, default: str = "/") -> str:
+    """A redirect target on this site (``/...``, never ``//host`` or a full URL)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return default
+    return value

@@ -1,0 +1,1 @@
+"""Route tables of the dashboard, one module per page family."""

@@ -1,0 +1,204 @@
+"""The dead-letter queues: filter, show one, redrive (with a dry run), purge (confirmed).
+
+Actions act on explicit job ids (``scope=selected``) or on everything that
+matches the filters (``scope=matching``). A purge is done only when the form
+says ``confirm=yes``, which only the confirmation page sends; that page lists
+the ids it will delete, so entries arriving meanwhile are not deleted unseen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from orders.steps import STEPS, task_name
+from orders.web.params import BadParam, flag, integer, job_id, job_ids, one_of
+from orders.web.render import page
+from orders.web.state import WebState, web_state
+from reliable_queue import DEAD_REASONS, DeadLetter, Queue
+
+TASKS = tuple(task_name(s) for s in STEPS)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which dead letters a page or an action is about (None: any)."""
+
+    queue: str | None = None
+    task: str | None = None
+    reason: str | None = None
+
+    def query(self) -> dict[str, str]:
+        """The non-empty filters, for links and hidden form fields."""
+        return {k: v for k, v in self.__dict__.items() if v}
+
+
+def parse_filters(params: Mapping[str, Any]) -> Filters:
+    """Filters from query or form parameters.
+
+    Raises:
+        BadParam: an unknown queue, task or reason.
+    """
+    return Filters(
+        queue=one_of(params, "queue", STEPS),
+        task=one_of(params, "task", TASKS),
+        reason=one_of(params, "reason", DEAD_REASONS),
+    )
+
+
+def chosen_queues(state: WebState, filters: Filters) -> list[Queue]:
+    """The queues the filters allow."""
+    names = [filters.queue] if filters.queue else list(STEPS)
+    return [state.app.queues[n] for n in names]
+
+
+def list_letters(state: WebState, filters: Filters, limit: int) -> list[DeadLetter]:
+    """Up to ``limit`` matching dead letters, oldest first within each queue."""
+    out: list[DeadLetter] = []
+    for queue in chosen_queues(state, filters):
+        if len(out) >= limit:
+            break
+        out.extend(
+            queue.dead_letters.iter(
+                task=filters.task, reason=filters.reason, limit=limit - len(out)
+            )
+        )
+    return out
+
+
+def dlq_page(request: Request) -> Response:
+    """GET /dlq?queue=&task=&reason=&limit= : the matching dead letters."""
+    state = web_state(request)
+    filters = parse_filters(request.query_params)
+    limit = integer(request.query_params, "limit", default=100, low=1, high=1000)
+    sizes = {q.name: q.dead_letters.size() for q in state.app.queues.values()}
+    return page(
+        request,
+        "dlq.html",
+        {
+            "filters": filters,
+            "letters": list_letters(state, filters, limit),
+            "limit": limit,
+            "sizes": sizes,
+            "tasks": TASKS,
+            "reasons": DEAD_REASONS,
+        },
+    )
+
+
+def letter_page(request: Request) -> Response:
+    """GET /dlq/{queue}/{job_id} : one dead letter in full."""
+    state = web_state(request)
+    name = request.path_params["queue"]
+    if name not in state.app.queues:
+        raise BadParam(f"no queue {name!r}; the queues are {', '.join(STEPS)}", 404)
+    job = job_id(request.path_params["job_id"])
+    letter = state.app.queues[name].dead_letters.show(job)
+    if letter is None:
+        raise BadParam(f"job {job!r} is not in the dead-letter queue of {name}", 404)
+    payload = json.dumps(letter.payload, indent=2, default=str)
+    order_id = letter.payload.get("order_id") if isinstance(letter.payload, dict) else None
+    return page(
+        request, "dead_letter.html", {"letter": letter, "payload": payload, "order_id": order_id}
+    )
+
+
+@dataclass
+class Target:
+    """What an action acts on: per queue, explicit ids or the filters."""
+
+    filters: Filters
+    ids: list[str] | None
+
+
+def parse_target(form: Mapping[str, Any], ids: list[str]) -> Target:
+    """Read ``scope``, the filters and the ids of an action form.
+
+    Raises:
+        BadParam: unknown scope, bad filters, or ``selected`` with no id.
+    """
+    scope = one_of(form, "scope", ("selected", "matching")) or "selected"
+    filters = parse_filters(form)
+    if scope == "selected":
+        if not ids:
+            raise BadParam("select at least one dead letter (or act on everything matching)")
+        return Target(filters, ids)
+    return Target(filters, None)
+
+
+def resolve(state: WebState, target: Target) -> dict[str, list[str]]:
+    """queue name -> the ids of ``target`` that are in its DLQ now."""
+    out: dict[str, list[str]] = {}
+    for queue in chosen_queues(state, target.filters):
+        if target.ids is None:
+            found = [
+                d.job_id
+                for d in queue.dead_letters.iter(
+                    task=target.filters.task, reason=target.filters.reason
+                )
+            ]
+        else:
+            found = [i for i in target.ids if queue.dead_letters.show(i) is not None]
+        if found:
+            out[queue.name] = found
+    return out
+
+
+def _redrive(state: WebState, target: Target, dry_run: bool) -> dict[str, Any]:
+    redriven: dict[str, list[str]] = {}
+    skipped: list[str] = []
+    for name, ids in resolve(state, target).items():
+        report = state.app.queues[name].dead_letters.redrive(ids=ids, dry_run=dry_run)
+        redriven[name] = report.redriven
+        skipped.extend(report.skipped)
+    return {"redriven": redriven, "skipped": skipped, "dry_run": dry_run}
+
+
+async def redrive(request: Request) -> Response:
+    """POST /dlq/redrive : replay dead letters (``dry_run=1`` only lists them)."""
+    state = web_state(request)
+    form = await request.form()
+    state.guard.check_action(request, form)
+    target = parse_target(form, job_ids(form.getlist("ids")))
+    dry_run = flag(form, "dry_run")
+    result = await run_in_threadpool(_redrive, state, target, dry_run)
+    result["count"] = sum(len(v) for v in result["redriven"].values())
+    return page(request, "redrive.html", result)
+
+
+def _purge(state: WebState, per_queue: dict[str, list[str]]) -> int:
+    return sum(state.app.queues[n].dead_letters.purge(ids=ids) for n, ids in per_queue.items())
+
+
+async def purge(request: Request) -> Response:
+    """POST /dlq/purge : without ``confirm=yes`` show what would be deleted and ask;
+    with it, delete those dead letters for good."""
+    state = web_state(request)
+    form = await request.form()
+    state.guard.check_action(request, form)
+    target = parse_target(form, job_ids(form.getlist("ids")))
+    per_queue = await run_in_threadpool(resolve, state, target)
+    confirmed = one_of(form, "confirm", ("yes",)) == "yes"
+    if not confirmed:
+        return page(
+            request,
+            "purge_confirm.html",
+            {"per_queue": per_queue, "count": sum(len(v) for v in per_queue.values())},
+        )
+    removed = await run_in_threadpool(_purge, state, per_queue)
+    return page(request, "purge_done.html", {"removed": removed})
+
+
+routes = [
+    Route("/dlq", dlq_page, methods=["GET"]),
+    Route("/dlq/redrive", redrive, methods=["POST"]),
+    Route("/dlq/purge", purge, methods=["POST"]),
+    Route("/dlq/{queue}/{job_id}", letter_page, methods=["GET"]),
+]

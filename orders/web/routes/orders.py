@@ -1,0 +1,110 @@
+"""An order's page: its steps as a timeline with attempts, errors and times."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from orders.queries import OrderView, StepView, order_status
+from orders.web.params import BadParam, bounded_int
+from orders.web.queries import recent_orders
+from orders.web.render import page
+from orders.web.state import web_state
+from workflows.models import StepStatus, idempotency_key
+from workflows.uow import UnitOfWork
+
+MAX_ID = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One step's row in the timeline, in percent of the timeline's width.
+
+    Attributes:
+        step: the step view.
+        wait_left / wait_width: placement to the start of the last run.
+        run_left / run_width: the last run (start to finish, or to now if running).
+        job_id: the step's queue job (from the step row, or Redis for unstarted ones).
+    """
+
+    step: StepView
+    wait_left: float
+    wait_width: float
+    run_left: float
+    run_width: float
+    job_id: str | None
+
+
+def timeline(view: OrderView, now: dt.datetime, job_ids: dict[str, str | None]) -> list[Bar]:
+    """Place each step on a time axis from the order's placement to its last event."""
+    start = view.placed_at
+    ends = [t for s in view.steps for t in (s.finished_at, s.started_at, s.dispatched_at) if t]
+    running = any(s.status not in (StepStatus.DONE, StepStatus.DEAD) for s in view.steps)
+    end = max([*ends, now] if running else ends or [start])
+    span = max((end - start).total_seconds(), 0.001)
+
+    def pct(t: dt.datetime | None) -> float:
+        if t is None:
+            return 0.0
+        return min(max((t - start).total_seconds() / span * 100, 0.0), 100.0)
+
+    bars = []
+    for s in view.steps:
+        run_start = s.started_at or s.dispatched_at
+        run_end = s.finished_at or (now if s.status != StepStatus.DEAD else run_start)
+        left = pct(run_start)
+        bars.append(
+            Bar(
+                step=s,
+                wait_left=0.0,
+                wait_width=left,
+                run_left=left,
+                run_width=max(pct(run_end) - left, 0.5) if run_start else 0.0,
+                job_id=s.job_id or job_ids.get(s.step),
+            )
+        )
+    return bars
+
+
+def order_page(request: Request) -> Response:
+    """GET /orders/{order_id} : the order, its workflow and its steps' timeline."""
+    order_id = bounded_int(request.path_params["order_id"], "order id", low=1, high=MAX_ID)
+    state = web_state(request)
+    with UnitOfWork(state.app.session_factory) as uow:
+        view = order_status(uow.session, order_id)
+    if view is None:
+        raise BadParam(f"no order {order_id}", 404)
+    job_ids: dict[str, str | None] = {}
+    if view.workflow_id is not None:
+        for s in view.steps:
+            queue = state.app.queues.get(s.step)
+            if s.job_id is None and queue is not None:
+                job_ids[s.step] = queue.pending_job_for(idempotency_key(view.workflow_id, s.step))
+    now = dt.datetime.now(dt.UTC)
+    return page(
+        request,
+        "order.html",
+        {"order": view, "bars": timeline(view, now, job_ids), "span_end": now},
+    )
+
+
+def orders_page(request: Request) -> Response:
+    """GET /orders?id=N : redirect to order N (400 if not a positive integer);
+    without ``id``, the newest orders."""
+    raw = request.query_params.get("id")
+    if raw is not None and raw != "":
+        order_id = bounded_int(raw.strip(), "order id", low=1, high=MAX_ID)
+        return RedirectResponse(f"/orders/{order_id}", status_code=303)
+    with web_state(request).app.session_factory() as session:
+        rows = recent_orders(session, 50)
+    return page(request, "orders.html", {"recent": rows})
+
+
+routes = [
+    Route("/orders", orders_page, methods=["GET"]),
+    Route("/orders/{order_id}", order_page, methods=["GET"]),
+]

@@ -1,0 +1,79 @@
+"""A queue's page: jobs by state, and "explain" for one job."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from orders.steps import STEPS, task_name
+from orders.web.params import BadParam, integer, job_id
+from orders.web.render import page
+from orders.web.state import web_state
+from reliable_queue import Queue, explain, stats
+
+STATES = ("ready", "delayed", "active", "dead", "done")
+
+
+def known_queue(request: Request) -> Queue:
+    """The queue named in the path.
+
+    Raises:
+        BadParam(404): no such queue.
+    """
+    name = request.path_params["queue"]
+    queue = web_state(request).app.queues.get(name)
+    if queue is None:
+        raise BadParam(f"no queue {name!r}; the queues are {', '.join(STEPS)}", 404)
+    return queue
+
+
+def jobs_by_state(queue: Queue, limit: int) -> dict[str, list[str]]:
+    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first)."""
+    out = {kind: queue.ids_in(kind, 0, limit - 1) for kind in STATES if kind != "done"}
+    out["done"] = list(reversed(queue.ids_in("done", -limit, -1)))
+    return out
+
+
+def queue_page(request: Request) -> Response:
+    """GET /queues/{queue}?limit=N : counts, counters and job ids in each state."""
+    queue = known_queue(request)
+    limit = integer(request.query_params, "limit", default=20, low=1, high=500)
+    return page(
+        request,
+        "queue.html",
+        {
+            "queue": queue.name,
+            "task": task_name(queue.name),
+            "stats": stats(queue),
+            "jobs": jobs_by_state(queue, limit),
+            "limit": limit,
+        },
+    )
+
+
+def explain_lookup(request: Request) -> Response:
+    """GET /queues/{queue}/jobs?id=JOB : redirect to that job's page (400 if malformed)."""
+    queue = known_queue(request)
+    job = job_id(request.query_params.get("id"))
+    return RedirectResponse(f"/queues/{queue.name}/jobs/{quote(job)}", status_code=303)
+
+
+def explain_page(request: Request) -> Response:
+    """GET /queues/{queue}/jobs/{job_id} : everything Redis knows about one job."""
+    queue = known_queue(request)
+    job = job_id(request.path_params["job_id"])
+    found = explain(queue, job)
+    if found is None:
+        raise BadParam(f"queue {queue.name} has no trace of job {job!r}", 404)
+    order_id = found.payload.get("order_id") if isinstance(found.payload, dict) else None
+    return page(request, "job.html", {"queue": queue.name, "job": found, "order_id": order_id})
+
+
+routes = [
+    Route("/queues/{queue}", queue_page, methods=["GET"]),
+    Route("/queues/{queue}/jobs", explain_lookup, methods=["GET"]),
+    Route("/queues/{queue}/jobs/{job_id}", explain_page, methods=["GET"]),
+]

@@ -1,0 +1,35 @@
+"""Settings of the web dashboard, from ``ORDERS_WEB_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WebSettings(BaseSettings):
+    """How ``orders web`` serves and whom it lets act.
+
+    Attributes:
+        token: the secret that unlocks actions (redrive, purge); unset, every
+            action is refused. ``ORDERS_WEB_TOKEN``.
+        host / port: where to listen (``ORDERS_WEB_HOST``, ``ORDERS_WEB_PORT``).
+        session_hours: how long a sign-in lasts, hours.
+        sample_seconds: seconds between two readings of the queues (charts, rates).
+        history_seconds: how much chart history is kept in memory, seconds.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ORDERS_WEB_", extra="ignore")
+
+    token: SecretStr | None = Field(default=None, description="Secret unlocking actions.")
+    host: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=8080, ge=0, le=65535, description="TCP port.")
+    session_hours: float = Field(default=12.0, gt=0, description="Sign-in lifetime, hours.")
+    sample_seconds: float = Field(default=2.0, gt=0, description="Queue sampling period, s.")
+    history_seconds: float = Field(default=600.0, gt=0, description="Chart history kept, s.")
+
+    def token_value(self) -> str | None:
+        """The token as plain text, or None when unset or empty."""
+        if self.token is None:
+            return None
+        value = self.token.get_secret_value()
+        return value or None

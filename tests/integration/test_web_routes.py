@@ -1,0 +1,365 @@
+"""The dashboard's pages and actions through Starlette's test client, on real Redis and a
+real database: every page renders, bad parameters are 4xx with a message, and every
+action is refused without the token, without a session's CSRF token, or cross-site."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import Engine
+from starlette.testclient import TestClient
+
+from orders.bootstrap import App, build
+from orders.handlers import StepRequest, handle_step, mark_step_dead
+from orders.placement import place_orders
+from orders.settings import Settings
+from orders.sources import OrderDraft
+from orders.steps import LOGISTICS, STEPS
+from orders.web.app import create_app
+from orders.web.settings import WebSettings
+from workflows.relay import publish_steps
+from workflows.uow import UnitOfWork
+
+TOKEN = "correct horse battery staple"
+LOCAL = ("127.0.0.1", 50000)
+
+
+@dataclass
+class World:
+    """What the seeded system holds."""
+
+    app: App
+    done_order: int
+    blocked_order: int
+    waiting_order: int
+    dead_job: str
+    ready_job: str
+
+
+@pytest.fixture
+def world(
+    engine: Engine,
+    redis_client: redis.Redis,
+    key_prefix: str,
+    tmp_path: Path,
+    catalog: dict,
+    make_draft: Callable[..., OrderDraft],
+) -> Iterator[World]:
+    """Three orders: one completed, one blocked with its logistics job dead-lettered,
+    one waiting with its jobs ready."""
+    settings = Settings(data_dir=tmp_path / "data", queue_prefix=key_prefix)
+    app = build(settings, redis_override=redis_client, engine_override=engine)
+    with UnitOfWork(app.session_factory) as uow:
+        placed = place_orders(uow.session, [make_draft() for _ in range(3)])
+        uow.commit()
+    step_ids = [step_id for order in placed for step_id in order.step_ids]
+    publish_steps(app.session_factory, app.publisher, step_ids)
+    done, blocked, waiting = placed
+    for step in STEPS:
+        handle_step(app.session_factory, StepRequest(done.workflow_id, done.order_id, step))
+    logistics = app.queues[LOGISTICS]
+    fetched = logistics.fetch(3, worker_id="test-worker").jobs
+    dead_key = f"{blocked.workflow_id}:{LOGISTICS}"
+    dead_job = next(j for j in fetched if j.job_id == logistics.pending_job_for(dead_key))
+    logistics.dead(dead_job.lease, "error", error="PermanentError: boom")
+    logistics.release([j.lease for j in fetched if j is not dead_job])
+    mark_step_dead(
+        app.session_factory, blocked.workflow_id, LOGISTICS, "error", error="boom", attempts=1
+    )
+    ready_job = app.queues["stock"].pending_job_for(f"{waiting.workflow_id}:stock")
+    assert ready_job is not None
+    yield World(app, done.order_id, blocked.order_id, waiting.order_id, dead_job.job_id, ready_job)
+
+
+def client_for(app: App, tmp_path: Path, token: str | None = TOKEN, **kwargs) -> TestClient:
+    web = create_app(
+        app,
+        WebSettings(token=token, sample_seconds=0.2),
+        multiproc=tmp_path / "metrics",
+    )
+    return TestClient(web, client=kwargs.pop("client", LOCAL), **kwargs)
+
+
+@pytest.fixture
+def client(world: World, tmp_path: Path) -> Iterator[TestClient]:
+    with client_for(world.app, tmp_path) as c:
+        yield c
+
+
+def sign_in(client: TestClient) -> str:
+    """Sign in; return the CSRF token the DLQ page's forms carry."""
+    reply = client.post("/login", data={"token": TOKEN, "next": "/dlq"}, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/dlq"
+    cookie = reply.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    page = client.get("/dlq")
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
+    assert match, page.text
+    return match.group(1)
+
+
+def dlq_size(world: World) -> int:
+    return world.app.queues[LOGISTICS].dead_letters.size()
+
+
+# ------------------------------------------------------------------- pages
+
+
+def test_overview_shows_orders_queues_and_the_newest_dead_letter(
+    client: TestClient, world: World
+) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert re.search(r'id="orders-placed">\s*3<', page.text)
+    assert re.search(r'id="orders-completed">\s*1<', page.text)
+    assert re.search(r'id="orders-blocked">\s*1<', page.text)
+    assert 'id="queue-logistics"' in page.text and "<svg" in page.text
+    assert world.dead_job[:12] in page.text
+    partial = client.get("/partials/overview")
+    assert partial.status_code == 200 and "<html" not in partial.text
+    assert 'id="orders-placed"' in partial.text
+
+
+def test_queue_page_lists_jobs_by_state_and_explains_one(client: TestClient, world: World) -> None:
+    page = client.get("/queues/stock")
+    assert page.status_code == 200 and world.ready_job in page.text
+    lookup = client.get(f"/queues/stock/jobs?id={world.ready_job}", follow_redirects=False)
+    assert lookup.status_code == 303
+    job = client.get(lookup.headers["location"])
+    assert job.status_code == 200
+    assert 'id="job-state">ready<' in job.text and f"/orders/{world.waiting_order}" in job.text
+    dead = client.get(f"/queues/logistics/jobs/{world.dead_job}")
+    assert 'id="job-state">dead<' in dead.text and "PermanentError: boom" in dead.text
+
+
+def test_order_page_shows_each_step_with_attempts_errors_and_times(
+    client: TestClient, world: World
+) -> None:
+    done = client.get(f"/orders/{world.done_order}")
+    assert done.status_code == 200
+    assert 'id="order-status">completed<' in done.text
+    for step in STEPS:
+        assert f'id="step-{step}"' in done.text
+    blocked = client.get(f"/orders/{world.blocked_order}")
+    assert 'id="order-status">blocked<' in blocked.text
+    assert "blocked on <b>logistics</b>" in blocked.text
+    assert f"/dlq/logistics/{world.dead_job}" in blocked.text
+    listing = client.get("/orders")
+    assert listing.status_code == 200 and f"/orders/{world.waiting_order}" in listing.text
+    jump = client.get(f"/orders?id={world.done_order}", follow_redirects=False)
+    assert jump.status_code == 303 and jump.headers["location"] == f"/orders/{world.done_order}"
+
+
+def test_dlq_page_filters_and_shows_one_entry(client: TestClient, world: World) -> None:
+    page = client.get("/dlq?queue=logistics&task=orders.logistics&reason=error&limit=5")
+    assert page.status_code == 200 and f'id="dl-{world.dead_job}"' in page.text
+    other = client.get("/dlq?reason=worker_lost")
+    assert other.status_code == 200 and 'id="dlq-empty"' in other.text
+    entry = client.get(f"/dlq/logistics/{world.dead_job}")
+    assert entry.status_code == 200
+    assert "PermanentError: boom" in entry.text and f"/orders/{world.blocked_order}" in entry.text
+
+
+def test_metrics_endpoint_serves_queue_and_order_gauges(client: TestClient) -> None:
+    reply = client.get("/metrics")
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    text = reply.text
+    assert (
+        'orderflow_queue_jobs{queue="logistics",state="dead",task="orders.logistics"} 1.0' in text
+    )
+    assert 'orderflow_orders{status="blocked"} 1.0' in text
+    assert "orderflow_redis_up 1.0" in text and "orderflow_database_up 1.0" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "message"),
+    [
+        ("/orders/abc", 400, "order id must be an integer"),
+        ("/orders/0", 400, "between 1 and"),
+        ("/orders/99999999", 404, "no order 99999999"),
+        ("/orders?id=x1", 400, "order id must be an integer"),
+        ("/queues/shipping", 404, "no queue"),
+        ("/queues/stock?limit=0", 400, "limit must be between 1 and 500"),
+        ("/queues/stock?limit=lots", 400, "limit must be an integer"),
+        ("/queues/stock/jobs?id=", 400, "job id is missing"),
+        ("/queues/stock/jobs?id=a%20b", 400, "malformed"),
+        ("/queues/stock/jobs/nosuchjob", 404, "no trace of job"),
+        ("/dlq?queue=shipping", 400, "unknown queue"),
+        ("/dlq?task=orders.ship", 400, "unknown task"),
+        ("/dlq?reason=bored", 400, "unknown reason"),
+        ("/dlq?limit=-3", 400, "limit must be between"),
+        ("/dlq/logistics/nosuchjob", 404, "not in the dead-letter queue"),
+        ("/dlq/shipping/x", 404, "no queue"),
+        ("/nowhere", 404, "Not Found"),
+    ],
+)
+def test_bad_parameters_are_a_4xx_with_a_message(
+    client: TestClient, url: str, status: int, message: str
+) -> None:
+    reply = client.get(url)
+    assert reply.status_code == status
+    assert message in reply.text
+
+
+def test_a_failing_backing_service_is_a_503_not_a_500(
+    engine: Engine, key_prefix: str, tmp_path: Path
+) -> None:
+    dead_redis = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    settings = Settings(data_dir=tmp_path / "data", queue_prefix=key_prefix)
+    app = build(settings, redis_override=dead_redis, engine_override=engine)
+    with client_for(app, tmp_path) as c:
+        for url in ("/queues/stock", "/dlq"):
+            reply = c.get(url)
+            assert reply.status_code == 503 and "a backing service failed" in reply.text
+        assert c.get("/").status_code == 200  # the overview says what it cannot read
+        assert "cannot read Redis" in c.get("/").text
+
+
+# ----------------------------------------------------------------- actions
+
+
+def test_actions_are_refused_when_no_token_is_configured(world: World, tmp_path: Path) -> None:
+    with client_for(world.app, tmp_path, token=None) as c:
+        for url in ("/dlq/redrive", "/dlq/purge"):
+            reply = c.post(url, data={"ids": world.dead_job, "scope": "selected"})
+            assert reply.status_code == 403 and "actions are disabled" in reply.text
+        reply = c.post(url, data={"ids": world.dead_job}, headers={"Authorization": "Bearer x"})
+        assert reply.status_code == 403
+        login = c.post("/login", data={"token": ""})
+        assert login.status_code == 403 and "ORDERS_WEB_TOKEN" in login.text
+        assert "read-only" in c.get("/dlq").text
+    assert dlq_size(world) == 1
+
+
+def test_actions_without_the_token_or_a_session_are_refused(
+    client: TestClient, world: World
+) -> None:
+    form = {"ids": world.dead_job, "scope": "selected", "dry_run": "0"}
+    assert client.post("/dlq/redrive", data=form).status_code == 401
+    wrong = client.post("/dlq/redrive", data=form, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert client.post("/dlq/purge", data={**form, "confirm": "yes"}).status_code == 401
+    bad_login = client.post("/login", data={"token": "guess"})
+    assert bad_login.status_code == 401 and 'id="login-failed"' in bad_login.text
+    client.cookies.set("orders_session", f"{int(time.time())}.abc.{'0' * 64}")
+    forged = client.post("/dlq/redrive", data=form)
+    assert forged.status_code == 401
+    assert dlq_size(world) == 1
+
+
+def test_csrf_missing_wrong_or_cross_site_is_refused(client: TestClient, world: World) -> None:
+    csrf = sign_in(client)
+    form = {"ids": world.dead_job, "scope": "selected", "dry_run": "0"}
+    missing = client.post("/dlq/redrive", data=form)
+    assert missing.status_code == 403 and "CSRF" in missing.text
+    wrong = client.post("/dlq/redrive", data={**form, "csrf": "0" * 64})
+    assert wrong.status_code == 403
+    cross = client.post(
+        "/dlq/redrive", data={**form, "csrf": csrf}, headers={"Origin": "http://evil.example"}
+    )
+    assert cross.status_code == 403 and "cross-site" in cross.text
+    sibling = client.post(
+        "/dlq/purge",
+        data={**form, "csrf": csrf, "confirm": "yes"},
+        headers={"Sec-Fetch-Site": "cross-site"},
+    )
+    assert sibling.status_code == 403
+    login_cross = client.post(
+        "/login", data={"token": TOKEN}, headers={"Origin": "http://evil.example"}
+    )
+    assert login_cross.status_code == 403
+    assert dlq_size(world) == 1
+
+
+def test_redrive_dry_run_changes_nothing_then_redrive_replays_the_job(
+    client: TestClient, world: World
+) -> None:
+    csrf = sign_in(client)
+    form = {"ids": world.dead_job, "scope": "selected", "csrf": csrf}
+    dry = client.post(
+        "/dlq/redrive", data={**form, "dry_run": "1"}, headers={"Origin": "http://testserver"}
+    )
+    assert dry.status_code == 200
+    assert "Would redrive <b>1</b>" in dry.text and world.dead_job in dry.text
+    assert dlq_size(world) == 1
+    real = client.post("/dlq/redrive", data={**form, "dry_run": "0"})
+    assert real.status_code == 200 and "Redrove <b>1</b>" in real.text
+    assert dlq_size(world) == 0
+    assert client.get(f"/queues/logistics/jobs/{world.dead_job}").text.count(
+        'id="job-state">ready<'
+    )
+
+
+def test_redrive_by_filter_with_the_bearer_token(client: TestClient, world: World) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    dry = client.post(
+        "/dlq/redrive",
+        data={"scope": "matching", "queue": "logistics", "reason": "error", "dry_run": "1"},
+        headers=auth,
+    )
+    assert dry.status_code == 200 and world.dead_job in dry.text
+    none = client.post(
+        "/dlq/redrive", data={"scope": "matching", "reason": "worker_lost"}, headers=auth
+    )
+    assert none.status_code == 200 and "Redrove <b>0</b>" in none.text
+    assert dlq_size(world) == 1
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"scope": "selected"}, "select at least one"),
+        ({"scope": "everything"}, "unknown scope"),
+        ({"scope": "selected", "ids": "../etc"}, "malformed"),
+        ({"scope": "matching", "queue": "shipping"}, "unknown queue"),
+        ({"scope": "matching", "dry_run": "maybe"}, "dry_run must be 1 or 0"),
+    ],
+)
+def test_bad_action_parameters_are_a_400(
+    client: TestClient, world: World, form: dict, message: str
+) -> None:
+    reply = client.post("/dlq/redrive", data=form, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert reply.status_code == 400 and message in reply.text
+    assert dlq_size(world) == 1
+
+
+def test_purge_asks_for_confirmation_first(client: TestClient, world: World) -> None:
+    csrf = sign_in(client)
+    ask = client.post("/dlq/purge", data={"scope": "matching", "csrf": csrf})
+    assert ask.status_code == 200 and 'id="purge-question"' in ask.text
+    assert world.dead_job in ask.text and 'name="confirm" value="yes"' in ask.text
+    assert dlq_size(world) == 1
+    bad = client.post("/dlq/purge", data={"ids": world.dead_job, "csrf": csrf, "confirm": "sure"})
+    assert bad.status_code == 400 and dlq_size(world) == 1
+    done = client.post(
+        "/dlq/purge",
+        data={"scope": "selected", "ids": world.dead_job, "csrf": csrf, "confirm": "yes"},
+    )
+    assert done.status_code == 200 and "Deleted <b>1</b>" in done.text
+    assert dlq_size(world) == 0
+
+
+def test_sign_out_ends_the_session(client: TestClient, world: World) -> None:
+    csrf = sign_in(client)
+    out = client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert out.status_code == 303
+    form = {"ids": world.dead_job, "scope": "selected", "csrf": csrf}
+    assert client.post("/dlq/redrive", data=form).status_code == 401
+
+
+def test_clients_off_this_machine_must_sign_in_even_to_read(world: World, tmp_path: Path) -> None:
+    with client_for(world.app, tmp_path, client=("192.0.2.10", 40000)) as c:
+        page = c.get("/dlq", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"] == "/login?next=/dlq"
+        assert c.get("/metrics").status_code == 401
+        assert c.get("/login").status_code == 200
+        reader = c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert reader.status_code == 200
+        c.post("/login", data={"token": TOKEN})
+        assert c.get("/dlq").status_code == 200
