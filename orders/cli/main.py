@@ -12,6 +12,8 @@ from orders.cli.explain import explain
 from orders.cli.inject import inject
 from orders.cli.services import db, services
 from orders.cli.status import status
+from orders.cli.watch import watch
+from orders.cli.web import web
 from orders.cli.worker import worker
 
 app = typer.Typer(
@@ -30,6 +32,8 @@ app.command("load-tpch")(load_tpch)
 app.command()(place)
 app.command()(worker)
 app.command()(status)
+app.command()(watch)
+app.command()(web)
 app.command()(inject)
 app.command()(explain)
 app.add_typer(dlq, name="dlq")

@@ -1,0 +1,83 @@
+"""``orders watch``: one view on demand, and a live view in a terminal that Ctrl-C ends cleanly."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from cli_processes import app_for, orders_command, run_orders
+
+from orders.steps import STEPS
+
+
+@pytest.fixture
+def env(cli_env: dict[str, str], key_prefix: str) -> dict[str, str]:
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="140")
+    run_orders(["db", "upgrade"], env)
+    return env
+
+
+def test_watch_once_prints_queues_orders_and_dead_letters(env: dict[str, str]) -> None:
+    app = app_for(env)
+    try:
+        app.queues["points"].enqueue("orders.points", {"order_id": 1, "workflow_id": 1})
+    finally:
+        app.close()
+    out = run_orders(["watch", "--once", "--interval", "0.3"], env)
+    for word in ("queues", "jobs/s", "p95 ms", "retries/min", "orders", "in progress"):
+        assert word in out
+    assert "newest dead letters" in out and "dead-letter queues are empty" in out
+    for step in STEPS:
+        assert step in out
+    points = next(line for line in out.splitlines() if "points" in line)
+    assert "1" in points.split()  # one job ready
+
+
+def test_watch_live_exits_cleanly_on_ctrl_c(env: dict[str, str], tmp_path: Path) -> None:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*orders_command(), "watch", "--interval", "0.3"],
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"newest dead letters" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+        assert b"newest dead letters" in seen, seen[-2000:]
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(20)
+        while True:  # drain what it printed on the way out
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        os.close(master)
+    assert code == 0, seen[-2000:]
+    assert b"Traceback" not in seen and b"Aborted" not in seen
