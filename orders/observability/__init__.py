@@ -1,14 +1,18 @@
 """Operators' view of orderflow: Prometheus metrics, structured logs, live samples.
 
-Modules, one job each:
+Modules, one job each (see docs/operations.md for what an operator sees):
 
 - ``urls``: mask credentials in URLs and in any text that may hold one.
 - ``logs``: JSON or readable log lines carrying the job and order being worked on.
 - ``multiproc``: the Prometheus multi-process folder under the data dir.
 - ``worker_metrics``: what worker processes record (handler time, latency, ...).
+- ``worker_setup``: a worker process's middleware, hooks and ``/metrics`` server.
+- ``order_counts``: orders by status and the outbox backlog from indexed columns.
+- ``cache``: a value recomputed at most once per time-to-live.
 - ``collectors``: gauges and counters read from Redis and the database, cached.
 - ``registry``: the registry a ``/metrics`` endpoint serves.
 - ``sampler``: recent samples of the queues for rates (watch, web charts).
 - ``histograms``: quantiles from the workers' recorded histograms.
+- ``recent_dead``: the newest dead letters across queues.
 - ``snapshot``: one look at the whole system for the live views.
 """
