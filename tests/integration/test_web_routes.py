@@ -138,6 +138,15 @@ def test_queue_page_lists_jobs_by_state_and_explains_one(client: TestClient, wor
     assert 'id="job-state">dead<' in dead.text and "PermanentError: boom" in dead.text
 
 
+def test_a_job_whose_failure_record_is_not_an_object_still_renders(
+    client: TestClient, world: World
+) -> None:
+    stock = world.app.queues["stock"]
+    stock.client.hset(stock.keys.key("info"), world.ready_job, '"written by hand"')
+    page = client.get(f"/queues/stock/jobs/{world.ready_job}")
+    assert page.status_code == 200 and "written by hand" in page.text
+
+
 def test_order_page_shows_each_step_with_attempts_errors_and_times(
     client: TestClient, world: World
 ) -> None:
