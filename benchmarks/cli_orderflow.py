@@ -26,12 +26,13 @@ def scaling(
     batches: Annotated[str, typer.Option(help="batch sizes")] = "1,10,100",
     concurrency: Annotated[int, typer.Option(help="lanes per process")] = 1,
     timeout: Annotated[float, typer.Option(help="bound on one drain, seconds")] = 60.0,
+    repeat: Annotated[int, typer.Option(help="runs per cell; best kept")] = 3,
     save: Save = True,
 ) -> None:
     """Drain rate (jobs/s) by worker processes x batch size."""
     from .queue_alone import scaling as run
 
-    rows = run(n, _ints(processes), _ints(batches), concurrency, timeout)
+    rows = run(n, _ints(processes), _ints(batches), concurrency, timeout, repeat)
     report.show(
         report.generic_table(
             "Drain rate by processes and batch size (jobs/s)",
@@ -52,12 +53,13 @@ def depth(
     batch_size: int = 100,
     concurrency: int = 2,
     timeout: float = 120.0,
+    repeat: Annotated[int, typer.Option(help="probes per depth; fastest kept")] = 3,
     save: Save = True,
 ) -> None:
     """Per-job enqueue/drain time (µs) and Redis bytes per job as the queue grows."""
     from .queue_alone import depth as run
 
-    rows = run(_ints(waiting), probe, batch_size, concurrency, timeout)
+    rows = run(_ints(waiting), probe, batch_size, concurrency, timeout, repeat)
     report.show(
         report.generic_table(
             "Per-job cost with jobs waiting (µs per job; bytes per waiting job)",
