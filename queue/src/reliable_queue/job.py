@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,6 +47,8 @@ class RawJob:
         token: lease token of this delivery, ``"<seq>:<worker id>"``.
         attempt: 1-based number of this delivery.
         record: the stored record bytes (may be garbage if a foreign producer wrote it).
+        lease: the lease to present on ack / nack / extend (derived from ``job_id`` and
+            ``token``; built once, since the worker reads it several times per job).
     """
 
     queue: str
@@ -54,11 +56,10 @@ class RawJob:
     token: str
     attempt: int
     record: bytes
+    lease: Lease = field(init=False, repr=False, compare=False)
 
-    @property
-    def lease(self) -> Lease:
-        """The lease to present on ack / nack / extend."""
-        return Lease(self.job_id, self.token)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease", Lease(self.job_id, self.token))
 
 
 @dataclass(frozen=True, slots=True)
