@@ -11,25 +11,30 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_processes import app_for, orders_command, run_orders
+from cli_processes import app_for, orders_command
+from typer.testing import CliRunner
 
+from orders.cli.main import app as main
 from orders.steps import STEPS
 
 
 @pytest.fixture
 def env(cli_env: dict[str, str], key_prefix: str) -> dict[str, str]:
+    """The CLI's environment, its database migrated and one job ready on points."""
     env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="140")
-    run_orders(["db", "upgrade"], env)
+    app = app_for(env, migrate=True)
+    try:
+        assert app.engine is not None
+        app.queues["points"].enqueue("orders.points", {"order_id": 1, "workflow_id": 1})
+    finally:
+        app.close()
     return env
 
 
 def test_watch_once_prints_queues_orders_and_dead_letters(env: dict[str, str]) -> None:
-    app = app_for(env)
-    try:
-        app.queues["points"].enqueue("orders.points", {"order_id": 1, "workflow_id": 1})
-    finally:
-        app.close()
-    out = run_orders(["watch", "--once", "--interval", "0.3"], env)
+    result = CliRunner().invoke(main, ["watch", "--once", "--interval", "0.3"], env=env)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
     for word in ("queues", "jobs/s", "p95 ms", "retries/min", "orders", "in progress"):
         assert word in out
     assert "newest dead letters" in out and "dead-letter queues are empty" in out
