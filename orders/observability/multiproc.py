@@ -5,12 +5,15 @@ histograms in memory-mapped files of one folder; any process can then serve the
 sum over all of them. orderflow puts that folder in the data dir, one per queue
 prefix, so every worker process of one data dir adds to the same figures and
 ``orders web`` / ``orders watch`` / ``orders worker --metrics-port`` read them.
+Files are named after a slot each running process holds, so restarts reuse them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
+from typing import IO
 
 from orders.settings import Settings
 
@@ -22,12 +25,42 @@ def metrics_dir(settings: Settings) -> Path:
     return settings.resolved_data_dir() / "metrics" / settings.queue_prefix
 
 
+_held: list[IO[str]] = []  # the slot lock of this process, held until it exits
+
+
+def claim_slot(path: Path, limit: int = 4096) -> tuple[str, IO[str]]:
+    """Take the lowest free slot of ``path``: an exclusive ``flock`` on ``slot-<n>.lock``.
+
+    A process writes its metrics to files named after its slot, not its pid, so
+    a restarted worker takes over the files of one that exited (its counts go
+    on from there) and the folder holds one set of files per concurrently
+    running process instead of one per process ever started. The lock goes
+    with the process, however it ends (kill -9 included).
+
+    Returns:
+        ``(slot name, open lock file)``; keep the file open while recording.
+
+    Raises:
+        OSError: no free slot below ``limit``, or the folder is not writable.
+    """
+    for number in range(limit):
+        handle = open(path / f"slot-{number}.lock", "a")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        return f"slot{number}", handle
+    raise OSError(f"no free metrics slot in {path}")
+
+
 def enable_multiprocess(path: Path) -> Path:
     """Make metrics created from now on in this process write into ``path``.
 
-    Sets ``PROMETHEUS_MULTIPROC_DIR`` (inherited by child processes) and
-    switches prometheus-client's value class, so it works even when the
-    library was imported before. Call it before creating any metric.
+    Sets ``PROMETHEUS_MULTIPROC_DIR`` (inherited by child processes), claims a
+    slot (see :func:`claim_slot`) and switches prometheus-client's value class
+    to files named after it, so it works even when the library was imported
+    before. Call it once per process, before creating any metric.
 
     Args:
         path: the folder (created if missing).
@@ -36,14 +69,16 @@ def enable_multiprocess(path: Path) -> Path:
         ``path`` as given.
 
     Raises:
-        OSError: the folder cannot be created.
+        OSError: the folder cannot be created, or no slot is free.
     """
     from prometheus_client import values
 
     path.mkdir(parents=True, exist_ok=True)
     os.environ[ENV] = str(path)
-    if values.ValueClass is values.MutexValue:
-        values.ValueClass = values.MultiProcessValue()
+    if not _held:
+        slot, handle = claim_slot(path)
+        _held.append(handle)
+        values.ValueClass = values.MultiProcessValue(process_identifier=lambda: slot)
     return path
 
 
