@@ -12,7 +12,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.db import make_engine, make_session_factory
-from orders.errors import SchemaNotMigrated
+from orders.errors import InvalidRedisUrl, SchemaNotMigrated
+from orders.observability.urls import mask_url
 from orders.settings import Settings
 from orders.steps import STEPS, queue_name
 from reliable_queue import Queue, QueueSettings
@@ -59,15 +60,22 @@ def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
         block_seconds: longest BLPOP the workers issue, seconds.
 
     Raises:
+        InvalidRedisUrl: the URL does not parse.
         redis.RedisError / redis.exceptions.RedisClusterException: a cluster URL whose
             node cannot be reached (the cluster client reads the slot table at once).
     """
-    return client_from_url(
-        url,
-        socket_timeout=block_seconds + 10.0,
-        socket_connect_timeout=5.0,
-        health_check_interval=30,
-    )
+    try:
+        return client_from_url(
+            url,
+            socket_timeout=block_seconds + 10.0,
+            socket_connect_timeout=5.0,
+            health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise InvalidRedisUrl(
+            f"ORDERS_REDIS_URL {mask_url(url)!r} is not a Redis URL: {exc} "
+            "(use redis://host:port/db, rediss://..., unix:///path.sock or redis+cluster://host:port)"
+        ) from exc
 
 
 @dataclass

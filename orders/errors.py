@@ -31,3 +31,7 @@ class TpchGenerationFailed(OrdersError):
 
 class SchemaNotMigrated(OrdersError):
     """The configured database is not at the newest migration; run ``orders db upgrade``."""
+
+
+class InvalidRedisUrl(OrdersError):
+    """``ORDERS_REDIS_URL`` does not parse as a Redis URL."""

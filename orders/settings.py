@@ -19,7 +19,7 @@ class Settings(BaseSettings):
     Durations are in seconds; counts are plain integers.
     """
 
-    model_config = SettingsConfigDict(env_prefix="ORDERS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ORDERS_", extra="ignore", allow_inf_nan=False)
 
     data_dir: Path = Field(
         default=Path(".data"),
@@ -58,7 +58,10 @@ class Settings(BaseSettings):
     )
     queue_prefix: str = Field(default="orderflow", description="Prefix of every Redis key.")
     lease_seconds: float = Field(
-        default=30.0, gt=0, description="Lease (visibility timeout) of a fetched job, seconds."
+        default=30.0,
+        gt=0,
+        le=86400,
+        description="Lease (visibility timeout) of a fetched job, seconds (at most a day).",
     )
     max_attempts: int = Field(
         default=5, ge=1, description="Attempts per job before it is dead-lettered."

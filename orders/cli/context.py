@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -38,7 +39,10 @@ def make_app(*, auto_migrate: bool = False) -> App:
     try:
         return build(Settings(), auto_migrate=auto_migrate)
     except ValidationError as exc:
-        fail(f"invalid settings: {exc}", code=2)
+        problems = "; ".join(
+            f"ORDERS_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        fail(f"invalid settings: {problems}", code=2)
         raise  # unreachable
 
 
@@ -62,6 +66,8 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except (QueueError, OrdersError) as exc:
             fail(str(exc))
+        except redis.RedisError as exc:  # includes a cluster that cannot be reached
+            fail(f"Redis error: {exc.__class__.__name__}: {exc}")
         except SQLAlchemyError as exc:
             fail(f"database error: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
         except OSError as exc:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import redis
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orders.cli.context import console, emit_json, handle_errors, make_app
+from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from orders.pacing import place_paced
+from reliable_queue import QueueError
 
 
 @handle_errors
@@ -59,14 +61,29 @@ def place(
     if source not in ("tpch", "random"):
         raise typer.BadParameter("use tpch or random", param_hint="--source")
     app = make_app()
+    try:
+        app.redis.ping()  # the queue must be reachable before any order is written
+    except (redis.RedisError, QueueError) as exc:
+        fail(f"Redis is not reachable ({exc}); nothing was placed")
     columns = (TextColumn("placing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    placed: list[int] = []
     with Progress(*columns, console=console, disable=as_json) as bar:
         task = bar.add_task("place", total=count)
 
         def advance(batch: list[Any]) -> None:
+            placed.extend(o.order_id for o in batch)
             bar.advance(task, len(batch))
 
-        result = place_paced(app, count, source=source, rate=rate, on_batch=advance)
+        try:
+            result = place_paced(app, count, source=source, rate=rate, on_batch=advance)
+        except (redis.RedisError, QueueError) as exc:
+            committed = f"ids {placed[0]}..{placed[-1]}" if placed else "the batch in flight"
+            fail(
+                f"publishing failed ({exc}) after orders were committed ({committed}); "
+                "they are safe in the outbox and the sweep of any running worker publishes "
+                "them: do not place them again"
+            )
+            raise
     if as_json:
         emit_json({"order_ids": result.order_ids, "published_steps": result.published})
     else:

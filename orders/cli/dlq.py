@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
@@ -63,13 +64,13 @@ def list_(
         table.add_column(col)
     for d in letters:
         table.add_row(
-            d.job_id,
+            escape(d.job_id),
             d.queue,
-            d.task or "?",
-            d.reason,
+            escape(d.task or "?"),
+            escape(d.reason),
             str(d.attempts),
             _when(d.dead_at),
-            d.error[:80],
+            escape(d.error[:80]),
         )
     console.print(table)
 
@@ -88,7 +89,7 @@ def show(
                 emit_json(letter.as_dict())
             else:
                 for key, value in letter.as_dict().items():
-                    console.print(f"[bold]{key}[/]: {value}", highlight=False)
+                    console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False)
             return
     fail(f"no dead letter with id {job_id!r}")
 
@@ -112,11 +113,13 @@ def redrive(
 ) -> None:
     """Replay dead letters (each runs again with a fresh attempt count)."""
     _check_reason(reason)
-    summary = {"redriven": [], "skipped": [], "dry_run": dry_run}
+    summary = {"redriven": [], "skipped": [], "not_dead": [], "dry_run": dry_run}
+    found: set[str] = set()
     for queue in _queues(step):
         ids = None
         if job_ids:
             ids = [j for j in job_ids if queue.dead_letters.show(j) is not None]
+            found.update(ids)
             if not ids:
                 continue
         report = queue.dead_letters.redrive(
@@ -124,11 +127,16 @@ def redrive(
         )
         summary["redriven"].extend(report.redriven)  # type: ignore[union-attr]
         summary["skipped"].extend(report.skipped)  # type: ignore[union-attr]
+    summary["not_dead"] = [j for j in (job_ids or []) if j not in found]
     if as_json:
         emit_json(summary)
-        return
-    verb = "would redrive" if dry_run else "redrove"
-    console.print(f"{verb} {len(summary['redriven'])} job(s); skipped {len(summary['skipped'])}")  # type: ignore[arg-type]
+    else:
+        verb = "would redrive" if dry_run else "redrove"
+        console.print(
+            f"{verb} {len(summary['redriven'])} job(s); skipped {len(summary['skipped'])}"
+        )  # type: ignore[arg-type]
+    if summary["not_dead"]:
+        fail(f"not in any dead-letter queue: {', '.join(summary['not_dead'])}")  # type: ignore[arg-type]
 
 
 @dlq.command()

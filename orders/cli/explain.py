@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from reliable_queue import explain as explain_job
@@ -40,7 +41,7 @@ def explain(
                 for key, value in found.as_dict().items():
                     if key == "last_failure" and value:
                         value = {k: v for k, v in value.items() if k != "traceback"}
-                    console.print(f"[bold]{key}[/]: {_fmt(key, value)}", highlight=False)
+                    console.print(f"[bold]{key}[/]: {escape(_fmt(key, value))}", highlight=False)
             return
         fail(
             f"no job {job_id!r} in any step queue (finished jobs are kept for the retention window)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from orders.bootstrap import App
@@ -33,7 +34,7 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     head = f"order {view.order_id}: {view.status}, workflow {view.workflow_status}"
     if view.blocked_step:
         head += f" — blocked on {view.blocked_step}: {view.blocked_reason}"
-    console.print(head, highlight=False)
+    console.print(head, highlight=False, markup=False)
     console.print(
         f"placed {view.placed_at:%Y-%m-%d %H:%M:%S} UTC, completed {_when(view.completed_at)}"
     )
@@ -58,7 +59,7 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
             _when(s.dispatched_at),
             _when(s.started_at),
             _when(s.finished_at),
-            (s.last_error or "")[:60],
+            escape((s.last_error or "")[:60]),
         )
     console.print(table)
 
@@ -115,7 +116,8 @@ def _overview(app: App, as_json: bool) -> None:
 @handle_errors
 def status(
     order_id: Annotated[
-        int | None, typer.Argument(help="An order id (default: the overview).")
+        int | None,
+        typer.Argument(min=1, max=2**63 - 1, help="An order id (default: the overview)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:

@@ -46,6 +46,8 @@ def worker(
     Every worker of one data dir records its metrics in <data dir>/metrics;
     --metrics-port serves all of them (and the queue and order gauges) at /metrics.
     """
+    if all_steps and steps:
+        fail("give step names or --all, not both", code=2)
     chosen = list(STEPS) if all_steps else list(steps or [])
     if not chosen:
         fail("name at least one step, or use --all", code=2)

@@ -32,9 +32,9 @@ class QueueSettings(BaseModel):
         replica_timeout_seconds: longest WAIT for those replicas.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
-    lease_seconds: float = Field(30.0, gt=0)
+    lease_seconds: float = Field(30.0, gt=0, le=86400)
     default_max_attempts: int = Field(5, ge=0)
     job_retention_seconds: float = Field(3600.0, ge=0)
     idempotency_window_seconds: float = Field(86400.0, gt=0)

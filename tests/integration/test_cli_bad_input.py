@@ -1,0 +1,88 @@
+"""Bad input: a clear message and a non-zero exit, never a traceback, nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis as redis_lib
+
+from reliable_queue import Queue
+
+
+def orders_command() -> list[str]:
+    script = Path(sys.executable).with_name("orders")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "orders.cli.main"]
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*orders_command(), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ORDERS_LEASE_SECONDS", "inf", "ORDERS_LEASE_SECONDS"),
+        ("ORDERS_LEASE_SECONDS", "1e308", "ORDERS_LEASE_SECONDS"),
+        ("ORDERS_LEASE_SECONDS", "-1", "ORDERS_LEASE_SECONDS"),
+        ("ORDERS_REDIS_URL", "nonsense", "not a Redis URL"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_variable_named(
+    cli_env: dict[str, str], variable: str, value: str, message: str
+) -> None:
+    proc = run(dict(cli_env, **{variable: value}), "status")
+    assert proc.returncode in (1, 2)
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_place_with_redis_unreachable_writes_no_order(cli_env: dict[str, str]) -> None:
+    env = dict(cli_env, ORDERS_REDIS_URL="redis://127.0.0.1:1/0")
+    proc = run(env, "place", "--count", "3", "--source", "random")
+    assert proc.returncode == 1
+    assert "nothing was placed" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    status = run(dict(cli_env), "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["orders"]["orders"] == 0
+
+
+def test_dead_letter_text_is_shown_as_stored_not_as_markup(
+    cli_env: dict[str, str], key_prefix: str
+) -> None:
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    started = run(env, "services", "status", "--json")
+    url = env.get("ORDERS_REDIS_URL") or json.loads(started.stdout)["embedded_url"]
+    if not env.get("ORDERS_REDIS_URL"):
+        assert run(env, "services", "start").returncode == 0
+    with redis_lib.Redis.from_url(url) as client:
+        queue = Queue(client, "points", prefix=key_prefix)
+        queue.client.hset(queue.keys.key("jobs"), "g1", "garbage[/bold] [red]x{{")
+        queue.client.lpush(queue.keys.key("ready"), "g1")
+        leased = queue.fetch(1).jobs[0]
+        assert queue.dead(leased.lease, "invalid_payload", error="bad [/bold] text [i]")
+    shown = run(env, "dlq", "show", "g1")
+    assert shown.returncode == 0, shown.stderr
+    assert "bad [/bold] text [i]" in shown.stdout.replace("\n", "")
+    listed = run(env, "dlq", "list", "--step", "points")
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_redrive_of_an_id_not_in_any_dlq_names_it_and_fails(
+    cli_env: dict[str, str], key_prefix: str
+) -> None:
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    proc = run(env, "dlq", "redrive", "no-such-job")
+    assert proc.returncode == 1
+    assert "not in any dead-letter queue: no-such-job" in proc.stderr
+
+
+def test_worker_refuses_steps_and_all_together(cli_env: dict[str, str]) -> None:
+    proc = run(cli_env, "worker", "--all", "stock")
+    assert proc.returncode == 2 and "not both" in proc.stderr
