@@ -16,10 +16,12 @@ app = typer.Typer(
 
 
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("-v", help="progress on stderr")] = True) -> None:
+def main(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress on stderr")] = False,
+) -> None:
     """Progress goes to stderr; tables to stdout; JSON to benchmarks/results/."""
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
+        level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(message)s",
         datefmt="%H:%M:%S",
     )
