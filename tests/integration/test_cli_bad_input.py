@@ -43,6 +43,8 @@ def test_bad_settings_are_refused_with_the_variable_named(
 
 
 def test_place_with_redis_unreachable_writes_no_order(cli_env: dict[str, str]) -> None:
+    upgraded = run(dict(cli_env), "db", "upgrade")  # a configured database starts empty
+    assert upgraded.returncode == 0, upgraded.stderr
     env = dict(cli_env, ORDERS_REDIS_URL="redis://127.0.0.1:1/0")
     proc = run(env, "place", "--count", "3", "--source", "random")
     assert proc.returncode == 1
