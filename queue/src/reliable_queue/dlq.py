@@ -5,14 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from . import codec
 from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
-from .queue import Queue, _split, _text
+from .replies import split as _split
+from .replies import text as _text
+
+if TYPE_CHECKING:
+    from .queue import Queue
 
 _PAGE = 500
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from . import codec
 from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
-from .queue import Queue, _text
+from .replies import text as _text
+
+if TYPE_CHECKING:
+    from .queue import Queue
 
 COUNTERS = (
     "enqueued",

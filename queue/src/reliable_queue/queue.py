@@ -11,30 +11,19 @@ from pydantic import BaseModel
 
 from . import codec
 from .cluster import UNAVAILABLE
+from .dlq import DeadLetters
 from .errors import PayloadTooLargeError, QueueConnectionError, QueueError
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, RawJob
 from .keys import QueueKeys
 from .registry import TaskRegistry
+from .replies import ms as _ms
+from .replies import split as _split
+from .replies import text as _text
 from .scripts import Call, ScriptRunner
 from .settings import QueueSettings
 
 DEAD_REASONS = ("error", "retries_exhausted", "worker_lost", "invalid_payload", "unknown_task")
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _ms(seconds: float) -> int:
-    return max(int(round(seconds * 1000)), 0)
-
-
-def _split(reply: Sequence[bytes | str]) -> tuple[list[str], list[str]]:
-    """Split a ``[a..., '|', b...]`` script reply into two lists of str."""
-    items = [_text(x) for x in reply]
-    cut = items.index("|")
-    return items[:cut], items[cut + 1 :]
 
 
 class Queue:
@@ -423,10 +412,8 @@ class Queue:
 
     # ---------------------------------------------------------- dead letters
     @property
-    def dead_letters(self) -> Any:
+    def dead_letters(self) -> DeadLetters:
         """The :class:`~reliable_queue.dlq.DeadLetters` view of this queue."""
-        from .dlq import DeadLetters
-
         return DeadLetters(self)
 
     def ids_in(self, kind: str, start: int = 0, stop: int = -1) -> list[str]:

@@ -37,8 +37,9 @@ from .execution import (
 )
 from .heartbeat import Heartbeat, LeaseBook
 from .job import RawJob
-from .queue import Queue, _split
+from .queue import Queue
 from .registry import TaskRegistry
+from .replies import split as _split
 from .scripts import Call
 from .settings import QueueSettings
 
