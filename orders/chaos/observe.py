@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from orders.bootstrap import App
-from orders.chaos_report import QueueSnapshot
+from orders.chaos.report import QueueSnapshot
 from orders.metrics import Counters
 from orders.models import Order
 from orders.steps import WORKFLOW_KIND

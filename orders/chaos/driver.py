@@ -25,19 +25,19 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from orders.chaos_actions import TRANSIENT, Placer, Replayer, lease_holders
-from orders.chaos_observe import (
+from orders.chaos.actions import TRANSIENT, Placer, Replayer, lease_holders
+from orders.chaos.observe import (
     ChaosProgress,
     counter_snapshot,
     lost_increments,
     queue_snapshots,
     unsettled_orders,
 )
-from orders.chaos_pool import WorkerPool
-from orders.chaos_redis import AofHistory, RedisCrasher
-from orders.chaos_report import ChaosReport
-from orders.chaos_setup import ChaosOptions, ChaosServices
-from orders.chaos_summary import RunFacts, summarize
+from orders.chaos.pool import WorkerPool
+from orders.chaos.redis_crash import AofHistory, RedisCrasher
+from orders.chaos.report import ChaosReport
+from orders.chaos.setup import ChaosOptions, ChaosServices
+from orders.chaos.summary import RunFacts, summarize
 from orders.faults import FaultStore
 from orders.models import Order
 from orders.queries import totals
@@ -79,7 +79,7 @@ def due_orders(placed: int, total_orders: int, rate: float, elapsed: float) -> i
 
 
 class ChaosRun:
-    """One chaos experiment on prepared services (see ``orders.chaos_setup.prepare``).
+    """One chaos experiment on prepared services (see ``orders.chaos.setup.prepare``).
 
     Args:
         services: the app, embedded Redis (if any), data dir and worker environment.

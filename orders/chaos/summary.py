@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orders.bootstrap import App
-from orders.chaos_observe import counter_snapshot, queue_snapshots
-from orders.chaos_redis import RedisCrashCounts
-from orders.chaos_report import (
+from orders.chaos.observe import counter_snapshot, queue_snapshots
+from orders.chaos.redis_crash import RedisCrashCounts
+from orders.chaos.report import (
     QUEUE_INVARIANTS,
     QUIESCENCE,
     ChaosReport,
@@ -16,7 +16,7 @@ from orders.chaos_report import (
     missing_faults,
     queue_findings,
 )
-from orders.chaos_setup import ChaosOptions
+from orders.chaos.setup import ChaosOptions
 from orders.invariants import INVARIANTS, check_invariants
 from orders.metrics import by_step, total
 from orders.models import OrderStatus
@@ -34,7 +34,7 @@ class RunFacts:
         placed: orders placed.
         publish_failures: placement batches whose publish failed (Redis down).
         replayed: finished jobs the driver replayed.
-        workers: the worker pool's counts (``orders.chaos_pool.PoolCounts``).
+        workers: the worker pool's counts (``orders.chaos.pool.PoolCounts``).
         redis: the crasher's counts; None with an external Redis.
         lost_increments: counter increments the cut AOF tails dropped, per group.
         warmup_seconds: time the workers took to start.

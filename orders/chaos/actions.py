@@ -14,7 +14,7 @@ import redis
 from sqlalchemy.exc import SQLAlchemyError
 
 from orders.bootstrap import App
-from orders.chaos_pool import lease_holder_pid
+from orders.chaos.pool import lease_holder_pid
 from orders.placement import place
 from reliable_queue import QueueError
 from workflows.relay import publish_steps
