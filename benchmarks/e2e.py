@@ -16,9 +16,9 @@ import psycopg
 from sqlalchemy import event, func, select
 
 from orders.bootstrap import build
+from orders.domain.steps import STEPS, WORKFLOW_KIND
 from orders.placement import place
 from orders.settings import Settings
-from orders.steps import STEPS, WORKFLOW_KIND
 from orders.tpch import load_tpch
 from workflows.models import Workflow, WorkflowStatus
 

@@ -24,9 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
+from orders.domain.models import Order
+from orders.domain.steps import STEPS
 from orders.migrate import upgrade_database
-from orders.models import Order
-from orders.steps import STEPS
 from workflows.models import StepStatus, Workflow, WorkflowStep
 
 FILL = """
@@ -54,7 +54,7 @@ ANALYZE;
 
 def queries(last_ids: int, total: int) -> dict[str, object]:
     """The statements to explain, built like the relay and ``orders status`` build them."""
-    from orders.queries import totals  # noqa: F401 - documents where the shape comes from
+    from orders.domain.queries import totals  # noqa: F401 - documents where the shape comes from
 
     cutoff = datetime.now(UTC) - timedelta(seconds=30)
     open_states = (StepStatus.DISPATCHED, StepStatus.FAILED)

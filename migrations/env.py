@@ -14,7 +14,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from orders.db import make_engine, normalize_url
-from orders.models import Base
+from orders.domain.models import Base
 from orders.settings import Settings
 
 config = context.config

@@ -12,10 +12,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.db import make_engine, make_session_factory
-from orders.errors import InvalidRedisUrl, SchemaNotMigrated
+from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
+from orders.domain.steps import STEPS, queue_name
 from orders.observability.urls import mask_url
 from orders.settings import Settings
-from orders.steps import STEPS, queue_name
 from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis

@@ -19,12 +19,12 @@ from typing import Any
 from sqlalchemy import select
 
 from orders.bootstrap import App
+from orders.domain.models import OrderStatus
+from orders.domain.queries import BLOCKED, step_latencies, totals
+from orders.domain.steps import STEPS, WORKFLOW_KIND
 from orders.faults import FaultConfig, FaultStore
-from orders.models import OrderStatus
 from orders.procs import start_worker, stop_workers
-from orders.queries import BLOCKED, step_latencies, totals
 from orders.reconcile import reconcile_dead_letters
-from orders.steps import STEPS, WORKFLOW_KIND
 from reliable_queue import stats
 from workflows.models import Workflow, WorkflowStatus
 from workflows.uow import UnitOfWork

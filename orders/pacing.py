@@ -42,7 +42,7 @@ def place_paced(
         clock / sleep: injected for tests (seconds).
 
     Raises:
-        orders.errors.StreamNotLoaded / UnknownSource: see ``orders.placement.place``.
+        orders.domain.errors.StreamNotLoaded / UnknownSource: see ``orders.placement.place``.
     """
     size = batch_size_for(rate)
     total = PlaceResult()

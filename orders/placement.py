@@ -16,10 +16,10 @@ from datetime import datetime
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from orders.errors import UnknownSource
-from orders.models import Order, OrderLine, OrderStatus
+from orders.domain.errors import UnknownSource
+from orders.domain.models import Order, OrderLine, OrderStatus
+from orders.domain.steps import order_workflow
 from orders.sources import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
-from orders.steps import order_workflow
 from workflows.columns import utcnow
 from workflows.outbox import add_workflows
 from workflows.relay import Publisher, publish_steps

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from orders.bootstrap import App
 from orders.db import worker_pool_size
+from orders.domain.steps import queue_name
 from orders.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.metrics import Counters
 from orders.observability.worker_setup import WorkerObservability, worker_observability
 from orders.relay_loop import SweepLoop
-from orders.steps import queue_name
 from orders.tasks import build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
 from workflows.tracker import StepResult
@@ -40,7 +40,7 @@ def build_worker(
         steps: step names (each is its own queue).
         concurrency: lanes (threads) per step.
         batch_size: jobs leased per fetch per lane. Above 1, each fetched batch of a
-            step is handled in one database transaction (``orders.handlers.handle_steps``);
+            step is handled in one database transaction (``orders.domain.handlers.handle_steps``);
             1 runs one delivery per transaction and keeps slow jobs from holding others.
         grace_seconds: graceful-shutdown budget, seconds.
         observability: log context and metrics (default: log context only).

@@ -15,8 +15,8 @@ from decimal import Decimal
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from orders.errors import StreamNotLoaded
-from orders.models import Customer, Product, StreamCursor, TpchLineItem, TpchOrder
+from orders.domain.errors import StreamNotLoaded
+from orders.domain.models import Customer, Product, StreamCursor, TpchLineItem, TpchOrder
 
 TPCH = "tpch"
 RANDOM = "random"

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from orders import handlers
-from orders.errors import OrdersError
+from orders.domain import handlers
+from orders.domain.errors import OrdersError
+from orders.domain.steps import STEPS, task_name
 from orders.faults import FaultMiddleware
 from orders.settings import Settings
-from orders.steps import STEPS, task_name
 from reliable_queue import (
     JobContext,
     PermanentError,

@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
-from orders.errors import TpchGenerationFailed
-from orders.models import (
+from orders.domain.errors import TpchGenerationFailed
+from orders.domain.models import (
     Customer,
     Inventory,
     Product,

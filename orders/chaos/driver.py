@@ -7,7 +7,7 @@ and restarts it, and replays finished jobs; the workers meanwhile fail,
 stall past their lease, or kill themselves as told by the injected handler
 faults. When placing is done the faults stop; the run waits for quiescence,
 optionally redrives the DLQ, and then judges from the database (every
-invariant of ``orders.invariants``) and from the queues (drained, no orphaned
+invariant of ``orders.domain.invariants``) and from the queues (drained, no orphaned
 lease). The report says what was injected, how often, what the system did
 about it, and whether every promise held.
 
@@ -38,9 +38,9 @@ from orders.chaos.redis_crash import AofHistory, RedisCrasher
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, ChaosServices
 from orders.chaos.summary import RunFacts, summarize
+from orders.domain.models import Order
+from orders.domain.queries import totals
 from orders.faults import FaultStore
-from orders.models import Order
-from orders.queries import totals
 from orders.reconcile import reconcile_dead_letters
 from reliable_queue.cluster import clients_running
 from workflows.uow import UnitOfWork

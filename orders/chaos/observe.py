@@ -8,9 +8,9 @@ from sqlalchemy import func, select
 
 from orders.bootstrap import App
 from orders.chaos.report import QueueSnapshot
+from orders.domain.models import Order
+from orders.domain.steps import WORKFLOW_KIND
 from orders.metrics import Counters
-from orders.models import Order
-from orders.steps import WORKFLOW_KIND
 from reliable_queue import stats
 from workflows.models import Workflow, WorkflowStatus
 from workflows.uow import UnitOfWork

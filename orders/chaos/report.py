@@ -45,7 +45,7 @@ class Finding:
     """One violated invariant.
 
     Attributes:
-        invariant: its name (from ``orders.invariants.INVARIANTS`` or
+        invariant: its name (from ``orders.domain.invariants.INVARIANTS`` or
             :data:`QUEUE_INVARIANTS`).
         detail: what is wrong.
         order_id / part_id / queue: what it concerns, when known.

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from orders.bootstrap import App, build
+from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS
 from orders.faults import FaultConfig, FaultStore
 from orders.metrics import Counters
 from orders.settings import Settings
-from orders.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS
 from reliable_queue.embedded import EmbeddedRedis
 
 log = logging.getLogger("orders.chaos")
@@ -209,7 +209,7 @@ def prepare(options: ChaosOptions, base_env: Mapping[str, str], data_dir: Path) 
 
     Raises:
         reliable_queue.embedded.EmbeddedRedisError: the embedded Redis did not start.
-        orders.errors.TpchGenerationFailed / sqlalchemy errors: loading failed.
+        orders.domain.errors.TpchGenerationFailed / sqlalchemy errors: loading failed.
     """
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,11 @@ from orders.chaos.report import (
     queue_findings,
 )
 from orders.chaos.setup import ChaosOptions
-from orders.invariants import INVARIANTS, check_invariants
+from orders.domain.invariants import INVARIANTS, check_invariants
+from orders.domain.models import OrderStatus
+from orders.domain.queries import BLOCKED, totals
+from orders.domain.steps import STEPS
 from orders.metrics import by_step, total
-from orders.models import OrderStatus
-from orders.queries import BLOCKED, totals
-from orders.steps import STEPS
 from workflows.uow import UnitOfWork
 
 

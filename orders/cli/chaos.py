@@ -14,13 +14,13 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from orders.chaos import ChaosProgress, ChaosRun
-from orders.chaos_pool import WorkerPool
-from orders.chaos_report import ChaosReport
-from orders.chaos_setup import ChaosOptions, prepare
+from orders.chaos.driver import ChaosProgress, ChaosRun
+from orders.chaos.pool import WorkerPool
+from orders.chaos.report import ChaosReport
+from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors
+from orders.domain.steps import STEPS
 from orders.procs import start_worker
-from orders.steps import STEPS
 
 WORKER_GRACE = 10.0  # seconds a SIGTERMed worker gets for its in-flight jobs
 

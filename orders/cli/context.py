@@ -16,7 +16,7 @@ from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
 from orders.bootstrap import App, build
-from orders.errors import OrdersError
+from orders.domain.errors import OrdersError
 from orders.observability.urls import mask_urls_in
 from orders.settings import Settings
 from reliable_queue import QueueError

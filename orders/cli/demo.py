@@ -11,8 +11,8 @@ from rich.table import Table
 from orders.bootstrap import App
 from orders.cli.context import console, emit_json, handle_errors, make_app
 from orders.demo import DemoOptions, DemoReport, Progress, run_demo
+from orders.domain.steps import STEPS
 from orders.pacing import place_paced
-from orders.steps import STEPS
 
 
 def _progress_table(p: Progress) -> Table:
@@ -57,7 +57,7 @@ def _place(app: App, options: DemoOptions, on_placed: Any) -> list[int]:
 
 
 def _invariants(app: App) -> list[dict[str, Any]]:
-    from orders.invariants import check_invariants
+    from orders.domain.invariants import check_invariants
 
     return [v.as_dict() for v in check_invariants(app.session_factory)]
 

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
-from orders.steps import STEPS
+from orders.domain.steps import STEPS
 from reliable_queue import DEAD_REASONS, DeadLetter, Queue
 
 dlq = typer.Typer(

@@ -10,10 +10,10 @@ from rich.table import Table
 
 from orders.bootstrap import App
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.domain.queries import order_status, totals
+from orders.domain.steps import STEPS
 from orders.faults import FaultStore, describe
-from orders.queries import order_status, totals
 from orders.reconcile import reconcile_dead_letters
-from orders.steps import STEPS
 from reliable_queue import stats
 from workflows.uow import UnitOfWork
 

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from orders.models import Order, OrderStatus
-from orders.steps import WORKFLOW_KIND
+from orders.domain.models import Order, OrderStatus
+from orders.domain.steps import WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 SHOWN_STATUSES = ("in_progress", "completed", "out_of_stock", "blocked")

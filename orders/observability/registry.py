@@ -14,8 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from orders.bootstrap import App
+from orders.domain.steps import task_name
 from orders.observability.collectors import OrdersCollector, QueueCollector
-from orders.steps import task_name
 
 
 def metrics_registry(app: App, *, multiproc: Path | None, ttl: float = 5.0) -> CollectorRegistry:

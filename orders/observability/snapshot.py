@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orders.bootstrap import App
+from orders.domain.steps import task_name
 from orders.observability.histograms import HandlerTimes
 from orders.observability.order_counts import OrderCounts, order_counts
 from orders.observability.recent_dead import newest_dead_letters
 from orders.observability.sampler import Sample, Sampler
 from orders.observability.urls import mask_urls_in
-from orders.steps import task_name
 from reliable_queue import DeadLetter, QueueStats, stats
 
 THROUGHPUT_WINDOW = 10.0

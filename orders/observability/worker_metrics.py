@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from sqlalchemy import select
 
-from orders.steps import queue_name, task_name
+from orders.domain.steps import queue_name, task_name
 from reliable_queue import JobContext, RawJob
 from reliable_queue.codec import RecordDecodeError, decode_record
 from reliable_queue.execution import Dead, Outcome, Retry

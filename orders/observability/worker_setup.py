@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orders.bootstrap import App
+from orders.domain.steps import queue_name, task_name
 from orders.observability.logs import job_log_context
 from orders.observability.multiproc import enable_multiprocess, metrics_dir
 from orders.observability.registry import metrics_registry, serve
 from orders.observability.worker_metrics import WorkerMetrics, completion_seconds
-from orders.steps import queue_name, task_name
 from reliable_queue import RawJob
 from reliable_queue.execution import Middleware, Outcome
 from workflows.tracker import StepResult

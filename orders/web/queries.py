@@ -1,4 +1,4 @@
-"""Database reads the dashboard needs beyond ``orders.queries``."""
+"""Database reads the dashboard needs beyond ``orders.domain.queries``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from orders.models import Order
-from orders.steps import WORKFLOW_KIND
+from orders.domain.models import Order
+from orders.domain.steps import WORKFLOW_KIND
 from workflows.models import Workflow, WorkflowStatus
 
 

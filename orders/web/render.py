@@ -8,7 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from orders.steps import STEPS
+from orders.domain.steps import STEPS
 from orders.web.security import CSRF_FIELD
 from orders.web.state import web_state
 

@@ -17,7 +17,7 @@ from chaos_helpers import run_chaos
 from sqlalchemy import text
 
 from orders.db import make_engine
-from orders.invariants import ONE_DEDUCTION
+from orders.domain.invariants import ONE_DEDUCTION
 from orders.migrate import upgrade_database
 
 BROKEN_BUILD = Path(__file__).parent / "broken_build"

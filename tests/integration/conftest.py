@@ -16,8 +16,8 @@ from sqlalchemy import Engine, insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.db import make_engine, make_session_factory
+from orders.domain.models import Customer, Inventory, Product
 from orders.migrate import upgrade_database
-from orders.models import Customer, Inventory, Product
 from orders.sources import LineDraft, OrderDraft
 from workflows.relay import StepMessage
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from orders.chaos_pool import WorkerPool
+from orders.chaos.pool import WorkerPool
 
 GRACEFUL = (
     "import signal, sys, time\n"

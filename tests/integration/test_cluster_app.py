@@ -19,8 +19,8 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from orders.bootstrap import build
+from orders.domain.steps import STEPS, queue_name
 from orders.settings import Settings
-from orders.steps import STEPS, queue_name
 
 
 def orders_command() -> list[str]:

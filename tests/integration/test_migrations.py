@@ -10,8 +10,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from orders.db import make_engine
+from orders.domain.models import Base
 from orders.migrate import current_revision, head_revision, upgrade_database
-from orders.models import Base
 
 
 def test_autogenerate_finds_no_drift_between_models_and_migrations(database_url):

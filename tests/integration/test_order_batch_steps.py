@@ -9,12 +9,19 @@ import random
 from sqlalchemy import func, select
 
 from orders.db import make_engine, make_session_factory
-from orders.handlers import StepRequest, handle_step, handle_steps
-from orders.invariants import check_deductions, check_invariants, check_stock_conservation
-from orders.models import Inventory, Order, OrderStatus, PointsEntry, Shipment, StockDeduction
+from orders.domain.handlers import StepRequest, handle_step, handle_steps
+from orders.domain.invariants import check_deductions, check_invariants, check_stock_conservation
+from orders.domain.models import (
+    Inventory,
+    Order,
+    OrderStatus,
+    PointsEntry,
+    Shipment,
+    StockDeduction,
+)
+from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from orders.placement import PlacedOrder, place, place_orders
 from orders.sources import RANDOM
-from orders.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from workflows.errors import StepNotFound, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.tracker import StepResult, StepRun

@@ -7,9 +7,9 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
-from orders.effects import CONFIRMATION, ORDER_PLACED
-from orders.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
-from orders.models import (
+from orders.domain.effects import CONFIRMATION, ORDER_PLACED
+from orders.domain.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
+from orders.domain.models import (
     Inventory,
     Notification,
     Order,
@@ -18,8 +18,8 @@ from orders.models import (
     Shipment,
     StockDeduction,
 )
+from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from orders.placement import PlacedOrder, place_orders
-from orders.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep

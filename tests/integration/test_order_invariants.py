@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import delete, insert, select, text, update
 
-from orders.handlers import StepRequest, handle_step, mark_step_dead
-from orders.invariants import (
+from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
+from orders.domain.invariants import (
     COMPLETION_TIME,
     CONSERVATION,
     INVARIANTS,
@@ -19,7 +19,7 @@ from orders.invariants import (
     SETTLED,
     check_invariants,
 )
-from orders.models import (
+from orders.domain.models import (
     Inventory,
     Notification,
     Order,
@@ -27,8 +27,8 @@ from orders.models import (
     Shipment,
     StockDeduction,
 )
+from orders.domain.steps import LOGISTICS, POINTS, STEPS
 from orders.placement import place_orders
-from orders.steps import LOGISTICS, POINTS, STEPS
 from workflows.columns import utcnow
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork

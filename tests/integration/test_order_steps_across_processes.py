@@ -6,12 +6,12 @@ import multiprocessing
 import random
 
 from orders.db import make_engine, make_session_factory
-from orders.handlers import StepRequest, handle_step
-from orders.invariants import check_invariants
+from orders.domain.handlers import StepRequest, handle_step
+from orders.domain.invariants import check_invariants
+from orders.domain.queries import totals
+from orders.domain.steps import STEPS
 from orders.placement import place
-from orders.queries import totals
 from orders.sources import RANDOM
-from orders.steps import STEPS
 
 
 def deliver_all(url: str, step: str, orders: list[tuple[int, int]], results) -> None:

@@ -7,12 +7,12 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from orders.handlers import StepRequest, handle_step
-from orders.invariants import check_invariants
-from orders.models import Inventory, Order, OrderLine, StreamCursor
+from orders.domain.handlers import StepRequest, handle_step
+from orders.domain.invariants import check_invariants
+from orders.domain.models import Inventory, Order, OrderLine, StreamCursor
+from orders.domain.steps import STEPS
 from orders.placement import place
 from orders.sources import TPCH
-from orders.steps import STEPS
 from orders.tpch import load_tpch
 
 

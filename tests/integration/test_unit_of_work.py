@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import func, select
 
-from orders.models import Customer
+from orders.domain.models import Customer
 from workflows.uow import UnitOfWork
 
 

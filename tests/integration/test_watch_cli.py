@@ -15,7 +15,7 @@ from cli_processes import app_for, orders_command
 from typer.testing import CliRunner
 
 from orders.cli.main import app as main
-from orders.steps import STEPS
+from orders.domain.steps import STEPS
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
 from orders.bootstrap import App, build
-from orders.handlers import StepRequest, handle_step, mark_step_dead
+from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
+from orders.domain.steps import LOGISTICS, STEPS
 from orders.placement import place_orders
 from orders.settings import Settings
 from orders.sources import OrderDraft
-from orders.steps import LOGISTICS, STEPS
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
 from workflows.relay import publish_steps

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from orders.handlers import StepRequest, handle_step
+from orders.domain.handlers import StepRequest, handle_step
+from orders.domain.steps import STOCK
 from orders.placement import place
 from orders.sources import RANDOM
-from orders.steps import STOCK
 from workflows.columns import utcnow
 from workflows.models import StepStatus, WorkflowStep
 from workflows.relay import publish_pending, publish_steps, sweep

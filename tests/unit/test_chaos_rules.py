@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from orders.chaos import Periodic, due_orders
-from orders.chaos_observe import lost_increments
-from orders.chaos_pool import lease_holder_pid
-from orders.chaos_redis import AofHistory, aof_tail
-from orders.chaos_report import (
+from orders.chaos.driver import Periodic, due_orders
+from orders.chaos.observe import lost_increments
+from orders.chaos.pool import lease_holder_pid
+from orders.chaos.redis_crash import AofHistory, aof_tail
+from orders.chaos.report import (
     NO_ORPHAN_LEASE,
     QUEUE_DRAINED,
     FaultTally,
@@ -18,8 +18,8 @@ from orders.chaos_report import (
     missing_faults,
     queue_findings,
 )
-from orders.chaos_setup import ChaosOptions, handler_faults, worker_env
-from orders.chaos_summary import RunFacts, fault_tallies
+from orders.chaos.setup import ChaosOptions, handler_faults, worker_env
+from orders.chaos.summary import RunFacts, fault_tallies
 
 
 def test_a_schedule_fires_half_a_period_in_then_every_period() -> None:

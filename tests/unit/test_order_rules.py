@@ -6,9 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from orders.effects import points_for, ship_mode_for
-from orders.queries import percentile
-from orders.steps import STEPS, order_workflow, queue_name, task_name
+from orders.domain.effects import points_for, ship_mode_for
+from orders.domain.queries import percentile
+from orders.domain.steps import STEPS, order_workflow, queue_name, task_name
 from workflows.models import idempotency_key
 
 

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from orders.steps import STEPS, task_name
+from orders.domain.steps import STEPS, task_name
 from orders.web.params import BadParam, flag, integer, job_id, job_ids, one_of
 from orders.web.render import page
 from orders.web.state import WebState, web_state

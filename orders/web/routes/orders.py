@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from orders.queries import OrderView, StepView, order_status
+from orders.domain.queries import OrderView, StepView, order_status
 from orders.web.params import BadParam, bounded_int
 from orders.web.queries import recent_orders
 from orders.web.render import page

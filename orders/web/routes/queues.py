@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from orders.steps import STEPS, task_name
+from orders.domain.steps import STEPS, task_name
 from orders.web.params import BadParam, integer, job_id
 from orders.web.render import page
 from orders.web.state import web_state

@@ -22,8 +22,8 @@ import os
 if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
     from sqlalchemy import func, select
 
-    from orders import effects
-    from orders.models import Inventory, OrderLine, OrderStatus, StockDeduction
+    from orders.domain import effects
+    from orders.domain.models import Inventory, OrderLine, OrderStatus, StockDeduction
     from workflows import tracker
     from workflows.models import StepStatus
 

@@ -1,6 +1,6 @@
 """The four step effects, set-based: one batch of orders in a few statements.
 
-Each function mirrors its one-order twin in :mod:`orders.effects` (same rows,
+Each function mirrors its one-order twin in :mod:`orders.domain.effects` (same rows,
 same outcome words, same idempotency: an existing unique row means the effect
 is already there) and runs inside the batch tracker's transaction, after the
 workflow rows are locked. Returns step row id -> outcome word.
@@ -16,7 +16,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from orders.effects import (
+from orders.domain.effects import (
     ALREADY_CREDITED,
     ALREADY_SENT,
     CANCELLED,
@@ -30,7 +30,7 @@ from orders.effects import (
     points_for,
     ship_mode_for,
 )
-from orders.models import (
+from orders.domain.models import (
     Inventory,
     Notification,
     Order,
@@ -40,7 +40,7 @@ from orders.models import (
     Shipment,
     StockDeduction,
 )
-from orders.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
+from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
 from workflows.batch_tracker import Claim
 
 BatchEffect = Callable[[Session, list[Claim], datetime], dict[int, str]]

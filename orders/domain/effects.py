@@ -14,7 +14,7 @@ from decimal import Decimal
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from orders.models import (
+from orders.domain.models import (
     Inventory,
     Notification,
     Order,
@@ -24,7 +24,7 @@ from orders.models import (
     Shipment,
     StockDeduction,
 )
-from orders.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
+from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
 
 DEDUCTED = "deducted"
 OUT_OF_STOCK = "out_of_stock"

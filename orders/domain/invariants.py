@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Join, Subquery, and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from orders.effects import CONFIRMATION, ORDER_PLACED
-from orders.models import (
+from orders.domain.effects import CONFIRMATION, ORDER_PLACED
+from orders.domain.models import (
     Inventory,
     Notification,
     Order,
@@ -26,7 +26,7 @@ from orders.models import (
     Shipment,
     StockDeduction,
 )
-from orders.steps import WORKFLOW_KIND
+from orders.domain.steps import WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory
 

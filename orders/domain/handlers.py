@@ -15,10 +15,10 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from orders.batch_effects import BATCH_EFFECTS, complete_orders
-from orders.effects import EFFECTS
-from orders.errors import OrderNotFound
-from orders.models import Order, OrderStatus
+from orders.domain.batch_effects import BATCH_EFFECTS, complete_orders
+from orders.domain.effects import EFFECTS
+from orders.domain.errors import OrderNotFound
+from orders.domain.models import Order, OrderStatus
 from workflows import batch_tracker, tracker
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound

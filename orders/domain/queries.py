@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from orders.models import Order
-from orders.steps import STEPS, WORKFLOW_KIND
+from orders.domain.models import Order
+from orders.domain.steps import STEPS, WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 BLOCKED = "blocked"
