@@ -19,7 +19,7 @@ from orders.bootstrap import build
 from orders.domain.steps import STEPS, WORKFLOW_KIND
 from orders.placement import place
 from orders.settings import Settings
-from orders.tpch import load_tpch
+from orders.sources.tpch import load_tpch
 from workflows.models import Workflow, WorkflowStatus
 
 from .e2e_worker import COMMITS_KEY

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from orders.domain.errors import UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import order_workflow
-from orders.sources import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
+from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
 from workflows.columns import utcnow
 from workflows.outbox import add_workflows
 from workflows.relay import Publisher, publish_steps

@@ -246,7 +246,7 @@ def prepare(options: ChaosOptions, base_env: Mapping[str, str], data_dir: Path) 
     app = build(settings, auto_migrate=True)
     if server is not None:
         _ensure_appendfsync(app, options.appendfsync)
-    from orders.tpch import load_tpch
+    from orders.sources.tpch import load_tpch
 
     load_tpch(app.session_factory, data_dir, scale=0.01)
     store = FaultStore(app.redis, settings.queue_prefix)

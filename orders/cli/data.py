@@ -24,7 +24,7 @@ def load_tpch(
 
     Loading a database that already holds TPC-H data is a no-op.
     """
-    from orders.tpch import load_tpch as load
+    from orders.sources.tpch import load_tpch as load
 
     app = make_app(auto_migrate=True)
     with console.status(f"generating and loading TPC-H at scale {scale}..."):

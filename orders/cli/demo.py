@@ -160,7 +160,7 @@ def demo(
 
 
 def _ensure_tpch(app: App) -> None:
-    from orders.tpch import load_tpch
+    from orders.sources.tpch import load_tpch
 
     with console.status("loading TPC-H (scale 0.01) if missing..."):
         load_tpch(app.session_factory, app.settings.resolved_data_dir(), scale=0.01)

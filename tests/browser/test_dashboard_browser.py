@@ -30,7 +30,7 @@ from cli_processes import (
 )
 
 from orders.bootstrap import App
-from orders.tpch import load_tpch
+from orders.sources.tpch import load_tpch
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orders.db import make_engine, make_session_factory
 from orders.domain.models import Customer, Inventory, Product
 from orders.migrate import upgrade_database
-from orders.sources import LineDraft, OrderDraft
+from orders.sources.drafts import LineDraft, OrderDraft
 from workflows.relay import StepMessage
 
 

@@ -24,7 +24,7 @@ from orders.domain.steps import STEPS, task_name
 from orders.faults import FaultConfig, FaultStore
 from orders.observability.order_counts import order_counts
 from orders.pacing import place_paced
-from orders.tpch import load_tpch
+from orders.sources.tpch import load_tpch
 from reliable_queue import stats
 
 

@@ -21,7 +21,7 @@ from orders.domain.models import (
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from orders.placement import PlacedOrder, place, place_orders
-from orders.sources import RANDOM
+from orders.sources.drafts import RANDOM
 from workflows.errors import StepNotFound, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.tracker import StepResult, StepRun

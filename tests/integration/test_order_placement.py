@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import STEPS, task_name
 from orders.placement import place, place_orders
-from orders.sources import RANDOM
+from orders.sources.drafts import RANDOM
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork
 

@@ -11,7 +11,7 @@ from orders.domain.invariants import check_invariants
 from orders.domain.queries import totals
 from orders.domain.steps import STEPS
 from orders.placement import place
-from orders.sources import RANDOM
+from orders.sources.drafts import RANDOM
 
 
 def deliver_all(url: str, step: str, orders: list[tuple[int, int]], results) -> None:

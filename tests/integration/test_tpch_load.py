@@ -12,8 +12,8 @@ from orders.domain.invariants import check_invariants
 from orders.domain.models import Inventory, Order, OrderLine, StreamCursor
 from orders.domain.steps import STEPS
 from orders.placement import place
-from orders.sources import TPCH
-from orders.tpch import load_tpch
+from orders.sources.drafts import TPCH
+from orders.sources.tpch import load_tpch
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.steps import LOGISTICS, STEPS
 from orders.placement import place_orders
 from orders.settings import Settings
-from orders.sources import OrderDraft
+from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
 from workflows.relay import publish_steps

@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.steps import STOCK
 from orders.placement import place
-from orders.sources import RANDOM
+from orders.sources.drafts import RANDOM
 from workflows.columns import utcnow
 from workflows.models import StepStatus, WorkflowStep
 from workflows.relay import publish_pending, publish_steps, sweep

@@ -32,7 +32,7 @@ from orders.domain.models import (
     TpchLineItem,
     TpchOrder,
 )
-from orders.sources import TPCH
+from orders.sources.drafts import TPCH
 from workflows.columns import utcnow
 from workflows.uow import SessionFactory, UnitOfWork
 
