@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 from sqlalchemy import event, func, select
 
-from orders.bootstrap import build
+from orders.app.bootstrap import build
+from orders.app.placement import place
+from orders.app.settings import Settings
 from orders.domain.steps import STEPS, WORKFLOW_KIND
-from orders.placement import place
-from orders.settings import Settings
 from orders.sources.tpch import load_tpch
 from workflows.models import Workflow, WorkflowStatus
 

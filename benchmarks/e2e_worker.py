@@ -12,7 +12,7 @@ import logging
 
 from sqlalchemy import event
 
-from orders.bootstrap import build
+from orders.app.bootstrap import build
 from orders.runner import run_worker
 
 COMMITS_KEY = "bench:e2e:commits"

@@ -24,9 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
+from orders.app.migrate import upgrade_database
 from orders.domain.models import Order
 from orders.domain.steps import STEPS
-from orders.migrate import upgrade_database
 from workflows.models import StepStatus, Workflow, WorkflowStep
 
 FILL = """

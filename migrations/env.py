@@ -1,7 +1,7 @@
 """Alembic environment for orderflow: one history for workflow and domain tables.
 
 The URL comes from, in order: a connection handed in through
-``config.attributes["connection"]`` (tests, ``orders.migrate``), the
+``config.attributes["connection"]`` (tests, ``orders.app.migrate``), the
 ``sqlalchemy.url`` option of a programmatic ``Config``, or the orderflow
 settings (``ORDERS_DATABASE_URL`` or the SQLite file in the data dir).
 """
@@ -13,9 +13,9 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from orders.db import make_engine, normalize_url
+from orders.app.db import make_engine, normalize_url
+from orders.app.settings import Settings
 from orders.domain.models import Base
-from orders.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata

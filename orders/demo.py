@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, step_latencies, totals
 from orders.domain.steps import STEPS, WORKFLOW_KIND

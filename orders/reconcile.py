@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from workflows.errors import StepNotFound
 from workflows.tracker import mark_step_dead
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.metrics import Counters
 from workflows.relay import SweepResult, sweep
 

@@ -6,8 +6,8 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from orders.bootstrap import App
-from orders.db import worker_pool_size
+from orders.app.bootstrap import App
+from orders.app.db import worker_pool_size
 from orders.domain.steps import queue_name
 from orders.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.metrics import Counters

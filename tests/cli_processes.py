@@ -15,8 +15,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orders.bootstrap import App, build
-from orders.settings import Settings
+from orders.app.bootstrap import App, build
+from orders.app.settings import Settings
 
 
 def orders_command() -> list[str]:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import redis
 from sqlalchemy.exc import SQLAlchemyError
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
+from orders.app.placement import place
 from orders.chaos.pool import lease_holder_pid
-from orders.placement import place
 from reliable_queue import QueueError
 from workflows.relay import publish_steps
 

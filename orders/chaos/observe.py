@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.chaos.report import QueueSnapshot
 from orders.domain.models import Order
 from orders.domain.steps import WORKFLOW_KIND

@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from orders.bootstrap import App, build
+from orders.app.bootstrap import App, build
+from orders.app.settings import Settings
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS
 from orders.faults import FaultConfig, FaultStore
 from orders.metrics import Counters
-from orders.settings import Settings
 from reliable_queue.embedded import EmbeddedRedis
 
 log = logging.getLogger("orders.chaos")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.chaos.observe import counter_snapshot, queue_snapshots
 from orders.chaos.redis_crash import RedisCrashCounts
 from orders.chaos.report import (

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
-from orders.bootstrap import App, build
+from orders.app.bootstrap import App, build
+from orders.app.settings import Settings
 from orders.domain.errors import OrdersError
 from orders.observability.urls import mask_urls_in
-from orders.settings import Settings
 from reliable_queue import QueueError
 
 console = Console()

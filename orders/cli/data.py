@@ -8,8 +8,8 @@ import redis
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
-from orders.pacing import place_paced
 from reliable_queue import QueueError
 
 

@@ -8,11 +8,11 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
+from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, handle_errors, make_app
 from orders.demo import DemoOptions, DemoReport, Progress, run_demo
 from orders.domain.steps import STEPS
-from orders.pacing import place_paced
 
 
 def _progress_table(p: Progress) -> Table:

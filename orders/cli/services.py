@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
+from orders.app.settings import Settings
 from orders.cli.context import console, emit_json, handle_errors
 from orders.observability.urls import mask_url
-from orders.settings import Settings
 from reliable_queue.embedded import EmbeddedRedis
 
 services = typer.Typer(help="The embedded Redis server of the data dir.", no_args_is_help=True)
@@ -62,7 +62,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")]
 @handle_errors
 def upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations up to REVISION (default head)."""
-    from orders.migrate import upgrade_database
+    from orders.app.migrate import upgrade_database
 
     settings = Settings()
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)

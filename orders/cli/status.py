@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from orders.domain.queries import order_status, totals
 from orders.domain.steps import STEPS

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from orders.settings import Settings
+from orders.app.settings import Settings
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.domain.steps import task_name
 from orders.observability.collectors import OrdersCollector, QueueCollector
 

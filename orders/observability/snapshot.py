@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.domain.steps import task_name
 from orders.observability.histograms import HandlerTimes
 from orders.observability.order_counts import OrderCounts, order_counts

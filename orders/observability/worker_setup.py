@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.domain.steps import queue_name, task_name
 from orders.observability.logs import job_log_context
 from orders.observability.multiproc import enable_multiprocess, metrics_dir

@@ -1,6 +1,6 @@
 """Order sources: the TPC-H order stream and random orders.
 
-Both return ``OrderDraft`` values for ``orders.placement`` to write. Reading
+Both return ``OrderDraft`` values for ``orders.app.placement`` to write. Reading
 the stream advances its cursor in the caller's transaction, so a placement
 that rolls back also gives its orders back to the stream.
 """

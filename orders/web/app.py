@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.observability.multiproc import metrics_dir
 from orders.observability.registry import metrics_registry
 from orders.observability.sampler import Sampler

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from starlette.requests import HTTPConnection
 from starlette.templating import Jinja2Templates
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.observability.cache import TTLCache
 from orders.observability.sampler import Sampler
 from orders.observability.snapshot import Snapshot, SystemView

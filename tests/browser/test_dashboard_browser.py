@@ -29,7 +29,7 @@ from cli_processes import (
     wait_until,
 )
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
 from orders.sources.tpch import load_tpch
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -16,9 +16,9 @@ import pytest
 from chaos_helpers import run_chaos
 from sqlalchemy import text
 
-from orders.db import make_engine
+from orders.app.db import make_engine
+from orders.app.migrate import upgrade_database
 from orders.domain.invariants import ONE_DEDUCTION
-from orders.migrate import upgrade_database
 
 BROKEN_BUILD = Path(__file__).parent / "broken_build"
 UNIQUE_DEDUCTION = "uq_stock_deductions_order_id_part_id"

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import Engine, insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from orders.db import make_engine, make_session_factory
+from orders.app.db import make_engine, make_session_factory
+from orders.app.migrate import upgrade_database
 from orders.domain.models import Customer, Inventory, Product
-from orders.migrate import upgrade_database
 from orders.sources.drafts import LineDraft, OrderDraft
 from workflows.relay import StepMessage
 

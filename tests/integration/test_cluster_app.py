@@ -18,9 +18,9 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from orders.bootstrap import build
+from orders.app.bootstrap import build
+from orders.app.settings import Settings
 from orders.domain.steps import STEPS, queue_name
-from orders.settings import Settings
 
 
 def orders_command() -> list[str]:

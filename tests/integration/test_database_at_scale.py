@@ -13,11 +13,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from orders.bootstrap import build
-from orders.db import make_engine, worker_pool_size
-from orders.migrate import upgrade_database
+from orders.app.bootstrap import build
+from orders.app.db import make_engine, worker_pool_size
+from orders.app.migrate import upgrade_database
+from orders.app.settings import Settings
 from orders.runner import build_worker
-from orders.settings import Settings
 
 
 def _postgres_only(url: str) -> None:

@@ -18,12 +18,12 @@ from cli_processes import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from orders.bootstrap import App
+from orders.app.bootstrap import App
+from orders.app.pacing import place_paced
 from orders.domain.queries import totals
 from orders.domain.steps import STEPS, task_name
 from orders.faults import FaultConfig, FaultStore
 from orders.observability.order_counts import order_counts
-from orders.pacing import place_paced
 from orders.sources.tpch import load_tpch
 from reliable_queue import stats
 

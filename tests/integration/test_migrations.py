@@ -9,9 +9,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from orders.db import make_engine
+from orders.app.db import make_engine
+from orders.app.migrate import current_revision, head_revision, upgrade_database
 from orders.domain.models import Base
-from orders.migrate import current_revision, head_revision, upgrade_database
 
 
 def test_autogenerate_finds_no_drift_between_models_and_migrations(database_url):

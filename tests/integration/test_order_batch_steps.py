@@ -8,7 +8,8 @@ import random
 
 from sqlalchemy import func, select
 
-from orders.db import make_engine, make_session_factory
+from orders.app.db import make_engine, make_session_factory
+from orders.app.placement import PlacedOrder, place, place_orders
 from orders.domain.handlers import StepRequest, handle_step, handle_steps
 from orders.domain.invariants import check_deductions, check_invariants, check_stock_conservation
 from orders.domain.models import (
@@ -20,7 +21,6 @@ from orders.domain.models import (
     StockDeduction,
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
-from orders.placement import PlacedOrder, place, place_orders
 from orders.sources.drafts import RANDOM
 from workflows.errors import StepNotFound, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep

@@ -7,6 +7,7 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
+from orders.app.placement import PlacedOrder, place_orders
 from orders.domain.effects import CONFIRMATION, ORDER_PLACED
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
 from orders.domain.models import (
@@ -19,7 +20,6 @@ from orders.domain.models import (
     StockDeduction,
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
-from orders.placement import PlacedOrder, place_orders
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import delete, insert, select, text, update
 
+from orders.app.placement import place_orders
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.invariants import (
     COMPLETION_TIME,
@@ -28,7 +29,6 @@ from orders.domain.models import (
     StockDeduction,
 )
 from orders.domain.steps import LOGISTICS, POINTS, STEPS
-from orders.placement import place_orders
 from workflows.columns import utcnow
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork

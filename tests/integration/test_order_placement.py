@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from orders.app.placement import place, place_orders
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import STEPS, task_name
-from orders.placement import place, place_orders
 from orders.sources.drafts import RANDOM
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from orders.app.placement import place_orders
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
 from orders.domain.queries import order_status, step_latencies, totals
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
-from orders.placement import place_orders
 from workflows.uow import UnitOfWork
 
 

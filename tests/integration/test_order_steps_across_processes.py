@@ -5,12 +5,12 @@ from __future__ import annotations
 import multiprocessing
 import random
 
-from orders.db import make_engine, make_session_factory
+from orders.app.db import make_engine, make_session_factory
+from orders.app.placement import place
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.invariants import check_invariants
 from orders.domain.queries import totals
 from orders.domain.steps import STEPS
-from orders.placement import place
 from orders.sources.drafts import RANDOM
 
 

@@ -7,11 +7,11 @@ import time
 import pytest
 from sqlalchemy import func, select
 
+from orders.app.placement import place
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.invariants import check_invariants
 from orders.domain.models import Inventory, Order, OrderLine, StreamCursor
 from orders.domain.steps import STEPS
-from orders.placement import place
 from orders.sources.drafts import TPCH
 from orders.sources.tpch import load_tpch
 

@@ -15,11 +15,11 @@ import redis
 from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
-from orders.bootstrap import App, build
+from orders.app.bootstrap import App, build
+from orders.app.placement import place_orders
+from orders.app.settings import Settings
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.steps import LOGISTICS, STEPS
-from orders.placement import place_orders
-from orders.settings import Settings
 from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
+from orders.app.placement import place
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.steps import STOCK
-from orders.placement import place
 from orders.sources.drafts import RANDOM
 from workflows.columns import utcnow
 from workflows.models import StepStatus, WorkflowStep

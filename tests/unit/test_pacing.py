@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orders.pacing import batch_size_for
+from orders.app.pacing import batch_size_for
 
 
 def test_unpaced_placement_uses_the_largest_batch() -> None:

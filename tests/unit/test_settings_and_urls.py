@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orders.db import normalize_url, sqlite_path
-from orders.settings import Settings
+from orders.app.db import normalize_url, sqlite_path
+from orders.app.settings import Settings
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from filelock import FileLock
 from sqlalchemy import Connection, text
 
-from orders.db import make_engine, normalize_url, sqlite_path
+from orders.app.db import make_engine, normalize_url, sqlite_path
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -26,7 +26,7 @@ __all__ = [
     "upgrade_database",
 ]
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 _PG_LOCK_KEY = 0x6F726466  # "ordf": advisory lock id held while migrating
 
 

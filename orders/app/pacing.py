@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from orders.bootstrap import App
-from orders.placement import PlacedOrder, PlaceResult, place
+from orders.app.bootstrap import App
+from orders.app.placement import PlacedOrder, PlaceResult, place
 
 
 def batch_size_for(rate: float | None, *, ceiling: int = 500) -> int:
@@ -42,7 +42,7 @@ def place_paced(
         clock / sleep: injected for tests (seconds).
 
     Raises:
-        orders.domain.errors.StreamNotLoaded / UnknownSource: see ``orders.placement.place``.
+        orders.domain.errors.StreamNotLoaded / UnknownSource: see ``orders.app.placement.place``.
     """
     size = batch_size_for(rate)
     total = PlaceResult()

@@ -11,11 +11,11 @@ from functools import cached_property
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from orders.db import make_engine, make_session_factory
+from orders.app.db import make_engine, make_session_factory
+from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.domain.steps import STEPS, queue_name
 from orders.observability.urls import mask_url
-from orders.settings import Settings
 from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis
@@ -117,7 +117,7 @@ class App:
         """
         if self.engine_override is not None:
             return self.engine_override
-        from orders.migrate import current_revision, head_revision, upgrade_database
+        from orders.app.migrate import current_revision, head_revision, upgrade_database
 
         url = self.settings.resolved_database_url()
         if self.settings.uses_embedded_database() or self.auto_migrate:

@@ -1,0 +1,11 @@
+"""The application built from settings, and the use case that writes orders.
+
+``settings`` (every ``ORDERS_*`` variable), ``db`` (engines, sessions, unit of
+work), ``migrate`` (the Alembic history, run once however many processes
+start), ``bootstrap`` (the one place that builds an ``App``: database, Redis,
+queues, publisher), ``placement`` (orders, their workflow and step rows in
+one transaction, then the relay publishes) and ``pacing`` (placement at a
+target rate). It may import ``orders.domain``, ``orders.sources``,
+``workflows`` and ``reliable_queue``, and of the interfaces only the leaf
+``orders.observability.urls`` (to mask credentials in an error message).
+"""
