@@ -1,7 +1,7 @@
 """End to end: orders/s through all four steps and the completion tracker, on a database.
 
 Uses the application as shipped: placement through the outbox, one ``orders``
-worker process per step (``orders.runner.run_worker``, CLI defaults), TPC-H input.
+worker process per step (``orders.worker.runner.run_worker``, CLI defaults), TPC-H input.
 """
 
 from __future__ import annotations

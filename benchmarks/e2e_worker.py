@@ -1,7 +1,7 @@
 """An ``orders`` worker process that also counts its database commits.
 
 ``python -m benchmarks.e2e_worker STEP [--concurrency C] [--batch-size B] [--no-sweep]``:
-exactly what ``orders worker`` runs (``orders.runner.run_worker``), plus a
+exactly what ``orders worker`` runs (``orders.worker.runner.run_worker``), plus a
 SQLAlchemy ``commit`` listener that adds each commit to a Redis counter.
 """
 
@@ -13,7 +13,7 @@ import logging
 from sqlalchemy import event
 
 from orders.app.bootstrap import build
-from orders.runner import run_worker
+from orders.worker.runner import run_worker
 
 COMMITS_KEY = "bench:e2e:commits"
 

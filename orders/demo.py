@@ -22,9 +22,9 @@ from orders.app.bootstrap import App
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, step_latencies, totals
 from orders.domain.steps import STEPS, WORKFLOW_KIND
-from orders.faults import FaultConfig, FaultStore
-from orders.procs import start_worker, stop_workers
-from orders.reconcile import reconcile_dead_letters
+from orders.worker.faults import FaultConfig, FaultStore
+from orders.worker.procs import start_worker, stop_workers
+from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
 from workflows.models import Workflow, WorkflowStatus
 from workflows.uow import UnitOfWork

@@ -40,8 +40,8 @@ from orders.chaos.setup import ChaosOptions, ChaosServices
 from orders.chaos.summary import RunFacts, summarize
 from orders.domain.models import Order
 from orders.domain.queries import totals
-from orders.faults import FaultStore
-from orders.reconcile import reconcile_dead_letters
+from orders.worker.faults import FaultStore
+from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue.cluster import clients_running
 from workflows.uow import UnitOfWork
 

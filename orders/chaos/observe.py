@@ -10,7 +10,7 @@ from orders.app.bootstrap import App
 from orders.chaos.report import QueueSnapshot
 from orders.domain.models import Order
 from orders.domain.steps import WORKFLOW_KIND
-from orders.metrics import Counters
+from orders.worker.counters import Counters
 from reliable_queue import stats
 from workflows.models import Workflow, WorkflowStatus
 from workflows.uow import UnitOfWork

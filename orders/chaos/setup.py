@@ -22,8 +22,8 @@ from typing import Any
 from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS
-from orders.faults import FaultConfig, FaultStore
-from orders.metrics import Counters
+from orders.worker.counters import Counters
+from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue.embedded import EmbeddedRedis
 
 log = logging.getLogger("orders.chaos")

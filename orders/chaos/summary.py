@@ -21,7 +21,7 @@ from orders.domain.invariants import INVARIANTS, check_invariants
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, totals
 from orders.domain.steps import STEPS
-from orders.metrics import by_step, total
+from orders.worker.counters import by_step, total
 from workflows.uow import UnitOfWork
 
 

@@ -20,7 +20,7 @@ from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors
 from orders.domain.steps import STEPS
-from orders.procs import start_worker
+from orders.worker.procs import start_worker
 
 WORKER_GRACE = 10.0  # seconds a SIGTERMed worker gets for its in-flight jobs
 

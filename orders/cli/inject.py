@@ -8,7 +8,7 @@ import typer
 
 from orders.cli.context import console, fail, handle_errors, make_app
 from orders.domain.steps import STEPS
-from orders.faults import FaultConfig, FaultStore
+from orders.worker.faults import FaultConfig, FaultStore
 
 
 @handle_errors

@@ -12,8 +12,8 @@ from orders.app.bootstrap import App
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from orders.domain.queries import order_status, totals
 from orders.domain.steps import STEPS
-from orders.faults import FaultStore, describe
-from orders.reconcile import reconcile_dead_letters
+from orders.worker.faults import FaultStore, describe
+from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
 from workflows.uow import UnitOfWork
 

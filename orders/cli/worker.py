@@ -8,7 +8,7 @@ import typer
 
 from orders.cli.context import fail, handle_errors, make_app, setup_logging
 from orders.domain.steps import STEPS
-from orders.runner import run_worker
+from orders.worker.runner import run_worker
 
 
 @handle_errors

@@ -17,7 +17,7 @@ from orders.app.bootstrap import build
 from orders.app.db import make_engine, worker_pool_size
 from orders.app.migrate import upgrade_database
 from orders.app.settings import Settings
-from orders.runner import build_worker
+from orders.worker.runner import build_worker
 
 
 def _postgres_only(url: str) -> None:

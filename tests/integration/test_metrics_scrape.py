@@ -22,9 +22,9 @@ from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.domain.queries import totals
 from orders.domain.steps import STEPS, task_name
-from orders.faults import FaultConfig, FaultStore
 from orders.observability.order_counts import order_counts
 from orders.sources.tpch import load_tpch
+from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue import stats
 
 

@@ -7,7 +7,7 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from orders.faults import (
+from orders.worker.faults import (
     Decision,
     FaultConfig,
     FaultMiddleware,

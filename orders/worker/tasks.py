@@ -11,7 +11,7 @@ from orders.app.settings import Settings
 from orders.domain import handlers
 from orders.domain.errors import OrdersError
 from orders.domain.steps import STEPS, task_name
-from orders.faults import FaultMiddleware
+from orders.worker.faults import FaultMiddleware
 from reliable_queue import (
     JobContext,
     PermanentError,

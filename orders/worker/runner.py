@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from orders.app.bootstrap import App
 from orders.app.db import worker_pool_size
 from orders.domain.steps import queue_name
-from orders.faults import FaultMiddleware, FaultSource, FaultStore
-from orders.metrics import Counters
 from orders.observability.worker_setup import WorkerObservability, worker_observability
-from orders.relay_loop import SweepLoop
-from orders.tasks import build_registry, outcome_recorder
+from orders.worker.counters import Counters
+from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
+from orders.worker.relay_loop import SweepLoop
+from orders.worker.tasks import build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
 from workflows.tracker import StepResult
 
@@ -31,9 +31,9 @@ def build_worker(
 ) -> Worker:
     """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
 
-    Injected faults (``orders.faults``) are applied around each handler; applied
+    Injected faults (``orders.worker.faults``) are applied around each handler; applied
     effects, absorbed duplicates and injected faults are counted in the shared
-    counters (``orders.metrics``).
+    counters (``orders.worker.counters``).
 
     Args:
         app: the application.

@@ -10,7 +10,7 @@ import logging
 import threading
 
 from orders.app.bootstrap import App
-from orders.metrics import Counters
+from orders.worker.counters import Counters
 from workflows.relay import SweepResult, sweep
 
 log = logging.getLogger("orders.relay")

@@ -28,7 +28,7 @@ def reconcile_dead_letters(app: App, *, limit: int = 10_000) -> int:
     Raises:
         reliable_queue.QueueConnectionError: Redis unreachable.
     """
-    from orders.tasks import StepPayload
+    from orders.worker.tasks import StepPayload
 
     marked = 0
     for queue in app.queues.values():
