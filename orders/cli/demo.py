@@ -11,7 +11,7 @@ from rich.table import Table
 from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, handle_errors, make_app
-from orders.demo import DemoOptions, DemoReport, Progress, run_demo
+from orders.demo.driver import DemoOptions, DemoReport, Progress, run_demo
 from orders.domain.steps import STEPS
 
 
