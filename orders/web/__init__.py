@@ -5,5 +5,6 @@ Pages: overview (queues, throughput chart, orders, outbox backlog), one queue
 dead-letter queues (filter, show, redrive with a dry run, purge with a
 confirmation), and ``/metrics``. Reading is open to loopback clients; every
 action that changes state needs the token (``ORDERS_WEB_TOKEN``) and passes a
-CSRF check (see ``security``).
+CSRF check (see ``security``). It may import ``orders.domain``, ``orders.app``
+and ``orders.observability``; only ``orders.cli`` imports it.
 """
