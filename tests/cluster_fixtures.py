@@ -6,6 +6,10 @@ Fixtures:
         Tests must not kill its nodes (use ``private_cluster`` for that).
     cluster_client (function) -> RedisCluster on :func:`redis_cluster` (bytes replies).
     private_cluster (function) -> LocalCluster a test may kill nodes of (about 3 s to start).
+    private_cluster_client (function) -> RedisCluster on :func:`private_cluster`.
+
+Each client fixture closes its client at teardown, whatever the test's outcome,
+and before the cluster it talks to stops.
 
 Where redis-server >= 5 / redis-cli are missing the tests using these are skipped,
 saying so; CI machines have them.
@@ -62,3 +66,13 @@ def private_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def private_cluster_client(private_cluster: LocalCluster) -> Iterator[RedisCluster]:
+    """A ``RedisCluster`` client on the test's own cluster, closed after the test."""
+    client = cluster_client_for(private_cluster)
+    try:
+        yield client
+    finally:
+        client.close()

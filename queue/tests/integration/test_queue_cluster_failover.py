@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-from cluster_fixtures import cluster_client_for
 from queue_helpers import running_worker, wait_until
 from redis.crc import key_slot
 
@@ -58,9 +57,11 @@ class Producer(threading.Thread):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_master_killed_mid_run_loses_no_acknowledged_job(private_cluster, key_prefix, caplog):
+def test_master_killed_mid_run_loses_no_acknowledged_job(
+    private_cluster, private_cluster_client, key_prefix, caplog
+):
     caplog.set_level(logging.WARNING, logger="reliable_queue")
-    client = cluster_client_for(private_cluster)
+    client = private_cluster_client
     queue = Queue(client, "fo", prefix=key_prefix, settings=DURABLE)
     slot = key_slot(queue.keys.key("ready").encode())
     victim = private_cluster.master_of_slot(slot)
@@ -91,7 +92,6 @@ def test_master_killed_mid_run_loses_no_acknowledged_job(private_cluster, key_pr
     assert stats(queue).active == 0
     lane_deaths = [r for r in caplog.records if "lane of queue" in r.getMessage()]
     assert lane_deaths == [], lane_deaths[0].getMessage() if lane_deaths else ""
-    client.close()
 
 
 def _new_master(cluster, slot: int, old: int) -> int | None:

@@ -67,6 +67,17 @@ def linked_redis(test_host: LinkedHost, tmp_path: Path) -> Iterator[tuple[str, s
         proc.wait(10)
 
 
+@pytest.fixture
+def local_client(linked_redis: tuple[str, str]) -> Iterator[redis.Redis]:
+    """A client on the private server's loopback side, closed after the test's last command.
+
+    The test's own ``finally`` used to close it before the closing asserts read the
+    queue's stats, which opened a new connection that nobody closed.
+    """
+    with redis.Redis.from_url(linked_redis[0], socket_timeout=10) as client:
+        yield client
+
+
 def _pings(url: str) -> bool:
     try:
         with redis.Redis.from_url(url, socket_timeout=1) as client:
@@ -83,12 +94,12 @@ def _deliveries(db: str) -> list[tuple[int, str, int]]:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_partitioned_worker_is_fenced_off_and_reconnects_without_restart(
-    test_host, linked_redis, tmp_path, key_prefix
+    test_host, linked_redis, local_client, tmp_path, key_prefix
 ):
-    local_url, link_url = linked_redis
+    _, link_url = linked_redis
     db = str(tmp_path / "effects.db")
     prepare(db)
-    client = redis.Redis.from_url(local_url, socket_timeout=10)
+    client = local_client
     queue = Queue(client, "part", prefix=key_prefix, settings=SETTINGS)
     remote = test_host.popen(
         [sys.executable, str(WORKER_SCRIPT), link_url, key_prefix, db, "ns"],
@@ -124,7 +135,6 @@ def test_partitioned_worker_is_fenced_off_and_reconnects_without_restart(
         except subprocess.TimeoutExpired:
             remote.kill()
             remote.wait(5)
-        client.close()
 
     deliveries = _deliveries(db)
     assert [(n, side) for n, side, _ in deliveries] == [(1, "host"), (1, "ns"), (2, "ns")]
