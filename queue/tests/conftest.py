@@ -14,7 +14,7 @@ from queue_helpers import FAST
 
 from reliable_queue import Queue, QueueSettings, TaskRegistry
 
-pytest_plugins = ["orderflow_fixtures", "cluster_fixtures"]
+pytest_plugins = ["orderflow_fixtures", "cluster_fixtures", "leak_check"]
 
 
 @pytest.fixture
