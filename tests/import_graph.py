@@ -68,13 +68,12 @@ def _is_type_checking(test: ast.expr) -> bool:
     return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
 
 
-def _known(name: str, modules: Iterable[str]) -> str | None:
+def _known(name: str, modules: set[str]) -> str | None:
     """The longest prefix of ``name`` that is a scanned module (None: outside them)."""
-    known = set(modules)
     parts = name.split(".")
     for end in range(len(parts), 0, -1):
         candidate = ".".join(parts[:end])
-        if candidate in known:
+        if candidate in modules:
             return candidate
     return None
 
