@@ -36,6 +36,10 @@ class ClusterStartError(RuntimeError):
     """The cluster did not form (binary missing, ports taken, no agreement in time)."""
 
 
+class NodeExitedError(ClusterStartError):
+    """A node's process ended before answering (typically: its port was taken)."""
+
+
 def redis_server_binary() -> str | None:
     """Path of the ``redis-server`` to run (>= 5, needed for cluster create), or None.
 
@@ -111,15 +115,34 @@ class LocalCluster:
         """orderflow's cluster URL, seeded with the first node (the client finds the rest)."""
         return f"redis+cluster://127.0.0.1:{self.ports[0]}"
 
-    def start(self, timeout: float = 60.0) -> LocalCluster:
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> LocalCluster:
         """Start the nodes, create the cluster and wait until every node agrees it is ok.
 
+        A node that exits at once (its port was taken between the check and the
+        bind: other servers start on this machine too) makes the whole start
+        retry on fresh ports, up to ``attempts`` times.
+
         Raises:
-            ClusterStartError: no redis-server, or the cluster did not form within ``timeout`` s.
+            ClusterStartError: no redis-server, or the cluster did not form within
+                ``timeout`` s (every started node is stopped first: nothing leaks).
         """
         server = redis_server_binary()
         if server is None:
             raise ClusterStartError("redis-server >= 5 and redis-cli are needed on PATH")
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once(server, timeout)
+            except NodeExitedError:
+                self.stop()
+                self._procs.clear()
+                if attempt == attempts:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, server: str, timeout: float) -> LocalCluster:
         self.ports = free_ports(self.masters * (1 + self.replicas_per_master))
         for port in self.ports:
             self._spawn(server, port)
@@ -136,13 +159,8 @@ class LocalCluster:
             check=False,
         )
         if create.returncode != 0:
-            self.stop()
             raise ClusterStartError(f"redis-cli --cluster create failed:\n{create.stdout}")
-        try:
-            self.wait_healthy(deadline - time.monotonic())
-        except ClusterStartError:
-            self.stop()
-            raise
+        self.wait_healthy(deadline - time.monotonic())
         return self
 
     def _spawn(self, server: str, port: int) -> None:
@@ -170,6 +188,9 @@ class LocalCluster:
 
     def _wait_ping(self, port: int, deadline: float) -> None:
         while time.monotonic() < deadline:
+            proc = self._procs.get(port)
+            if proc is not None and proc.poll() is not None:
+                raise NodeExitedError(f"node {port} exited with {proc.returncode} (port taken?)")
             try:
                 with self.node(port) as client:
                     client.ping()

@@ -97,13 +97,17 @@ def refresh(client: RedisClient) -> None:
 
     A node that cannot be reached leaves the old table in place; the caller's
     next attempt simply fails again and is retried by its own bounded loop.
+    redis-py's own error handling edits the node table from whichever thread
+    saw a connection error (it drops the dead node from ``startup_nodes``), so
+    a refresh iterating that dict can meet ``RuntimeError: dictionary changed
+    size during iteration``: that, too, only means "try again later".
     """
     if not isinstance(client, RedisCluster):
         return
     with _refresh_lock:
         try:
             client.nodes_manager.initialize()
-        except (RedisClusterException, redis.RedisError):
+        except (RedisClusterException, redis.RedisError, RuntimeError):
             pass
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 
 import pytest
 from queue_helpers import running_worker, wait_until
@@ -39,6 +40,8 @@ class Producer(threading.Thread):
         self.queue, self.total, self.deadline = queue, total, deadline
         self.acked: list[int] = []
         self.errors: dict[str, int] = {}
+        #: an error the queue should never let out (not a QueueError), with its traceback
+        self.escaped: str | None = None
 
     def run(self) -> None:
         n = 0
@@ -50,6 +53,9 @@ class Producer(threading.Thread):
                 self.errors[kind] = self.errors.get(kind, 0) + 1
                 time.sleep(0.05)
                 continue
+            except Exception:  # noqa: BLE001 - reported by the test, not swallowed
+                self.escaped = traceback.format_exc()
+                return
             self.acked.append(n)
             n += 1
             time.sleep(0.005)  # a steady trickle, so the kill lands mid-run
@@ -86,6 +92,7 @@ def test_master_killed_mid_run_loses_no_acknowledged_job(
         wait_until(lambda: set(producer.acked) <= processed, timeout=60, interval=0.1)
 
     assert promoted != victim
+    assert producer.escaped is None, producer.escaped
     assert len(producer.acked) == 400 and killed_at < 400, producer.errors
     lost = set(producer.acked) - processed
     assert not lost, f"acknowledged jobs never processed: {sorted(lost)[:20]}"
