@@ -23,6 +23,11 @@ from .replies import text as _text
 from .scripts import Call, ScriptRunner
 from .settings import QueueSettings
 
+#: Answers of :meth:`Queue.locate`.
+PLACES = ("ready", "delayed", "active", "dead", "done", "nowhere", "unknown")
+#: Places of a job that has not finished (ready to run, waiting, running, dead-lettered).
+PENDING_PLACES = frozenset({"ready", "delayed", "active", "dead"})
+
 DEAD_REASONS = ("error", "retries_exhausted", "worker_lost", "invalid_payload", "unknown_task")
 
 
@@ -362,29 +367,53 @@ class Queue:
     def _run(self, call: Call) -> Any:
         return self.scripts.run(call.script, call.keys, call.args)
 
+    def locate(self, job_id: str) -> str:
+        """Where a job really is: membership in the structures, not record existence.
+
+        One read-only script, so the answer is one consistent snapshot. Checking
+        ``ready`` is an LPOS, linear in the length of the ready list.
+
+        Args:
+            job_id: the job's id.
+
+        Returns:
+            One of :data:`PLACES`: ``"ready"``, ``"delayed"``, ``"active"``,
+            ``"dead"`` or ``"done"`` when a structure holds the id (the first of
+            active, ready, delayed, dead, done); ``"nowhere"`` when the record
+            exists but no structure holds the id (an orphan: nothing will ever run
+            it until the audit repairs it); ``"unknown"`` when there is neither.
+
+        Raises:
+            QueueConnectionError: Redis unreachable.
+        """
+        place, has_record = self.scripts.run("locate", self._keys, [job_id])
+        place = _text(place)
+        if place:
+            return place
+        return "nowhere" if int(has_record) else "unknown"
+
     def pending_job_for(self, idempotency_key: str) -> str | None:
         """The id of the unfinished job an idempotency key maps to, if Redis has one.
 
+        "Has one" means the job is a member of ``ready``, ``delayed``, ``active`` or
+        ``dead`` (see :meth:`locate`), not merely that its record or key exists.
+
         Returns:
             The job id when the key exists and its job is still ready, delayed,
-            active or dead-lettered; None when the key expired, or its job finished
-            or is gone (Redis lost it).
+            active or dead-lettered; None when the key expired, or its job finished,
+            or it sits in no structure (an orphan), or is gone (Redis lost it).
 
         Raises:
             QueueConnectionError: Redis unreachable.
         """
         try:
             raw = self.client.get(self.keys.idempotency_key(idempotency_key))
-            if raw is None:
-                return None
-            job_id = _text(raw)
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hexists(self.keys.key("jobs"), job_id)
-            pipe.zscore(self.keys.key("done"), job_id)
-            exists, done = pipe.execute()
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
-        return job_id if exists and done is None else None
+        if raw is None:
+            return None
+        job_id = _text(raw)
+        return job_id if self.locate(job_id) in PENDING_PLACES else None
 
     def replay(self, job_ids: Sequence[str]) -> tuple[list[str], list[str]]:
         """Put finished jobs back on the queue to run again (fault injection).
@@ -429,4 +458,4 @@ class Queue:
         return [_text(x) for x in raw]
 
 
-__all__ = ["DEAD_REASONS", "Queue", "QueueError"]
+__all__ = ["DEAD_REASONS", "PENDING_PLACES", "PLACES", "Queue", "QueueError"]
