@@ -35,3 +35,20 @@ def test_an_error_naming_a_url_does_not_print_its_password(cli_env: dict[str, st
     result = orders(["dlq", "list"], cli_env)
     assert result.exit_code != 0
     assert "hunter2" not in result.output
+
+
+def test_query_and_slash_passwords_are_masked_in_status_and_errors(
+    cli_env: dict[str, str],
+) -> None:
+    env = {
+        **cli_env,
+        "ORDERS_REDIS_URL": "redis://127.0.0.1:1/0?password=hunter2",
+        "ORDERS_DATABASE_URL": "postgresql://orders:top/secret@127.0.0.1:1/orders",
+    }
+    runner = CliRunner()
+    status = runner.invoke(app, ["services", "status", "--json"], env=env)
+    assert status.exit_code == 0, status.output
+    failing = runner.invoke(app, ["dlq", "list"], env=env)
+    assert failing.exit_code != 0
+    for out in (status.output, failing.output):
+        assert "hunter2" not in out and "top/secret" not in out and "secret@" not in out
