@@ -147,6 +147,30 @@ def test_a_job_whose_failure_record_is_not_an_object_still_renders(
     assert page.status_code == 200 and "written by hand" in page.text
 
 
+@pytest.mark.parametrize(
+    ("field", "stored"),
+    [("info", "[1,2]"), ("info", '"a string"'), ("info", "{not json"), ("attempts", "many")],
+)
+def test_a_malformed_dead_letter_is_shown_raw_on_every_page(
+    client: TestClient, world: World, field: str, stored: str
+) -> None:
+    logistics = world.app.queues[LOGISTICS]
+    logistics.client.hset(logistics.keys.key(field), world.dead_job, stored)
+    for path in (
+        "/",
+        "/dlq",
+        f"/dlq/logistics/{world.dead_job}",
+        f"/queues/logistics/jobs/{world.dead_job}",
+        f"/orders/{world.blocked_order}",
+    ):
+        page = client.get(path)
+        assert page.status_code == 200, (path, page.text[:300])
+    entry = client.get(f"/dlq/logistics/{world.dead_job}").text
+    explained = client.get(f"/queues/logistics/jobs/{world.dead_job}").text
+    shown = stored.replace('"', "&#34;")
+    assert shown in entry and shown in explained
+
+
 def test_order_page_shows_each_step_with_attempts_errors_and_times(
     client: TestClient, world: World
 ) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import codec
+from . import codec, stored
 from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
 from .replies import split as _split
@@ -34,6 +34,9 @@ class DeadLetter:
             is gone or unreadable (``raw_record`` then holds the bytes as text).
         attempts: deliveries made.
         error / traceback: the last failure.
+        malformed: stored fields that could not be read as expected (``info``:
+            failure info that is not a JSON object, ``attempts``: not an integer),
+            name -> raw stored text, shown as it is.
     """
 
     job_id: str
@@ -47,6 +50,7 @@ class DeadLetter:
     traceback: str
     record_missing: bool = False
     raw_record: str | None = None
+    malformed: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -140,12 +144,12 @@ class DeadLetters:
         return self._letter(job_id, score, rec, info, att)
 
     def _letter(self, job_id: str, score: float, rec: Any, info: Any, att: Any) -> DeadLetter:
-        failure: dict[str, Any] = {}
-        if info is not None:
-            try:
-                failure = codec.loads(info)
-            except ValueError:
-                failure = {"error": repr(info)}
+        decoded, bad_info = stored.failure_info(info)
+        failure = decoded or {}
+        count, bad_attempts = stored.attempts(att)
+        malformed = {
+            name: raw for name, raw in (("info", bad_info), ("attempts", bad_attempts)) if raw
+        }
         task = payload = raw = None
         missing = rec is None
         if rec is not None:
@@ -161,11 +165,12 @@ class DeadLetters:
             reason=str(failure.get("reason", "?")),
             task=task,
             payload=payload,
-            attempts=int(att or 0),
-            error=str(failure.get("error", "")),
+            attempts=count,
+            error=str(failure.get("error", "")) if bad_info is None else bad_info,
             traceback=str(failure.get("traceback", "")),
             record_missing=missing,
             raw_record=raw,
+            malformed=malformed,
         )
 
     def redrive(

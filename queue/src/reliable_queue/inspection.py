@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import codec
+from . import codec, stored
 from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
 from .replies import text as _text
@@ -108,7 +108,10 @@ class JobExplanation:
         next_run_at: for a delayed job (a retry backoff or a scheduled job), epoch s.
         dead_at / dead_reason: for a dead-lettered job.
         finished_at: for a done job.
-        last_failure: the stored failure blob (reason, error, traceback, at).
+        last_failure: the stored failure blob (reason, error, traceback, at), or None
+            when absent or not a JSON object.
+        malformed: stored fields that could not be read as expected (``info``,
+            ``attempts``), name -> raw stored text, shown as it is.
     """
 
     job_id: str
@@ -129,6 +132,7 @@ class JobExplanation:
     finished_at: float | None
     last_failure: dict[str, Any] | None
     record_error: str | None = None
+    malformed: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -186,12 +190,9 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
             enqueued = r.enqueued_at_ms / 1000.0
         except codec.RecordDecodeError as exc:
             error = str(exc)
-    failure = None
-    if info is not None:
-        try:
-            failure = codec.loads(info)
-        except ValueError:
-            failure = {"error": repr(info)}
+    failure, bad_info = stored.failure_info(info)
+    count, bad_attempts = stored.attempts(att)
+    malformed = {name: raw for name, raw in (("info", bad_info), ("attempts", bad_attempts)) if raw}
     token = _text(lease) if lease is not None else None
     return JobExplanation(
         job_id=job_id,
@@ -202,7 +203,7 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         max_attempts=max_attempts,
         idempotency_key=key,
         enqueued_at=enqueued,
-        attempts=int(att or 0),
+        attempts=count,
         lease_owner=token.split(":", 1)[1] if token and ":" in token else None,
         lease_token=token,
         lease_deadline=active / 1000.0 if active is not None else None,
@@ -212,4 +213,5 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         finished_at=done / 1000.0 if done is not None else None,
         last_failure=failure,
         record_error=error,
+        malformed=malformed,
     )
