@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orders.cli.context import console, handle_errors, make_app, setup_logging
+from orders.cli.context import console, fail, handle_errors, make_app, setup_logging
 from orders.observability.urls import mask_url
 
 log = logging.getLogger("orders.web")
@@ -38,19 +38,27 @@ def web(
     """Serve the web dashboard: overview, queues, orders, dead letters, /metrics.
 
     Reading is open to clients on this machine (loopback). Redrive and purge
-    need the token: set ORDERS_WEB_TOKEN before starting, then sign in on the
-    page (or send `Authorization: Bearer <token>`). Without the token every
-    action is refused.
+    need the token (at least 16 characters): set ORDERS_WEB_TOKEN before
+    starting, then sign in on the page (or send `Authorization: Bearer <token>`).
+    Without the token every action is refused. Requests must name this server
+    as localhost, 127.0.0.1, ::1 or the bound address in their Host header;
+    add other names with ORDERS_WEB_ALLOWED_HOSTS (comma separated).
     """
     import uvicorn
 
     from orders.web.app import create_app
+    from orders.web.security import WeakToken, check_token
     from orders.web.settings import WebSettings
 
     setup_logging(log_level)
     settings = WebSettings()
     bind = host or settings.host
     port = settings.port if port is None else port
+    settings = settings.model_copy(update={"host": bind, "port": port})
+    try:
+        check_token(settings.token_value())
+    except WeakToken as exc:
+        fail(str(exc), code=2)
     app = make_app()
     redis_shown = mask_url(app.settings.redis_url) or "embedded"
     database_shown = mask_url(app.settings.resolved_database_url())

@@ -26,8 +26,9 @@ from orders.observability.snapshot import SystemView, read_queue_stats
 from orders.observability.urls import mask_urls_in
 from orders.web import render
 from orders.web.params import BadParam
+from orders.web.protect import Protect, allowed_hosts
 from orders.web.routes import auth, dlq, metrics, orders, overview, queues
-from orders.web.security import Guard, Refused
+from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
 from orders.web.state import WebState
 from reliable_queue import QueueError
@@ -61,7 +62,12 @@ class ReadGuard:
         if scope["type"] == "http":
             request = Request(scope)
             path = request.url.path
-            if not path.startswith(OPEN_PATHS) and not self.guard.may_read(request):
+            try:
+                allowed = path.startswith(OPEN_PATHS) or self.guard.may_read(request)
+            except Refused as exc:
+                await PlainTextResponse(str(exc), exc.status)(scope, receive, send)
+                return
+            if not allowed:
                 response: Response
                 if path == "/metrics" or request.method != "GET":
                     response = PlainTextResponse("sign in or send the bearer token", 401)
@@ -99,6 +105,7 @@ def create_app(
     *,
     multiproc: Path | None = None,
     sample: bool = True,
+    throttle: SignInThrottle | None = None,
 ) -> Starlette:
     """The dashboard for ``app``.
 
@@ -108,14 +115,20 @@ def create_app(
         multiproc: the workers' metrics folder (default: the data dir's).
         sample: run the background queue sampler while the server runs
             (the test client runs it inside ``with TestClient(...)``).
+        throttle: failed sign-in counter (default: 10 per minute per client).
 
     Returns:
         A Starlette application; it stops its sampler on shutdown but does not
         close ``app`` (the caller owns it).
+
+    Raises:
+        WeakToken: the configured token is too short (see ``orders.web.security``).
     """
     settings = settings or WebSettings()
     folder = multiproc or metrics_dir(app.settings)
-    guard = Guard(settings.token_value(), session_seconds=settings.session_hours * 3600)
+    guard = Guard(
+        settings.token_value(), session_seconds=settings.session_hours * 3600, throttle=throttle
+    )
     sampler = Sampler(lambda: read_queue_stats(app), keep=settings.history_seconds)
     state = WebState(
         app=app,
@@ -163,4 +176,6 @@ def create_app(
     )
     web.state.web = state
     web.add_middleware(ReadGuard, guard=guard)
+    # outermost: refuse unknown Hosts and large bodies before anything reads them
+    web.add_middleware(Protect, hosts=allowed_hosts(settings.host, settings.allowed_host_names()))
     return web

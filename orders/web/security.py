@@ -4,10 +4,17 @@
   token as ``Authorization: Bearer``).
 - Every action (a POST) needs the token, as a bearer header or through a
   sign-in session, and is refused outright when no token is configured.
-- A session is a stateless cookie ``<issued>.<nonce>.<hmac>`` signed with the
-  token (changing the token signs everyone out), ``HttpOnly`` and
-  ``SameSite=Strict``. Forms of a session carry a CSRF token derived from it;
-  a POST that relies on the cookie must present it, and a POST whose
+- A session is a cookie ``<issued>.<nonce>.<hmac>`` signed with the token
+  (changing the token signs everyone out), ``HttpOnly`` and ``SameSite=Strict``,
+  whose nonce must also be in the server's session table: signing out removes
+  it, so a copied cookie and its CSRF token stop working at once. The table is
+  in memory (a restart signs everyone out) and bounded (the oldest sign-in goes
+  first).
+- Failed sign-ins (a wrong token in the form or a bearer header) are counted per
+  client address: past the limit within the window, that client is answered
+  429 until the window has passed, even with the right token.
+- Forms of a session carry a CSRF token derived from it; a POST that relies on
+  the cookie must present it, and a POST whose
   ``Origin`` (or ``Sec-Fetch-Site``) says it came from another site is refused.
   A bearer header cannot be sent cross-site without CORS, which this app does
   not allow, so it needs no CSRF token.
@@ -20,6 +27,7 @@ import hmac
 import ipaddress
 import secrets
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +36,13 @@ from starlette.requests import HTTPConnection
 
 COOKIE = "orders_session"
 CSRF_FIELD = "csrf"
+MIN_TOKEN_LENGTH = 16  # characters
+MAX_SESSIONS = 1000  # sign-ins remembered at once; the oldest is dropped beyond it
 
 
 class Refused(Exception):
-    """An action is not allowed; ``status`` is 401 (sign in) or 403 (forbidden)."""
+    """An action is not allowed; ``status`` is 401 (sign in), 403 (forbidden) or 429
+    (too many failed sign-ins)."""
 
     def __init__(self, message: str, status: int = 403) -> None:
         super().__init__(message)
@@ -51,6 +62,79 @@ def _sign(token: str, *parts: str) -> str:
     return hmac.new(token.encode(), "|".join(parts).encode(), hashlib.sha256).hexdigest()
 
 
+class WeakToken(ValueError):
+    """The configured token is shorter than :data:`MIN_TOKEN_LENGTH` characters."""
+
+
+def check_token(token: str | None) -> None:
+    """Refuse a token too short to withstand guessing.
+
+    Args:
+        token: the configured token, or None (no token: actions disabled, allowed).
+
+    Raises:
+        WeakToken: ``token`` has fewer than :data:`MIN_TOKEN_LENGTH` characters; the
+            message says how to make a good one (it never repeats the token).
+    """
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise WeakToken(
+            f"ORDERS_WEB_TOKEN is {len(token)} characters long; it needs at least "
+            f"{MIN_TOKEN_LENGTH}. Make one with: "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+
+
+class SignInThrottle:
+    """At most ``max_failures`` failed sign-ins per client within ``window`` seconds.
+
+    Args:
+        max_failures: failures allowed in the window before the client is refused.
+        window: seconds a failure counts for.
+        clock: seconds, monotonic (injectable).
+        max_clients: clients tracked at once (the least recently failing is forgotten
+            first), bounding memory under a flood of addresses.
+    """
+
+    def __init__(
+        self,
+        max_failures: int = 10,
+        window: float = 60.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 10_000,
+    ) -> None:
+        self.max_failures = max_failures
+        self.window = window
+        self.clock = clock
+        self.max_clients = max_clients
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _recent(self, client: str) -> deque[float]:
+        times = self._failures.get(client, deque())
+        cutoff = self.clock() - self.window
+        while times and times[0] <= cutoff:
+            times.popleft()
+        return times
+
+    def blocked(self, client: str) -> bool:
+        """True while ``client`` has ``max_failures`` or more failures in the window."""
+        return len(self._recent(client)) >= self.max_failures
+
+    def failed(self, client: str) -> None:
+        """Count one failed sign-in of ``client``."""
+        times = self._recent(client)
+        times.append(self.clock())
+        self._failures[client] = times
+        self._failures.move_to_end(client)
+        while len(self._failures) > self.max_clients:
+            self._failures.popitem(last=False)
+
+
+def client_address(conn: HTTPConnection) -> str:
+    """The client's address as the server sees it ("" when unknown)."""
+    return conn.client.host if conn.client else ""
+
+
 @dataclass(frozen=True)
 class Session:
     """A valid sign-in: when it was issued and its CSRF token."""
@@ -67,6 +151,10 @@ class Guard:
         token: the configured token, or None (every action refused).
         session_seconds: how long a sign-in lasts.
         clock: epoch seconds (injectable).
+        throttle: counts failed sign-ins (default: 10 per minute per client).
+
+    Raises:
+        WeakToken: ``token`` is shorter than :data:`MIN_TOKEN_LENGTH`.
     """
 
     def __init__(
@@ -75,10 +163,14 @@ class Guard:
         *,
         session_seconds: float = 12 * 3600,
         clock: Callable[[], float] = time.time,
+        throttle: SignInThrottle | None = None,
     ) -> None:
+        check_token(token)
         self.token = token
         self.session_seconds = session_seconds
         self.clock = clock
+        self.throttle = throttle or SignInThrottle()
+        self._sessions: OrderedDict[str, int] = OrderedDict()  # nonce -> issued
 
     @property
     def actions_enabled(self) -> bool:
@@ -92,11 +184,39 @@ class Guard:
             return False
         return hmac.compare_digest(candidate.encode(), self.token.encode())
 
+    def sign_in(self, conn: HTTPConnection, candidate: str | None) -> bool:
+        """Check a token a client sent, counting a failure against its address.
+
+        Returns:
+            bool: True when ``candidate`` is the token.
+
+        Raises:
+            Refused: 429, the client failed too often recently (checked before the
+                token, so the right token does not help until the window passes).
+        """
+        client = client_address(conn)
+        if self.throttle.blocked(client):
+            raise Refused("too many failed sign-ins from this address: wait a minute", 429)
+        if self.token_matches(candidate):
+            return True
+        self.throttle.failed(client)
+        return False
+
     def new_cookie(self) -> str:
-        """A fresh session cookie value (call only after the token was checked)."""
+        """A fresh session cookie value, remembered server-side (call only after
+        the token was checked)."""
         assert self.token is not None
-        issued, nonce = str(int(self.clock())), secrets.token_hex(16)
-        return f"{issued}.{nonce}.{_sign(self.token, 'session', issued, nonce)}"
+        issued, nonce = int(self.clock()), secrets.token_hex(16)
+        self._sessions[nonce] = issued
+        while len(self._sessions) > MAX_SESSIONS:
+            self._sessions.popitem(last=False)
+        return f"{issued}.{nonce}.{_sign(self.token, 'session', str(issued), nonce)}"
+
+    def revoke(self, conn: HTTPConnection) -> None:
+        """End the request's session: its cookie and CSRF token stop working."""
+        session = self.session(conn)
+        if session is not None:
+            self._sessions.pop(session.nonce, None)
 
     def session(self, conn: HTTPConnection) -> Session | None:
         """The request's valid session, or None (absent, forged, expired, or no token)."""
@@ -109,14 +229,25 @@ class Guard:
         if not hmac.compare_digest(sig, _sign(self.token, "session", issued, nonce)):
             return None
         if self.clock() - int(issued) > self.session_seconds:
+            self._sessions.pop(nonce, None)
             return None
+        if self._sessions.get(nonce) != int(issued):
+            return None  # signed out, forgotten by a restart, or pushed out by newer ones
         return Session(int(issued), nonce, _sign(self.token, "csrf", issued, nonce))
 
     def bearer_ok(self, conn: HTTPConnection) -> bool:
-        """True when ``Authorization: Bearer <token>`` carries the configured token."""
+        """True when ``Authorization: Bearer <token>`` carries the configured token.
+
+        A wrong bearer token counts as a failed sign-in.
+
+        Raises:
+            Refused: 429, a bearer token from a client that failed too often.
+        """
         header = conn.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(value.strip())
+        if scheme.lower() != "bearer" or self.token is None:
+            return False
+        return self.sign_in(conn, value.strip())
 
     def may_read(self, conn: HTTPConnection) -> bool:
         """Loopback clients read freely; others need a session or the bearer token."""

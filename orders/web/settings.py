@@ -12,7 +12,12 @@ class WebSettings(BaseSettings):
     Attributes:
         token: the secret that unlocks actions (redrive, purge); unset, every
             action is refused. ``ORDERS_WEB_TOKEN``.
+            Shorter than 16 characters, the dashboard refuses to start.
         host / port: where to listen (``ORDERS_WEB_HOST``, ``ORDERS_WEB_PORT``).
+        allowed_hosts: host names, comma separated, that requests may carry in
+            their ``Host`` header besides the bound address, ``localhost``,
+            ``127.0.0.1`` and ``::1`` (``ORDERS_WEB_ALLOWED_HOSTS``, e.g. the
+            machine's name when binding 0.0.0.0). Others are answered 400.
         session_hours: how long a sign-in lasts, hours.
         sample_seconds: seconds between two readings of the queues (charts, rates).
         history_seconds: how much chart history is kept in memory, seconds.
@@ -22,6 +27,7 @@ class WebSettings(BaseSettings):
 
     token: SecretStr | None = Field(default=None, description="Secret unlocking actions.")
     host: str = Field(default="127.0.0.1", description="Address to bind.")
+    allowed_hosts: str = Field(default="", description="More Host names, comma separated.")
     port: int = Field(default=8080, ge=0, le=65535, description="TCP port.")
     session_hours: float = Field(default=12.0, gt=0, description="Sign-in lifetime, hours.")
     sample_seconds: float = Field(default=2.0, gt=0, description="Queue sampling period, s.")
@@ -33,3 +39,7 @@ class WebSettings(BaseSettings):
             return None
         value = self.token.get_secret_value()
         return value or None
+
+    def allowed_host_names(self) -> list[str]:
+        """``allowed_hosts`` split on commas and white space, empty entries dropped."""
+        return [name for name in self.allowed_hosts.replace(",", " ").split() if name]

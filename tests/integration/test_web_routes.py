@@ -83,6 +83,7 @@ def client_for(app: App, tmp_path: Path, token: str | None = TOKEN, **kwargs) ->
         WebSettings(token=token, sample_seconds=0.2),
         multiproc=tmp_path / "metrics",
     )
+    kwargs.setdefault("base_url", "http://127.0.0.1:8080")
     return TestClient(web, client=kwargs.pop("client", LOCAL), **kwargs)
 
 
@@ -316,7 +317,7 @@ def test_redrive_dry_run_changes_nothing_then_redrive_replays_the_job(
     csrf = sign_in(client)
     form = {"ids": world.dead_job, "scope": "selected", "csrf": csrf}
     dry = client.post(
-        "/dlq/redrive", data={**form, "dry_run": "1"}, headers={"Origin": "http://testserver"}
+        "/dlq/redrive", data={**form, "dry_run": "1"}, headers={"Origin": "http://127.0.0.1:8080"}
     )
     assert dry.status_code == 200
     assert "Would redrive <b>1</b>" in dry.text and world.dead_job in dry.text

@@ -31,7 +31,7 @@ async def login(request: Request) -> Response:
     nxt = local_path(str(form.get("next") or "/"))
     if not state.guard.actions_enabled:
         raise Refused("actions are disabled: start `orders web` with ORDERS_WEB_TOKEN set", 403)
-    if not state.guard.token_matches(str(form.get("token") or "")):
+    if not state.guard.sign_in(request, str(form.get("token") or "")):
         return page(request, "login.html", {"next": nxt, "failed": True}, status=401)
     response = RedirectResponse(nxt, status_code=303)
     response.set_cookie(
@@ -51,6 +51,7 @@ async def logout(request: Request) -> Response:
     state = web_state(request)
     form = await request.form()
     state.guard.check_action(request, form)
+    state.guard.revoke(request)
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response
