@@ -168,7 +168,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     At teardown an embedded Redis that the test's processes started there is stopped.
     """
     path = tmp_path / "data"
-    path.mkdir()
+    path.mkdir(mode=0o700)  # as the application makes it (it warns about a wider one)
     yield path
     EmbeddedRedis(path).stop(timeout=10.0)
 

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
+from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.domain.steps import STEPS, queue_name
@@ -47,7 +48,8 @@ def redis_url(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
     """
     if settings.redis_url:
         return settings.redis_url, None
-    server = EmbeddedRedis(settings.resolved_data_dir())
+    private_dir(settings.resolved_data_dir())
+    server = EmbeddedRedis(settings.resolved_data_dir(), tcp=settings.embedded_redis_tcp)
     return server.ensure_running(), server
 
 
@@ -121,7 +123,7 @@ class App:
 
         url = self.settings.resolved_database_url()
         if self.settings.uses_embedded_database() or self.auto_migrate:
-            self.settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
+            private_dir(self.settings.resolved_data_dir())
             upgrade_database(url)
         else:
             current, head = current_revision(url), head_revision()

@@ -31,6 +31,12 @@ class Settings(BaseSettings):
         description="Redis URL (redis://, rediss://, unix://), or redis+cluster://host:port "
         "(any node of a Redis Cluster); None starts the embedded server.",
     )
+    embedded_redis_tcp: bool = Field(
+        default=False,
+        description="Give the embedded Redis a loopback TCP port too, with a random password "
+        "kept in <data_dir>/redis/redis.password (0600); off, it listens on its unix socket "
+        "only. Applies when the server starts.",
+    )
     min_replicas: int = Field(
         default=0,
         ge=0,

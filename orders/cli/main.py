@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from orders.app.private_files import restrict_umask
 from orders.cli.chaos import chaos
 from orders.cli.data import load_tpch, place
 from orders.cli.demo import demo
@@ -26,6 +27,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _private_files() -> None:
+    """Every file an ``orders`` command creates is its owner's alone (umask 077)."""
+    restrict_umask()
+
+
 app.command()(demo)
 app.command()(chaos)
 app.command("load-tpch")(load_tpch)

