@@ -29,3 +29,14 @@ class SubjectMismatch(WorkflowError):
     """A message names a subject that is not its workflow's subject."""
 
     retryable = False
+
+
+class PublisherUnavailable(WorkflowError):
+    """The queue cannot be reached: no row is to blame, every row stays pending.
+
+    A queue adapter raises it (``raise ... from`` the transport error) so the
+    relay tells an outage, which it leaves to the next sweep, from a refusal of
+    particular rows, which it isolates and charges to those rows.
+    """
+
+    retryable = True

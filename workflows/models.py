@@ -42,7 +42,9 @@ class StepStatus:
 
     pending: written by the outbox, not yet published; dispatched: published to
     the queue; failed: the last attempt raised and the queue will retry; done:
-    effect committed; dead: the queue dead-lettered the job.
+    effect committed; dead: the queue dead-lettered the job; unpublishable: the
+    relay gave up publishing the row after its publish attempts (reason in
+    ``publish_error``; ``orders outbox retry`` puts it back to pending).
     """
 
     PENDING = "pending"
@@ -50,8 +52,9 @@ class StepStatus:
     FAILED = "failed"
     DONE = "done"
     DEAD = "dead"
+    UNPUBLISHABLE = "unpublishable"
 
-    ALL = (PENDING, DISPATCHED, FAILED, DONE, DEAD)
+    ALL = (PENDING, DISPATCHED, FAILED, DONE, DEAD, UNPUBLISHABLE)
 
 
 class Workflow(Base):
@@ -88,6 +91,10 @@ class WorkflowStep(Base):
     ``queue``, ``task`` and ``payload`` are the message the relay publishes;
     the idempotency key is ``<workflow id>:<step>``. Completion is membership:
     the row's own status says done, unique per (workflow, step).
+
+    ``publish_attempts`` counts failed publishes of this row (the queue refused
+    it, not a queue that was down), ``next_publish_at`` holds the row back until
+    its backoff has passed, ``publish_error`` is the last refusal's text.
     """
 
     __tablename__ = "workflow_steps"
@@ -112,6 +119,9 @@ class WorkflowStep(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    publish_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    next_publish_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    publish_error: Mapped[str | None] = mapped_column(Text)
 
     @property
     def idempotency_key(self) -> str:

@@ -6,16 +6,22 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from reliable_queue import EnqueueRequest, Queue
-from workflows.relay import StepMessage
+from reliable_queue.cluster import UNAVAILABLE
+from reliable_queue.errors import QueueConnectionError, ReplicationTimeoutError
+from workflows.errors import PublisherUnavailable
+from workflows.membership import QUEUED, forget_key_if, where_is
+from workflows.messages import StepMessage
 
 
 class QueuePublisher:
     """Publishes step messages with their idempotency keys.
 
-    Stale keys are replaced (``replace_stale_keys``): when a key still maps to a
-    job Redis no longer holds (lost in a crash, or purged), the step is enqueued
-    again instead of being swallowed as a duplicate. The handlers are idempotent,
-    so an extra delivery is absorbed.
+    An idempotency hit is trusted only when its job is really in the queue
+    (ready, delayed, active or dead-lettered; ``workflows.membership``). A key
+    whose job is gone, finished or stranded in no structure (a script that
+    failed half-way, an evicted list) is dropped and the step enqueued again:
+    the database says the step is open, and the database is the source of
+    truth. The handlers are idempotent, so an extra delivery is absorbed.
 
     Args:
         queue_for: returns the :class:`~reliable_queue.Queue` of a queue name.
@@ -35,26 +41,56 @@ class QueuePublisher:
         """Enqueue ``messages``, one batch per queue.
 
         Raises:
-            reliable_queue.QueueError: Redis unreachable or a message refused; the
-                relay then leaves the steps pending for the sweep.
+            PublisherUnavailable: Redis unreachable (or too few replicas answered);
+                the relay leaves the steps pending for the sweep.
+            reliable_queue.QueueError / redis.ResponseError: the queue refused a
+                message (bad payload, a key of the wrong type); the relay isolates it.
         """
         by_queue: dict[str, list[StepMessage]] = defaultdict(list)
         for message in messages:
             by_queue[message.queue].append(message)
-        for name, batch in by_queue.items():
-            self.queue_for(name).enqueue_many(
-                [
-                    EnqueueRequest(m.task, m.payload, idempotency_key=m.idempotency_key)
-                    for m in batch
-                ],
-                replace_stale_keys=True,
-            )
+        try:
+            for name, batch in by_queue.items():
+                queue = self.queue_for(name)
+                self._drop_untrusted_keys(queue, [m.idempotency_key for m in batch])
+                queue.enqueue_many(
+                    [
+                        EnqueueRequest(m.task, m.payload, idempotency_key=m.idempotency_key)
+                        for m in batch
+                    ],
+                    replace_stale_keys=True,
+                )
+        except (QueueConnectionError, ReplicationTimeoutError, *UNAVAILABLE) as exc:
+            raise PublisherUnavailable(f"queue unreachable: {exc}") from exc
 
     def is_known(self, idempotency_key: str) -> bool:
-        """Does Redis hold the unfinished job of this step (ready, delayed, active, dead)?
+        """Does the queue really hold the unfinished job of this step?
+
+        True only when the key maps to a job that is ready, delayed, active or
+        dead-lettered; a record in no structure does not count.
 
         Raises:
-            reliable_queue.QueueConnectionError: Redis unreachable.
+            QueueConnectionError: Redis unreachable.
         """
         queue = self.queue_for(self.queue_of_key(idempotency_key))
-        return queue.pending_job_for(idempotency_key) is not None
+        job_id = self._job_of(queue, [idempotency_key])[0]
+        return job_id is not None and where_is(queue, [job_id])[0] in QUEUED
+
+    def _job_of(self, queue: Queue, keys: Sequence[str]) -> list[str | None]:
+        try:
+            pipe = queue.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.get(queue.keys.idempotency_key(key))
+            raw = pipe.execute()
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return [None if r is None else r.decode("utf-8", "replace") for r in raw]
+
+    def _drop_untrusted_keys(self, queue: Queue, keys: Sequence[str]) -> None:
+        hits = [(k, j) for k, j in zip(keys, self._job_of(queue, keys), strict=True) if j]
+        if not hits:
+            return
+        states = where_is(queue, [job_id for _, job_id in hits])
+        for (key, job_id), state in zip(hits, states, strict=True):
+            if state not in QUEUED:
+                forget_key_if(queue, key, job_id)

@@ -4,6 +4,12 @@ Publishing happens before marking, so a crash in between publishes the step
 again later; the queue's idempotency key ``<workflow id>:<step>`` absorbs the
 duplicate. Marking only touches rows still pending, so a step that a fast
 worker already finished keeps its state (only its dispatch time is recorded).
+
+Rows are published independently: a batch the queue refuses is split until
+the refused rows stand alone (``workflows.isolation``), and only those rows are
+charged an attempt and held back by a backoff; after ``max_attempts`` refusals
+a row becomes ``unpublishable`` and its workflow blocked, with the reason. A
+queue that cannot be reached charges no row: everything stays pending.
 """
 
 from __future__ import annotations
@@ -11,46 +17,53 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from sqlalchemy import case, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import case, or_, select, update
+from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
-from workflows.models import StepStatus, WorkflowStep, idempotency_key
+from workflows.conflicts import retry_on_conflict
+from workflows.isolation import IsolatedPublish, describe, publish_isolated
+from workflows.messages import Publisher, StepMessage
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, idempotency_key
 from workflows.uow import SessionFactory, UnitOfWork
 
+__all__ = [
+    "PublishPolicy",
+    "Publisher",
+    "StepMessage",
+    "SweepResult",
+    "message_for",
+    "publish_pending",
+    "publish_steps",
+    "sweep",
+]
+
 _CHUNK = 500
+#: prefix of ``workflows.blocked_reason`` for a workflow blocked by an unpublishable row
+BLOCKED_PREFIX = "unpublishable: "
+#: statuses of a row the relay may still (re-)publish
+_OPEN = (StepStatus.PENDING, StepStatus.DISPATCHED, StepStatus.FAILED)
 
 
 @dataclass(frozen=True)
-class StepMessage:
-    """One queue message for one step.
+class PublishPolicy:
+    """How often a refused row is tried again before it is given up.
 
     Attributes:
-        queue: queue name (the step name).
-        task: task name, for example ``orders.stock``.
-        payload: JSON-able body; holds ``workflow_id`` and ``step``.
-        idempotency_key: ``f"{workflow_id}:{step}"``.
+        max_attempts: refusals before the row becomes ``unpublishable`` (>= 1).
+        backoff_base_seconds: wait after the first refusal, seconds; doubles each time.
+        backoff_max_seconds: cap on one wait, seconds.
     """
 
-    queue: str
-    task: str
-    payload: dict[str, Any]
-    idempotency_key: str
+    max_attempts: int = 8
+    backoff_base_seconds: float = 1.0
+    backoff_max_seconds: float = 300.0
 
-
-class Publisher(Protocol):
-    """Sends step messages to the queue (adapter: ``workflows.publisher``)."""
-
-    def publish(self, messages: Sequence[StepMessage]) -> None:
-        """Enqueue every message, deduplicated by idempotency key.
-
-        Raises:
-            Exception: when the queue cannot be reached; nothing is then marked
-                dispatched and the sweep tries again.
-        """
-        ...
+    def delay(self, attempts: int) -> float:
+        """Seconds to hold a row back after its ``attempts``-th refusal (>= 1)."""
+        return min(self.backoff_max_seconds, self.backoff_base_seconds * 2 ** (attempts - 1))
 
 
 @dataclass
@@ -62,11 +75,16 @@ class SweepResult:
             crash came between commit and publish).
         republished: dispatched steps the queue no longer knew, published again.
         checked: dispatched steps whose presence in the queue was checked.
+        refused: rows the queue refused in this sweep (charged one attempt each).
+        unpublishable: rows given up in this sweep (their workflows are blocked).
+        republished_keys: idempotency keys of the re-published steps.
     """
 
     published: int = 0
     republished: int = 0
     checked: int = 0
+    refused: int = 0
+    unpublishable: int = 0
     republished_keys: list[str] = field(default_factory=list)
 
 
@@ -86,23 +104,26 @@ def publish_steps(
     step_ids: Sequence[int],
     *,
     clock: Callable[[], datetime] = utcnow,
+    policy: PublishPolicy | None = None,
 ) -> int:
     """Publish the given step rows that are still pending; mark them dispatched.
 
-    Call right after the transaction that wrote the steps has committed.
+    Call right after the transaction that wrote the steps has committed. Rows
+    the queue refuses are charged an attempt and left to the sweep.
 
     Args:
         session_factory: makes the sessions of the units of work.
         publisher: the queue adapter.
         step_ids: ids returned by ``workflows.outbox.add_workflows``.
         clock: current time (timezone-aware).
+        policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
 
     Returns:
         Number of steps published.
 
     Raises:
-        Exception: whatever ``publisher.publish`` raises; those steps stay
-            pending for the sweep.
+        PublisherUnavailable: the queue cannot be reached; the rows not yet
+            published stay pending for the sweep.
     """
     published = 0
     for start in range(0, len(step_ids), _CHUNK):
@@ -110,9 +131,10 @@ def publish_steps(
         published += _publish_where(
             session_factory,
             publisher,
-            lambda s, chunk=chunk: _pending(s, WorkflowStep.id.in_(chunk)),
+            lambda s, now, chunk=chunk: _pending(s, now, WorkflowStep.id.in_(chunk)),
             clock,
-        )
+            policy or PublishPolicy(),
+        ).published
     return published
 
 
@@ -122,16 +144,23 @@ def publish_pending(
     *,
     limit: int = 1000,
     clock: Callable[[], datetime] = utcnow,
+    policy: PublishPolicy | None = None,
 ) -> int:
-    """Publish up to ``limit`` pending step rows, oldest first; mark them dispatched.
+    """Publish up to ``limit`` pending step rows whose backoff has passed, oldest first.
 
     Returns:
         Number of steps published.
 
     Raises:
-        Exception: whatever ``publisher.publish`` raises.
+        PublisherUnavailable: the queue cannot be reached.
     """
-    return _publish_where(session_factory, publisher, lambda s: _pending(s, limit=limit), clock)
+    return _publish_where(
+        session_factory,
+        publisher,
+        lambda s, now: _pending(s, now, limit=limit),
+        clock,
+        policy or PublishPolicy(),
+    ).published
 
 
 def sweep(
@@ -142,6 +171,7 @@ def sweep(
     republish_after: float,
     limit: int = 1000,
     clock: Callable[[], datetime] = utcnow,
+    policy: PublishPolicy | None = None,
 ) -> SweepResult:
     """One periodic relay pass: publish pending steps, re-publish lost ones.
 
@@ -150,38 +180,52 @@ def sweep(
     says the queue holds no job for its idempotency key (Redis lost it); the
     steps are read again after that check, so one that finished meanwhile is
     not taken for lost. The database is the source of truth; the re-published
-    job carries the same idempotency key.
+    job carries the same idempotency key. Work per pass is bounded: at most
+    ``limit`` rows per category and ``2 * limit`` publish calls.
 
     Args:
         session_factory: makes the sessions of the units of work.
         publisher: the queue adapter.
-        is_known: ``is_known(idempotency_key) -> bool``: does the queue still
+        is_known: ``is_known(idempotency_key) -> bool``: does the queue really
             hold a job (ready, delayed, active or dead-lettered) for that key.
         republish_after: seconds since dispatch before a step is checked.
         limit: most rows handled per category in one pass.
         clock: current time (timezone-aware).
+        policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
 
     Returns:
         A ``SweepResult`` with the counts.
 
     Raises:
-        Exception: whatever ``publisher.publish`` or ``is_known`` raises.
+        PublisherUnavailable: the queue cannot be reached (published rows are marked first).
+        Exception: whatever ``is_known`` raises.
     """
+    policy = policy or PublishPolicy()
     result = SweepResult()
-    result.published = publish_pending(session_factory, publisher, limit=limit, clock=clock)
+    first = _publish_where(
+        session_factory, publisher, lambda s, now: _pending(s, now, limit=limit), clock, policy
+    )
+    result.published = first.published
+    result.refused, result.unpublishable = first.refused, first.unpublishable
     now = clock()
     cutoff = now - timedelta(seconds=republish_after)
     with UnitOfWork(session_factory) as uow:
-        rows = uow.session.scalars(
-            select(WorkflowStep)
-            .where(
-                WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
-                WorkflowStep.dispatched_at < cutoff,
+        stale_ids = list(
+            uow.session.scalars(
+                select(WorkflowStep.id)
+                .where(
+                    WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
+                    WorkflowStep.dispatched_at < cutoff,
+                    _due(now),
+                )
+                .order_by(WorkflowStep.dispatched_at)
+                .limit(limit)
             )
-            .order_by(WorkflowStep.dispatched_at)
-            .limit(limit)
-        ).all()
-        stale = [(step.id, message_for(step)) for step in rows]
+        )
+    stale, unreadable = _load_messages(session_factory, stale_ids) if stale_ids else ([], {})
+    if unreadable:
+        result.refused += len(unreadable)
+        result.unpublishable += _charge_refusals(session_factory, unreadable, now, policy)
     result.checked = len(stale)
     unknown = [(step_id, m) for step_id, m in stale if not is_known(m.idempotency_key)]
     if not unknown:
@@ -201,27 +245,47 @@ def sweep(
     lost = [(step_id, m) for step_id, m in unknown if step_id in still_open]
     if not lost:
         return result
-    publisher.publish([message for _, message in lost])
-    with UnitOfWork(session_factory) as uow:
-        uow.session.execute(
-            update(WorkflowStep)
-            .where(
-                WorkflowStep.id.in_([step_id for step_id, _ in lost]),
-                WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
+    outcome = publish_isolated(publisher, lost)
+    if outcome.published:
+        with UnitOfWork(session_factory) as uow:
+            uow.session.execute(
+                update(WorkflowStep)
+                .where(
+                    WorkflowStep.id.in_(outcome.published),
+                    WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
+                )
+                .values(dispatched_at=now),
+                execution_options={"synchronize_session": False},
             )
-            .values(dispatched_at=now),
-            execution_options={"synchronize_session": False},
-        )
-        uow.commit()
-    result.republished = len(lost)
-    result.republished_keys = [message.idempotency_key for _, message in lost]
+            uow.commit()
+    given_up = _charge_refusals(session_factory, outcome.refused, now, policy)
+    result.refused += len(outcome.refused)
+    result.unpublishable += given_up
+    published = set(outcome.published)
+    result.republished = len(published)
+    result.republished_keys = [m.idempotency_key for step_id, m in lost if step_id in published]
+    if outcome.unavailable is not None:
+        raise outcome.unavailable
     return result
 
 
-def _pending(session: Session, *criteria: Any, limit: int | None = None) -> list[WorkflowStep]:
+@dataclass
+class _Published:
+    published: int = 0
+    refused: int = 0
+    unpublishable: int = 0
+
+
+def _due(now: datetime) -> Any:
+    return or_(WorkflowStep.next_publish_at.is_(None), WorkflowStep.next_publish_at <= now)
+
+
+def _pending(
+    session: Session, now: datetime, *criteria: Any, limit: int | None = None
+) -> list[int]:
     query = (
-        select(WorkflowStep)
-        .where(WorkflowStep.status == StepStatus.PENDING, *criteria)
+        select(WorkflowStep.id)
+        .where(WorkflowStep.status == StepStatus.PENDING, _due(now), *criteria)
         .order_by(WorkflowStep.id)
     )
     if limit is not None:
@@ -229,22 +293,68 @@ def _pending(session: Session, *criteria: Any, limit: int | None = None) -> list
     return list(session.scalars(query).all())
 
 
+def _load_messages(
+    session_factory: SessionFactory, ids: Sequence[int]
+) -> tuple[list[tuple[int, StepMessage]], dict[int, str]]:
+    """The messages of rows ``ids``; a row that cannot be read is refused alone.
+
+    Returns:
+        ``(messages, refused)``: ``(row id, message)`` pairs in id order, and row
+        id -> reason for rows whose payload does not decode.
+    """
+    try:
+        with UnitOfWork(session_factory) as uow:
+            rows = uow.session.scalars(
+                select(WorkflowStep).where(WorkflowStep.id.in_(ids)).order_by(WorkflowStep.id)
+            ).all()
+            return [(row.id, message_for(row)) for row in rows], {}
+    except Exception:  # noqa: BLE001 - some row does not decode: read them one by one
+        pass
+    messages: list[tuple[int, StepMessage]] = []
+    refused: dict[int, str] = {}
+    for row_id in ids:
+        try:
+            with UnitOfWork(session_factory) as uow:
+                row = uow.session.get(WorkflowStep, row_id)
+                if row is not None:
+                    messages.append((row_id, message_for(row)))
+        except Exception as exc:  # noqa: BLE001 - this row's payload is unreadable
+            refused[row_id] = f"payload cannot be read: {describe(exc)}"
+    return messages, refused
+
+
 def _publish_where(
     session_factory: SessionFactory,
     publisher: Publisher,
-    load: Callable[[Session], list[WorkflowStep]],
+    load: Callable[[Session, datetime], list[int]],
     clock: Callable[[], datetime],
-) -> int:
+    policy: PublishPolicy,
+) -> _Published:
+    now = clock()
     with UnitOfWork(session_factory) as uow:
-        steps = [(step.id, message_for(step)) for step in load(uow.session)]
-    if not steps:
-        return 0
-    publisher.publish([message for _, message in steps])
+        ids = load(uow.session, now)
+    if not ids:
+        return _Published()
+    steps, unreadable = _load_messages(session_factory, ids)
+    outcome = publish_isolated(publisher, steps)
+    outcome.refused.update(unreadable)
+    _mark_dispatched(session_factory, outcome, clock)
+    given_up = _charge_refusals(session_factory, outcome.refused, now, policy)
+    if outcome.unavailable is not None:
+        raise outcome.unavailable
+    return _Published(len(outcome.published), len(outcome.refused), given_up)
+
+
+def _mark_dispatched(
+    session_factory: SessionFactory, outcome: IsolatedPublish, clock: Callable[[], datetime]
+) -> None:
+    if not outcome.published:
+        return
     with UnitOfWork(session_factory) as uow:
         uow.session.execute(
             update(WorkflowStep)
             .where(
-                WorkflowStep.id.in_([step_id for step_id, _ in steps]),
+                WorkflowStep.id.in_(outcome.published),
                 WorkflowStep.dispatched_at.is_(None),
             )
             .values(
@@ -254,8 +364,50 @@ def _publish_where(
                     else_=WorkflowStep.status,
                 ),
                 dispatched_at=clock(),
+                next_publish_at=None,
             ),
             execution_options={"synchronize_session": False},
         )
         uow.commit()
-    return len(steps)
+
+
+def _charge_refusals(
+    session_factory: SessionFactory, refused: dict[int, str], now: datetime, policy: PublishPolicy
+) -> int:
+    """Charge each refused row one attempt; give up the rows out of attempts.
+
+    Returns:
+        Rows that became ``unpublishable`` (their workflows are now blocked).
+    """
+    if not refused:
+        return 0
+
+    def once() -> int:
+        given_up = 0
+        with UnitOfWork(session_factory) as uow:
+            rows = uow.session.scalars(
+                select(WorkflowStep)
+                .options(defer(WorkflowStep.payload))  # it may be what does not decode
+                .where(WorkflowStep.id.in_(list(refused)), WorkflowStep.status.in_(_OPEN))
+            ).all()
+            for row in rows:
+                reason = refused[row.id]
+                row.publish_attempts = (row.publish_attempts or 0) + 1
+                row.publish_error = reason
+                if row.publish_attempts < policy.max_attempts:
+                    row.next_publish_at = now + timedelta(
+                        seconds=policy.delay(row.publish_attempts)
+                    )
+                    continue
+                given_up += 1
+                row.status = StepStatus.UNPUBLISHABLE
+                row.next_publish_at = None
+                workflow = uow.session.get_one(Workflow, row.workflow_id)
+                workflow.status = WorkflowStatus.BLOCKED
+                workflow.blocked_step = row.step
+                workflow.blocked_reason = f"{BLOCKED_PREFIX}{reason}"
+                workflow.updated_at = now
+            uow.commit()
+        return given_up
+
+    return retry_on_conflict(once)

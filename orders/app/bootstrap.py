@@ -21,6 +21,7 @@ from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis
 from workflows.publisher import QueuePublisher
+from workflows.relay import PublishPolicy
 
 
 def queue_settings(settings: Settings) -> QueueSettings:
@@ -163,6 +164,15 @@ class App:
     def publisher(self) -> QueuePublisher:
         """The relay's publisher onto the step queues."""
         return QueuePublisher(lambda name: self.queues.get(name) or self.queue(name))
+
+    @cached_property
+    def publish_policy(self) -> PublishPolicy:
+        """Attempts and backoff of outbox rows the queue refuses (from the settings)."""
+        return PublishPolicy(
+            max_attempts=self.settings.relay_publish_max_attempts,
+            backoff_base_seconds=self.settings.relay_publish_backoff_seconds,
+            backoff_max_seconds=self.settings.relay_publish_backoff_max_seconds,
+        )
 
     def close(self) -> None:
         """Release connections (the embedded Redis server keeps running)."""

@@ -57,9 +57,12 @@ def place_paced(
             batch_size=n,
             publisher=app.publisher,
             on_batch=on_batch,
+            policy=app.publish_policy,
         )
         total.orders.extend(result.orders)
         total.published += result.published
+        total.deferred += result.deferred
+        total.publish_error = total.publish_error or result.publish_error
         placed += n
         if rate:
             ahead = placed / rate - (clock() - started)

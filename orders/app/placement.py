@@ -2,8 +2,10 @@
 
 Each batch is one transaction: the orders, their lines, their workflow rows
 and one step row per step commit together or not at all. After the commit
-the relay publishes the batch's steps; if the process dies first, the relay
-sweep publishes them later.
+the relay publishes the batch's steps; if the process dies first, or the
+queue cannot be reached or refuses a step, the steps stay in the outbox and
+the relay sweep publishes them later: placing never fails because of
+publishing, it reports the steps whose publishing was deferred.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
 from workflows.columns import utcnow
+from workflows.isolation import describe
 from workflows.outbox import add_workflows
-from workflows.relay import Publisher, publish_steps
+from workflows.relay import Publisher, PublishPolicy, publish_steps
 from workflows.uow import SessionFactory, UnitOfWork
 
 
@@ -37,10 +40,20 @@ class PlacedOrder:
 
 @dataclass
 class PlaceResult:
-    """What ``place`` did: the orders placed and the steps published."""
+    """What ``place`` did.
+
+    Attributes:
+        orders: the orders placed (committed), in placement order.
+        published: steps published right after their commit.
+        deferred: steps left in the outbox for the sweep (queue unreachable,
+            or the queue refused them; see ``orders outbox list``).
+        publish_error: the first publishing error met, one line; None if none.
+    """
 
     orders: list[PlacedOrder] = field(default_factory=list)
     published: int = 0
+    deferred: int = 0
+    publish_error: str | None = None
 
     @property
     def order_ids(self) -> list[int]:
@@ -115,6 +128,7 @@ def place(
     publisher: Publisher | None = None,
     clock: Callable[[], datetime] = utcnow,
     on_batch: Callable[[list[PlacedOrder]], None] | None = None,
+    policy: PublishPolicy | None = None,
 ) -> PlaceResult:
     """Place the next ``count`` orders of a source, batch by batch, and publish their steps.
 
@@ -132,6 +146,8 @@ def place(
         clock: current time (timezone-aware).
         on_batch: called after each committed (and published) batch, e.g. to
             advance a progress bar.
+        policy: attempts and backoff of rows the queue refuses (default
+            ``workflows.relay.PublishPolicy()``).
 
     Returns:
         A ``PlaceResult`` with the placed orders and the number of steps
@@ -140,8 +156,10 @@ def place(
     Raises:
         UnknownSource: ``source`` is not ``tpch`` or ``random``.
         StreamNotLoaded: the TPC-H stream or the catalog is not loaded.
-        Exception: from ``publisher.publish``; the committed batches stay,
-            their unpublished steps are left to the sweep.
+
+    Publishing errors are never raised: they are counted in ``deferred`` and
+    described in ``publish_error``; after the queue is found unreachable the
+    later batches are not tried (their steps are deferred at once).
     """
     if source not in (TPCH, RANDOM):
         raise UnknownSource(f"unknown order source {source!r}; use 'tpch' or 'random'")
@@ -159,9 +177,18 @@ def place(
             uow.commit()
         result.orders.extend(placed)
         remaining -= size
+        step_ids = [step_id for order in placed for step_id in order.step_ids]
+        published = 0
         if publisher is not None:
-            step_ids = [step_id for order in placed for step_id in order.step_ids]
-            result.published += publish_steps(session_factory, publisher, step_ids, clock=clock)
+            try:
+                published = publish_steps(
+                    session_factory, publisher, step_ids, clock=clock, policy=policy
+                )
+            except Exception as exc:  # the orders are committed: publishing is deferred
+                publisher = None
+                result.publish_error = result.publish_error or describe(exc)
+        result.published += published
+        result.deferred += len(step_ids) - published
         if on_batch is not None:
             on_batch(placed)
     return result

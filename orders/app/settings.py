@@ -100,6 +100,22 @@ class Settings(BaseSettings):
         "again, seconds.",
     )
 
+    relay_publish_max_attempts: int = Field(
+        default=8,
+        ge=1,
+        description="Refusals of one outbox row by the queue before it is given up as "
+        "unpublishable (its order then shows as blocked; `orders outbox retry` resumes it).",
+    )
+    relay_publish_backoff_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="Wait before a refused outbox row is tried again, seconds; doubles per "
+        "refusal.",
+    )
+    relay_publish_backoff_max_seconds: float = Field(
+        default=300.0, gt=0, description="Cap on that wait, seconds."
+    )
+
     def resolved_data_dir(self) -> Path:
         """Return the data directory as an absolute path (not created).
 

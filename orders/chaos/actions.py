@@ -17,9 +17,10 @@ from orders.app.bootstrap import App
 from orders.app.placement import place
 from orders.chaos.pool import lease_holder_pid
 from reliable_queue import QueueError
+from workflows.errors import PublisherUnavailable
 from workflows.relay import publish_steps
 
-TRANSIENT = (QueueError, redis.RedisError, OSError)
+TRANSIENT = (QueueError, PublisherUnavailable, redis.RedisError, OSError)
 """Errors a driver step may meet while Redis is down; the step is tried again later."""
 
 

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.untrusted import for_terminal
 from reliable_queue import QueueError
 
 
@@ -66,30 +67,34 @@ def place(
     except (redis.RedisError, QueueError) as exc:
         fail(f"Redis is not reachable ({exc}); nothing was placed")
     columns = (TextColumn("placing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    placed: list[int] = []
     with Progress(*columns, console=console, disable=as_json) as bar:
         task = bar.add_task("place", total=count)
 
         def advance(batch: list[Any]) -> None:
-            placed.extend(o.order_id for o in batch)
             bar.advance(task, len(batch))
 
-        try:
-            result = place_paced(app, count, source=source, rate=rate, on_batch=advance)
-        except (redis.RedisError, QueueError) as exc:
-            committed = f"ids {placed[0]}..{placed[-1]}" if placed else "the batch in flight"
-            fail(
-                f"publishing failed ({exc}) after orders were committed ({committed}); "
-                "they are safe in the outbox and the sweep of any running worker publishes "
-                "them: do not place them again"
-            )
-            raise
+        result = place_paced(app, count, source=source, rate=rate, on_batch=advance)
     if as_json:
-        emit_json({"order_ids": result.order_ids, "published_steps": result.published})
+        emit_json(
+            {
+                "order_ids": result.order_ids,
+                "published_steps": result.published,
+                "deferred_steps": result.deferred,
+                "publish_error": result.publish_error,
+            }
+        )
     else:
         ids = result.order_ids
         span = f"{ids[0]}..{ids[-1]}" if ids else "-"
         console.print(
             f"placed {len(ids)} order(s) (ids {span}); published {result.published} step job(s)"
+        )
+    if result.deferred and not as_json:
+        reason = f" ({for_terminal(result.publish_error)})" if result.publish_error else ""
+        console.print(
+            f"[yellow]publishing of {result.deferred} step job(s) is deferred{reason}: the "
+            "orders are committed and the outbox sweep of a running worker publishes them "
+            "(`orders outbox list` shows rows the queue refused)[/]",
+            highlight=False,
         )
     app.close()

@@ -109,6 +109,14 @@ def _overview(app: App, as_json: bool) -> None:
             str(q["counters"].get("retried", 0)),
         )
     console.print(steps)
+    unpublishable = sum(st.get("unpublishable", 0) for st in t.steps_by_state.values())
+    if unpublishable:
+        console.print(
+            f"[bold red]outbox: {unpublishable} step record(s) unpublishable[/] (the queue "
+            "refused them; their orders are blocked): `orders outbox list`, then "
+            "`orders outbox retry`",
+            highlight=False,
+        )
     if faults:
         console.print(f"injected faults: {faults}", highlight=False)
 

@@ -66,7 +66,8 @@ def render(snap: Snapshot) -> Group:
     if snap.orders is not None:
         o = snap.orders
         orders = Table(title="orders", title_justify="left")
-        for col in ("placed", "in progress", "completed", "out of stock", "blocked", "outbox"):
+        columns = ("placed", "in progress", "completed", "out of stock", "blocked", "outbox")
+        for col in (*columns, "unpublishable"):
             orders.add_column(col, justify="right")
         orders.add_row(
             str(o.placed),
@@ -75,6 +76,10 @@ def render(snap: Snapshot) -> Group:
             str(o.out_of_stock),
             Text(str(o.blocked), style="bold red" if o.blocked else ""),
             str(o.outbox_backlog),
+            Text(
+                str(o.outbox_unpublishable),
+                style="bold red" if o.outbox_unpublishable else "",
+            ),
         )
         parts.append(orders)
     dead = Table(title="newest dead letters", title_justify="left")

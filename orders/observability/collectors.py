@@ -132,7 +132,8 @@ class OrdersCollector(Collector):
 
     Exposes ``orderflow_orders{status}`` (in_progress, completed, out_of_stock,
     blocked), ``orderflow_orders_placed`` (all of them) and
-    ``orderflow_outbox_backlog`` (step records not yet published), plus
+    ``orderflow_outbox_backlog`` (step records not yet published),
+    ``orderflow_outbox_unpublishable`` (step records given up), plus
     ``orderflow_database_up``.
 
     Args:
@@ -172,4 +173,9 @@ class OrdersCollector(Collector):
             "orderflow_outbox_backlog",
             "Step records written but not yet published to their queue.",
             value=counts.outbox_backlog,
+        )
+        yield GaugeMetricFamily(
+            "orderflow_outbox_unpublishable",
+            "Step records the relay gave up publishing (orders blocked; `orders outbox list`).",
+            value=counts.outbox_unpublishable,
         )

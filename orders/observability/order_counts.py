@@ -27,6 +27,8 @@ class OrderCounts:
         out_of_stock: the stock step found a part short (final).
         blocked: a step was dead-lettered; the order waits for a redrive.
         outbox_backlog: step records written but not yet published to a queue.
+        outbox_unpublishable: step records the relay gave up publishing (their
+            orders are blocked; ``orders outbox list`` says why).
     """
 
     placed: int
@@ -35,6 +37,7 @@ class OrderCounts:
     out_of_stock: int
     blocked: int
     outbox_backlog: int
+    outbox_unpublishable: int = 0
 
     def by_status(self) -> dict[str, int]:
         """``{status: count}`` for :data:`SHOWN_STATUSES`."""
@@ -70,10 +73,12 @@ def order_counts(session: Session) -> OrderCounts:
             .group_by(Order.status)
         ).all()
     )
-    backlog = session.scalar(
-        select(func.count())
-        .select_from(WorkflowStep)
-        .where(WorkflowStep.status == StepStatus.PENDING)
+    outbox: dict[str, int] = dict(
+        session.execute(
+            select(WorkflowStep.status, func.count())
+            .where(WorkflowStep.status.in_((StepStatus.PENDING, StepStatus.UNPUBLISHABLE)))
+            .group_by(WorkflowStep.status)
+        ).all()
     )
 
     def unblocked(status: str) -> int:
@@ -85,5 +90,6 @@ def order_counts(session: Session) -> OrderCounts:
         completed=unblocked(OrderStatus.COMPLETED),
         out_of_stock=unblocked(OrderStatus.OUT_OF_STOCK),
         blocked=sum(blocked.values()),
-        outbox_backlog=int(backlog or 0),
+        outbox_backlog=outbox.get(StepStatus.PENDING, 0),
+        outbox_unpublishable=outbox.get(StepStatus.UNPUBLISHABLE, 0),
     )

@@ -27,6 +27,7 @@ def sweep_once(app: App) -> SweepResult:
         app.publisher,
         is_known=app.publisher.is_known,
         republish_after=app.settings.relay_republish_after_seconds,
+        policy=app.publish_policy,
     )
 
 
@@ -64,5 +65,10 @@ class SweepLoop(threading.Thread):
             self.totals["republished"] += result.republished
             self.counters.add("sweep:published", result.published)
             self.counters.add("sweep:republished", result.republished)
+            if result.unpublishable:
+                log.error(
+                    "relay gave up %d outbox row(s) as unpublishable: see `orders outbox list`",
+                    result.unpublishable,
+                )
             if result.republished:
                 log.warning("relay re-published %d step(s) the queue had lost", result.republished)

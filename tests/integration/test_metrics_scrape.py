@@ -155,4 +155,5 @@ def test_scraped_counters_match_the_run(
     assert scrape.value("orderflow_orders_placed") == 15
     assert scrape.value("orderflow_order_completion_seconds_count") == completed
     assert scrape.value("orderflow_outbox_backlog") == 0
+    assert scrape.value("orderflow_outbox_unpublishable") == 0
     assert scrape.value("orderflow_redis_up") == scrape.value("orderflow_database_up") == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-import pytest
 from sqlalchemy import select, update
 
 from orders.app.placement import place
@@ -13,6 +12,7 @@ from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.steps import STOCK
 from orders.sources.drafts import RANDOM
 from workflows.columns import utcnow
+from workflows.errors import PublisherUnavailable
 from workflows.models import StepStatus, WorkflowStep
 from workflows.relay import publish_pending, publish_steps, sweep
 
@@ -65,12 +65,15 @@ def test_publish_after_commit_sends_each_step_once(session_factory, catalog, pub
 
 
 def test_queue_down_leaves_steps_pending_for_the_next_sweep(session_factory, catalog, publisher):
-    publisher.fail = ConnectionError("queue down")
-    with pytest.raises(ConnectionError):
-        place(session_factory, 2, source=RANDOM, rng=random.Random(5), publisher=publisher)
+    publisher.fail = PublisherUnavailable("queue down")
+    placed = place(session_factory, 2, source=RANDOM, rng=random.Random(5), publisher=publisher)
+    assert (len(placed.orders), placed.published, placed.deferred) == (2, 0, 8)
+    assert placed.publish_error == "PublisherUnavailable: queue down"
     assert step_states(session_factory) == {
         StepStatus.PENDING: 8
     }  # the orders themselves committed
+    with session_factory() as session:  # an outage is charged to no row
+        assert set(session.scalars(select(WorkflowStep.publish_attempts))) == {0}
     publisher.fail = None
     assert (
         sweep(session_factory, publisher, is_known=never_known, republish_after=30).published == 8

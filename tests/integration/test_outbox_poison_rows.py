@@ -1,0 +1,180 @@
+"""One bad outbox row cannot hold back the others (real Redis, real database)."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from orders.app.placement import place
+from orders.domain.steps import STEPS
+from orders.sources.drafts import RANDOM
+from reliable_queue import Queue
+from workflows.columns import utcnow
+from workflows.membership import READY, where_is
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.publisher import QueuePublisher
+from workflows.relay import PublishPolicy, sweep
+
+
+@pytest.fixture
+def queues(redis_client, key_prefix) -> dict[str, Queue]:
+    return {step: Queue(redis_client, step, prefix=key_prefix) for step in STEPS}
+
+
+@pytest.fixture
+def real_publisher(queues) -> QueuePublisher:
+    return QueuePublisher(queues.__getitem__)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def statuses(session_factory) -> dict[str, list[str]]:
+    with session_factory() as session:
+        rows = session.execute(select(WorkflowStep.step, WorkflowStep.status)).all()
+    out: dict[str, list[str]] = {}
+    for step, status in rows:
+        out.setdefault(status, []).append(step)
+    return out
+
+
+def test_a_wrong_type_idempotency_key_defers_only_its_row_and_leaves_no_orphan_job(
+    session_factory, catalog, queues, real_publisher, redis_client
+):
+    stock = queues["stock"]
+    redis_client.rpush(stock.keys.idempotency_key("1:stock"), "not a job id")  # workflow 1
+    clock = Clock()
+    placed = place(
+        session_factory,
+        3,
+        source=RANDOM,
+        rng=random.Random(1),
+        publisher=real_publisher,
+        clock=clock,
+    )
+    assert (len(placed.orders), placed.published, placed.deferred) == (3, 11, 1)
+    states = statuses(session_factory)
+    assert states[StepStatus.PENDING] == ["stock"] and len(states[StepStatus.DISPATCHED]) == 11
+    with session_factory() as session:
+        bad = session.scalars(
+            select(WorkflowStep).where(WorkflowStep.status == StepStatus.PENDING)
+        ).one()
+    assert bad.workflow_id == 1 and bad.publish_attempts == 1
+    assert "WRONGTYPE" in (bad.publish_error or "")
+    # the two good stock jobs are queued; no record sits in no structure
+    ids = stock.ids_in("ready")
+    assert len(ids) == 2 and redis_client.hlen(stock.keys.key("jobs")) == 2
+    assert where_is(stock, ids) == [READY, READY]
+
+    # while its backoff runs the row is not tried again (the sweep stays cheap)
+    again = sweep(
+        session_factory,
+        real_publisher,
+        is_known=real_publisher.is_known,
+        republish_after=30,
+        clock=clock,
+    )
+    assert (again.published, again.refused) == (0, 0)
+
+    redis_client.delete(stock.keys.idempotency_key("1:stock"))
+    clock.advance(1.5)
+    healed = sweep(
+        session_factory,
+        real_publisher,
+        is_known=real_publisher.is_known,
+        republish_after=30,
+        clock=clock,
+    )
+    assert healed.published == 1
+    assert StepStatus.PENDING not in statuses(session_factory)
+    assert len(stock.ids_in("ready")) == 3
+
+
+def test_an_undecodable_payload_is_given_up_after_its_attempts_and_blocks_its_workflow(
+    session_factory, catalog, real_publisher
+):
+    placed = place(session_factory, 3, source=RANDOM, rng=random.Random(2))
+    poisoned = placed.orders[1].step_ids[0]
+    with session_factory() as session:
+        session.execute(
+            update(WorkflowStep).where(WorkflowStep.id == poisoned).values(payload="not a dict")
+        )
+        session.commit()
+    clock = Clock()
+    policy = PublishPolicy(max_attempts=2, backoff_base_seconds=1.0)
+
+    def run():
+        return sweep(
+            session_factory,
+            real_publisher,
+            is_known=real_publisher.is_known,
+            republish_after=30,
+            clock=clock,
+            policy=policy,
+        )
+
+    first = run()
+    assert (first.published, first.refused, first.unpublishable) == (11, 1, 0)
+    clock.advance(1.5)
+    second = run()
+    assert (second.published, second.refused, second.unpublishable) == (0, 1, 1)
+    with session_factory() as session:
+        row = session.get(WorkflowStep, poisoned)
+        workflow = session.get(Workflow, row.workflow_id)
+    assert row.status == StepStatus.UNPUBLISHABLE and row.publish_attempts == 2
+    assert "payload cannot be read" in row.publish_error
+    assert workflow.status == WorkflowStatus.BLOCKED
+    assert workflow.blocked_step == row.step
+    assert workflow.blocked_reason.startswith("unpublishable: payload cannot be read")
+    clock.advance(3600)
+    assert run().refused == 0  # terminal: never tried again on its own
+
+
+class RefusingPublisher:
+    """The queue refuses every message (as Redis does a key of the wrong type)."""
+
+    def publish(self, messages) -> None:
+        raise ValueError("WRONGTYPE Operation against a key holding the wrong kind of value")
+
+
+def test_outbox_cli_lists_an_unpublishable_row_and_retry_resumes_it(
+    session_factory, catalog, cli_env, database_url, key_prefix
+):
+    from cli_processes import run_orders
+
+    placed = place(session_factory, 1, source=RANDOM, rng=random.Random(3))
+    swept = sweep(
+        session_factory,
+        RefusingPublisher(),
+        is_known=lambda _key: True,
+        republish_after=30,
+        policy=PublishPolicy(max_attempts=1),
+    )
+    assert swept.unpublishable == 4
+    env = dict(cli_env, ORDERS_DATABASE_URL=database_url, ORDERS_QUEUE_PREFIX=key_prefix)
+
+    rows = json.loads(run_orders(["outbox", "list", "--json"], env))
+    assert sorted(r["step_id"] for r in rows) == sorted(placed.orders[0].step_ids)
+    assert {r["status"] for r in rows} == {StepStatus.UNPUBLISHABLE}
+    assert all(r["error"].startswith("ValueError: WRONGTYPE") for r in rows)
+    assert "4 step record(s) unpublishable" in run_orders(["status"], env)
+    with session_factory() as session:
+        assert session.scalars(select(Workflow.status)).one() == WorkflowStatus.BLOCKED
+
+    retried = json.loads(run_orders(["outbox", "retry", "--all", "--json"], env))
+    assert sorted(retried["retried"]) == sorted(placed.orders[0].step_ids)
+    with session_factory() as session:
+        assert set(session.scalars(select(WorkflowStep.status))) == {StepStatus.PENDING}
+        assert session.scalars(select(Workflow.status)).one() == WorkflowStatus.RUNNING
