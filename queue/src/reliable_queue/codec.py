@@ -7,6 +7,7 @@ Short field names keep Redis memory per waiting job low.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,31 @@ def encode_record(
     return orjson.dumps(
         {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
     )
+
+
+def non_finite_path(value: Any, path: str = "payload") -> str | None:
+    """Where ``value`` holds a NaN or infinite float (JSON has no such numbers), or None.
+
+    orjson writes them as ``null`` without a word, so an encoder that meets one would
+    silently change the payload. Recursion is bounded by the payload's depth, which
+    orjson itself limits to 254 levels.
+
+    Returns:
+        A path such as ``payload['x'][2]``, or None when every float is finite.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = non_finite_path(v, f"{path}[{k!r}]")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = non_finite_path(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def decode_record(raw: bytes | str) -> JobRecord:

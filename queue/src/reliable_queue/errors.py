@@ -38,6 +38,47 @@ class ReplicationTimeoutError(QueueError):
         self.replies = replies or []
 
 
+class QueueDataError(QueueError):
+    """A queue key holds data of the wrong type or shape (a foreign writer, a manual edit).
+
+    Raised when a script refused to run: it validates every key it would touch before
+    its first write, so nothing of the call was applied. The message names the key.
+    """
+
+
+class QueueLimitError(QueueError, ValueError):
+    """A request exceeds a documented limit (see :mod:`reliable_queue.limits`)."""
+
+
+class ScriptUnavailableError(QueueError):
+    """Redis kept answering NOSCRIPT after the bounded number of re-sends.
+
+    Attributes:
+        replies: one entry per call of the round trip: the reply of a call that ran,
+            None for one that did not (it may be sent again).
+    """
+
+    def __init__(self, message: str, replies: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.replies = replies or []
+
+
+class PartialRoundTripError(QueueConnectionError):
+    """A pipelined round trip gave up part-way (the cluster kept redirecting).
+
+    Some calls ran: their replies are kept so the caller acts on them instead of
+    sending them again.
+
+    Attributes:
+        replies: one entry per call: the reply of a call that ran, None for one that
+            did not run (safe to send again).
+    """
+
+    def __init__(self, message: str, replies: list[object]) -> None:
+        super().__init__(message)
+        self.replies = replies
+
+
 class PayloadTooLargeError(QueueError):
     """The encoded job record is larger than ``QueueSettings.max_payload_bytes``."""
 

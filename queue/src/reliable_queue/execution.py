@@ -79,14 +79,16 @@ def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
     """Decode the record, find the task and validate the payload.
 
     Returns:
-        :class:`Prepared`, or a :class:`Dead` outcome (``invalid_payload`` or
-        ``unknown_task``) — a bad job never raises out of here.
+        :class:`Prepared`, or a :class:`Dead` outcome (``invalid_record`` for a
+        record that is not UTF-8, ``invalid_payload`` for one that is not a valid
+        record or whose payload does not validate, ``unknown_task``) — a bad job never
+        raises out of here and never affects its batch-mates.
     """
     lease = job.lease
     try:
         record = decode_record(job.record)
     except RecordDecodeError as exc:
-        return Dead(lease, "invalid_payload", str(exc), "")
+        return Dead(lease, _undecodable_reason(job.record), str(exc), "")
     try:
         definition = registry.get(record.task)
     except UnknownTaskError as exc:
@@ -107,6 +109,16 @@ def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
         idempotency_key=record.idempotency_key,
     )
     return Prepared(job, definition, payload, ctx, record.max_attempts)
+
+
+def _undecodable_reason(raw: bytes | str) -> str:
+    """``invalid_record`` for bytes that are not UTF-8 at all, else ``invalid_payload``."""
+    if isinstance(raw, bytes):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "invalid_record"
+    return "invalid_payload"
 
 
 def outcome_of(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,10 +13,17 @@ from pydantic import BaseModel
 from . import codec
 from .cluster import UNAVAILABLE
 from .dlq import DeadLetters
-from .errors import PayloadTooLargeError, QueueConnectionError, QueueError
+from .errors import (
+    PayloadTooLargeError,
+    PayloadValidationError,
+    QueueConnectionError,
+    QueueError,
+    QueueLimitError,
+)
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, RawJob
 from .keys import QueueKeys
+from .limits import MAX_FETCH, SCRIPT_BATCH, chunks
 from .registry import TaskRegistry
 from .replies import ms as _ms
 from .replies import split as _split
@@ -28,7 +36,14 @@ PLACES = ("ready", "delayed", "active", "dead", "done", "nowhere", "unknown")
 #: Places of a job that has not finished (ready to run, waiting, running, dead-lettered).
 PENDING_PLACES = frozenset({"ready", "delayed", "active", "dead"})
 
-DEAD_REASONS = ("error", "retries_exhausted", "worker_lost", "invalid_payload", "unknown_task")
+DEAD_REASONS = (
+    "error",
+    "retries_exhausted",
+    "worker_lost",
+    "invalid_payload",
+    "invalid_record",
+    "unknown_task",
+)
 
 
 class Queue:
@@ -103,7 +118,12 @@ class Queue:
     def enqueue_many(
         self, requests: Sequence[EnqueueRequest], *, replace_stale_keys: bool = False
     ) -> list[str]:
-        """Enqueue a batch of jobs in one round trip, atomically.
+        """Enqueue a batch of jobs; up to :data:`~reliable_queue.limits.SCRIPT_BATCH` atomically.
+
+        The whole batch is validated and encoded before anything is sent. A batch of
+        at most ``SCRIPT_BATCH`` jobs is one script: all of it is enqueued or none. A
+        larger batch is sent as several such scripts in order; if one of them fails,
+        the earlier ones stay enqueued (re-sending with idempotency keys is safe).
 
         Args:
             requests: the jobs. Delays are seconds from now on the Redis server clock;
@@ -117,8 +137,11 @@ class Queue:
             Job ids in request order; a duplicate gets the first job's id.
 
         Raises:
-            UnknownTaskError / PayloadValidationError: with a registry, a bad task or payload
+            UnknownTaskError / PayloadValidationError: with a registry, a bad task or payload;
+                also a NaN or infinite float anywhere in a payload, or a non-finite delay
                 (nothing of the batch is enqueued).
+            QueueDataError: an idempotency key (or a queue key) holds a value of the wrong
+                type in Redis; nothing of that script's jobs was enqueued.
             PayloadTooLargeError: a record exceeds ``max_payload_bytes`` (nothing enqueued).
             TypeError: a payload that JSON cannot represent.
             QueueConnectionError: Redis unreachable; the batch may or may not be stored
@@ -130,13 +153,9 @@ class Queue:
         if not requests:
             return []
         now = self.clock()
-        keys = list(self._keys)
-        args: list[Any] = [
-            len(requests),
-            _ms(self.settings.idempotency_window_seconds),
-            self.settings.wake_tokens,
-        ]
         limit = self.settings.max_payload_bytes
+        # validate and encode the whole batch before anything is sent
+        jobs: list[tuple[bytes, int, int, str | None]] = []
         for req in requests:
             payload: Any = req.payload
             if self.registry is not None:
@@ -156,21 +175,43 @@ class Queue:
             record = codec.encode_record(
                 req.task, payload, int(now * 1000), max_attempts, req.idempotency_key
             )
+            # orjson writes NaN / Infinity as null: look for them only when a null is there
+            if b"null" in record:
+                where = codec.non_finite_path(payload)
+                if where is not None:
+                    raise PayloadValidationError(
+                        f"task {req.task!r}: {where} is NaN or infinite; JSON cannot carry"
+                        " non-finite numbers (send null or a string instead)"
+                    )
             if len(record) > limit:
                 raise PayloadTooLargeError(
                     f"job record for task {req.task!r} is {len(record)} bytes; limit {limit}"
                 )
-            index = 0
-            if req.idempotency_key is not None:
-                keys.append(self.keys.idempotency_key(req.idempotency_key))
-                index = len(keys) - 12
-                if replace_stale_keys:
-                    index = -index
+            for seconds in (req.delay, req.run_at or 0.0):
+                if not math.isfinite(seconds):
+                    raise PayloadValidationError(
+                        f"task {req.task!r}: delay / run_at must be finite"
+                    )
             run_at_ms = _ms(req.run_at) if req.run_at is not None else 0
-            args.extend((new_job_id(now), record, _ms(req.delay), run_at_ms, index))
+            jobs.append((record, _ms(req.delay), run_at_ms, req.idempotency_key))
         self._register_name()
-        reply = self.scripts.run("enqueue", keys, args)
-        return [_text(x) for x in reply]
+        window = max(_ms(self.settings.idempotency_window_seconds), 1)
+        out: list[str] = []
+        # one script serves SCRIPT_BATCH jobs; a larger batch is several calls, each atomic
+        for part in chunks(jobs):
+            keys = list(self._keys)
+            args: list[Any] = [len(part), window, self.settings.wake_tokens]
+            for record, delay_ms, run_at_ms, ikey in part:
+                index = 0
+                if ikey is not None:
+                    keys.append(self.keys.idempotency_key(ikey))
+                    index = len(keys) - 12
+                    if replace_stale_keys:
+                        index = -index
+                args.extend((new_job_id(now), record, delay_ms, run_at_ms, index))
+            reply = self.scripts.run("enqueue", keys, args)
+            out.extend(_text(x) for x in reply)
+        return out
 
     def _register_name(self) -> None:
         if not self._registered:
@@ -182,7 +223,13 @@ class Queue:
 
     # -------------------------------------------------------------------- fetch
     def fetch_call(self, count: int, lease_seconds: float, worker_id: str) -> Call:
-        """The script call behind :meth:`fetch`, for pipelining with settlements."""
+        """The script call behind :meth:`fetch`, for pipelining with settlements.
+
+        Raises:
+            QueueLimitError: ``count`` outside ``0..SCRIPT_BATCH`` (use :meth:`fetch_calls`).
+        """
+        if not 0 <= count <= SCRIPT_BATCH:
+            raise QueueLimitError(f"one fetch call leases 0..{SCRIPT_BATCH} jobs, not {count}")
         s = self.settings
         return Call(
             "fetch",
@@ -198,17 +245,41 @@ class Queue:
             ),
         )
 
+    def fetch_calls(self, count: int, lease_seconds: float, worker_id: str) -> list[Call]:
+        """The script calls that lease up to ``count`` jobs (``ceil(count / SCRIPT_BATCH)``).
+
+        Raises:
+            QueueLimitError: ``count`` outside ``1..MAX_FETCH``.
+        """
+        if not 1 <= count <= MAX_FETCH:
+            raise QueueLimitError(f"fetch count must be 1..{MAX_FETCH}, not {count}")
+        sizes = [min(SCRIPT_BATCH, count - i) for i in range(0, count, SCRIPT_BATCH)]
+        return [self.fetch_call(n, lease_seconds, worker_id) for n in sizes]
+
     def parse_fetch(self, reply: Sequence[Any]) -> FetchResult:
-        """Turn a fetch script reply into a :class:`FetchResult`."""
+        """Turn a fetch script reply into a :class:`FetchResult`.
+
+        The script leases only ids that are valid UTF-8 (others are dead-lettered as
+        ``invalid_record``); records stay bytes and are decoded per job later.
+        """
         wait_ms, reaped, more = int(reply[0]), int(reply[1]), bool(int(reply[2]))
         name, items = self.name, iter(reply[3:])
-        # replies are bytes (the client may not decode); ids and tokens are ASCII
         jobs = [
-            RawJob(name, job_id.decode(), token.decode(), int(attempt), record)
+            RawJob(name, _text(job_id), _text(token), int(attempt), record)
             for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
         ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
         return FetchResult(jobs, wait, reaped, more)
+
+    def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
+        """Merge the replies of :meth:`fetch_calls` into one :class:`FetchResult`."""
+        parts = [self.parse_fetch(r) for r in replies]
+        jobs = [j for p in parts for j in p.jobs]
+        waits = [p.wait_seconds for p in parts if p.wait_seconds is not None]
+        wait = None if jobs or not waits else min(waits)
+        return FetchResult(
+            jobs, wait, sum(p.reaped for p in parts), any(p.reap_more for p in parts)
+        )
 
     def fetch(
         self, count: int = 1, *, lease_seconds: float | None = None, worker_id: str = "-"
@@ -216,16 +287,21 @@ class Queue:
         """Lease up to ``count`` ready jobs (after reaping and promoting due jobs).
 
         Args:
-            count: most jobs to lease, >= 1.
+            count: most jobs to lease, ``1..MAX_FETCH`` (10,000); more than
+                ``SCRIPT_BATCH`` (1,000) are leased by several script calls sent in
+                one round trip, each atomic.
             lease_seconds: lease length (default ``settings.lease_seconds``).
             worker_id: recorded in each lease token (shown by ``explain``).
 
         Raises:
+            QueueLimitError: ``count`` outside ``1..MAX_FETCH``.
             QueueConnectionError: Redis unreachable (no job was leased, or a leased one
                 will be reaped when its lease expires).
         """
-        call = self.fetch_call(count, lease_seconds or self.settings.lease_seconds, worker_id)
-        return self.parse_fetch(self._run(call))
+        calls = self.fetch_calls(count, lease_seconds or self.settings.lease_seconds, worker_id)
+        if len(calls) == 1:
+            return self.parse_fetch(self._run(calls[0]))
+        return self.parse_fetches(self.scripts.run_many(calls))
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block on the wake-up list up to ``timeout`` seconds (no polling).
@@ -244,14 +320,26 @@ class Queue:
 
     # ------------------------------------------------------------- settlements
     def ack_call(self, leases: Sequence[Lease]) -> Call:
-        """The script call behind :meth:`ack`."""
+        """The script call behind :meth:`ack` (at most ``SCRIPT_BATCH`` leases).
+
+        Raises:
+            QueueLimitError: more than ``SCRIPT_BATCH`` leases (use :meth:`ack_calls`).
+        """
+        _check_batch(leases)
         args: list[Any] = [_ms(self.settings.job_retention_seconds), len(leases)]
         for lease in leases:
             args.extend((lease.job_id, lease.token))
         return Call("ack", self._keys, args)
 
+    def ack_calls(self, leases: Sequence[Lease]) -> list[Call]:
+        """The script calls that ack ``leases``, ``SCRIPT_BATCH`` per call."""
+        return [self.ack_call(part) for part in chunks(list(leases)) if part]
+
     def ack(self, leases: Sequence[Lease]) -> AckResult:
         """Record success of leased jobs; stale lease tokens are refused and counted.
+
+        More than ``SCRIPT_BATCH`` leases are acked by several script calls in one
+        round trip, each atomic.
 
         Raises:
             QueueConnectionError: Redis unreachable (the acks may not be recorded;
@@ -261,7 +349,15 @@ class Queue:
         """
         if not leases:
             return AckResult([], [])
-        return AckResult(*_split(self._run(self.ack_call(leases))))
+        calls = self.ack_calls(leases)
+        replies = [self._run(calls[0])] if len(calls) == 1 else self.scripts.run_many(calls)
+        acked: list[str] = []
+        refused: list[str] = []
+        for reply in replies:
+            a, r = _split(reply)
+            acked.extend(a)
+            refused.extend(r)
+        return AckResult(acked, refused)
 
     def nack_call(self, lease: Lease, delay: float, info: dict[str, Any]) -> Call:
         """The script call behind :meth:`nack`."""
@@ -332,17 +428,31 @@ class Queue:
         """
         if not leases:
             return []
-        args: list[Any] = [_ms(lease_seconds or self.settings.lease_seconds), len(leases)]
-        for lease in leases:
-            args.extend((lease.job_id, lease.token))
-        return [_text(x) for x in self.scripts.run("extend", self._keys, args)]
+        lease_ms = _ms(lease_seconds or self.settings.lease_seconds)
+        refused: list[str] = []
+        # a process's heartbeat may hold thousands of leases: SCRIPT_BATCH per call
+        for part in chunks(list(leases)):
+            args: list[Any] = [lease_ms, len(part)]
+            for lease in part:
+                args.extend((lease.job_id, lease.token))
+            refused.extend(_text(x) for x in self.scripts.run("extend", self._keys, args))
+        return refused
 
     def release_call(self, leases: Sequence[Lease]) -> Call:
-        """The script call behind :meth:`release`."""
+        """The script call behind :meth:`release` (at most ``SCRIPT_BATCH`` leases).
+
+        Raises:
+            QueueLimitError: more than ``SCRIPT_BATCH`` leases (use :meth:`release_calls`).
+        """
+        _check_batch(leases)
         args: list[Any] = [self.settings.wake_tokens, len(leases)]
         for lease in leases:
             args.extend((lease.job_id, lease.token))
         return Call("release", self._keys, args)
+
+    def release_calls(self, leases: Sequence[Lease]) -> list[Call]:
+        """The script calls that release ``leases``, ``SCRIPT_BATCH`` per call."""
+        return [self.release_call(part) for part in chunks(list(leases)) if part]
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Hand leased, unrun jobs back to the head of the queue (graceful shutdown).
@@ -352,7 +462,33 @@ class Queue:
         """
         if not leases:
             return 0
-        return int(self._run(self.release_call(leases)))
+        return sum(int(self._run(call)) for call in self.release_calls(leases))
+
+    def maintain(self, max_steps: int = 20) -> tuple[int, int]:
+        """Upkeep in bounded steps: trim the DLQ by age and size, finished records by age.
+
+        Each step is one script dropping at most ``TRIM_STEP`` (500) entries of each
+        kind, so no call blocks Redis for long even when a bound was just lowered
+        under a large DLQ; steps repeat while a full step was dropped, up to
+        ``max_steps``. Workers run this periodically, so a quiet queue is trimmed
+        too (not only when a new dead letter or ack arrives).
+
+        Returns:
+            ``(dead letters dropped, finished records dropped)``.
+
+        Raises:
+            QueueConnectionError: Redis unreachable.
+            QueueDataError: a queue key holds the wrong type (nothing was changed).
+        """
+        s = self.settings
+        args = (s.dlq_max_size, _ms(s.dlq_max_age_seconds), _ms(s.job_retention_seconds))
+        dead = done = 0
+        for _ in range(max_steps):
+            a, b, step = (int(x) for x in self.scripts.run("maintain", self._keys, args))
+            dead, done = dead + a, done + b
+            if a < step and b < step:
+                break
+        return dead, done
 
     def reap(self) -> int:
         """Reclaim every expired lease now (normally fetch does this). Returns the count."""
@@ -436,8 +572,14 @@ class Queue:
         """
         if not job_ids:
             return [], []
-        reply = self.scripts.run("replay", self._keys, [self.settings.wake_tokens, *job_ids])
-        return _split(reply)
+        replayed: list[str] = []
+        skipped: list[str] = []
+        for part in chunks(list(job_ids)):
+            reply = self.scripts.run("replay", self._keys, [self.settings.wake_tokens, *part])
+            a, b = _split(reply)
+            replayed.extend(a)
+            skipped.extend(b)
+        return replayed, skipped
 
     # ---------------------------------------------------------- dead letters
     @property
@@ -456,6 +598,13 @@ class Queue:
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
         return [_text(x) for x in raw]
+
+
+def _check_batch(leases: Sequence[Lease]) -> None:
+    if len(leases) > SCRIPT_BATCH:
+        raise QueueLimitError(
+            f"one script call takes at most {SCRIPT_BATCH} leases, not {len(leases)}"
+        )
 
 
 __all__ = ["DEAD_REASONS", "PENDING_PLACES", "PLACES", "Queue", "QueueError"]

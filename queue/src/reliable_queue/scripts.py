@@ -32,11 +32,22 @@ from .cluster import (
     pause,
     refresh,
 )
-from .errors import QueueConnectionError, ReplicationTimeoutError
+from .errors import (
+    PartialRoundTripError,
+    QueueConnectionError,
+    QueueDataError,
+    QueueLimitError,
+    ReplicationTimeoutError,
+    ScriptUnavailableError,
+)
 
 #: Scripts whose effect must survive a failover when ``min_replicas`` is set: a job
 #: accepted (enqueue), finished (ack), rescheduled (nack), dead-lettered or redriven.
 DURABLE_SCRIPTS = frozenset({"enqueue", "ack", "nack", "dead", "redrive"})
+
+#: Sends of one script call that may meet NOSCRIPT (the first is an EVALSHA, re-sends
+#: carry the source) before :class:`ScriptUnavailableError`.
+SCRIPT_ATTEMPTS = 3
 
 _INCLUDE = re.compile(r"^-- @include (\S+)\s*$", re.MULTILINE)
 
@@ -54,6 +65,20 @@ def script_source(name: str) -> str:
         return folder.joinpath(match.group(1)).read_text(encoding="utf-8")
 
     return _INCLUDE.sub(expand, folder.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
+
+
+def translate(exc: redis.ResponseError) -> Exception:
+    """The queue error for a script's refusal, or ``exc`` itself for anything else.
+
+    Scripts refuse with ``QUEUE_CORRUPT ...`` (a key of the wrong type or shape) and
+    ``QUEUE_LIMIT ...`` (a call beyond a limit) before their first write.
+    """
+    text = str(exc)
+    if "QUEUE_CORRUPT" in text:
+        return QueueDataError(text[text.index("QUEUE_CORRUPT") + 14 :] + " (nothing was changed)")
+    if "QUEUE_LIMIT" in text:
+        return QueueLimitError(text[text.index("QUEUE_LIMIT") + 12 :])
+    return exc
 
 
 @dataclass(frozen=True)
@@ -98,9 +123,17 @@ class ScriptRunner:
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run one script and return its reply.
 
+        A NOSCRIPT reply (the server's script cache was flushed) is answered by sending
+        the script's source (EVAL, which also caches it), at most
+        :data:`SCRIPT_ATTEMPTS` sends in all.
+
         Raises:
             QueueConnectionError: Redis unreachable or the connection dropped.
             ReplicationTimeoutError: see :meth:`run_many`.
+            QueueDataError: the script refused to run (a key of the wrong type);
+                nothing was written.
+            QueueLimitError: the call exceeds a script limit (a bug of the caller).
+            ScriptUnavailableError: NOSCRIPT on every send.
             redis.ResponseError: the script itself failed (a bug, not a condition).
         """
         if self._cluster or (self.min_replicas and name in DURABLE_SCRIPTS):
@@ -112,13 +145,25 @@ class ScriptRunner:
             try:
                 return self._client.evalsha(sha, len(keys), *keys, *args)
             except NoScriptError:
-                self._load(self._client, {name})
-                return self._client.evalsha(sha, len(keys), *keys, *args)
+                for _ in range(SCRIPT_ATTEMPTS - 1):
+                    try:
+                        return self._client.eval(script_source(name), len(keys), *keys, *args)
+                    except NoScriptError:  # pragma: no cover - EVAL never answers NOSCRIPT
+                        continue
+                raise ScriptUnavailableError(
+                    f"script {name}: NOSCRIPT after {SCRIPT_ATTEMPTS} sends", [None]
+                ) from None
         except UNAVAILABLE as exc:
             raise QueueConnectionError(f"Redis command failed: {exc}") from exc
+        except redis.ResponseError as exc:
+            raise translate(exc) from exc
 
     def run_many(
-        self, calls: Sequence[Call], extra: Sequence[tuple[str, tuple[Any, ...]]] = ()
+        self,
+        calls: Sequence[Call],
+        extra: Sequence[tuple[str, tuple[Any, ...]]] = (),
+        *,
+        partial: bool = False,
     ) -> list[Any]:
         """Run several scripts (and plain commands) in one pipelined round trip.
 
@@ -127,6 +172,10 @@ class ScriptRunner:
                 extra command) must touch the slot of the first call's first key.
             extra: plain commands ``(name, args)`` appended after the scripts (read-only
                 commands such as LLEN on the same slot; re-sent after a redirect).
+            partial: never discard what ran: instead of raising for one call's error
+                (or for giving up on re-sends), put the error in that call's place
+                (translated as below) and None in the place of a call that did not
+                run. Connection loss still raises (then nothing is known).
 
         Returns:
             One reply per call, then one per extra command.
@@ -136,6 +185,11 @@ class ScriptRunner:
                 cluster still redirecting after ``REDIRECT_ATTEMPTS`` re-sends.
             ReplicationTimeoutError: the scripts ran, but fewer than ``min_replicas``
                 replicas acknowledged them in time (``.replies`` holds the replies).
+            PartialRoundTripError: the cluster kept redirecting; ``.replies`` holds the
+                replies of the calls that ran (None for those that did not).
+            ScriptUnavailableError: NOSCRIPT persisted (``.replies`` as above).
+            QueueDataError / QueueLimitError: a script refused to run (nothing of that
+                call was written; the other calls ran).
             redis.ResponseError: a script failed for a reason other than NOSCRIPT.
         """
         commands: list[tuple[Any, ...]] = [
@@ -148,7 +202,10 @@ class ScriptRunner:
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
         acked: int | None = None
-        for attempt in range(REDIRECT_ATTEMPTS):
+        ran = [False] * len(commands)
+        sends = 0  # rounds that met NOSCRIPT so far
+        redirects = 0  # rounds that met a redirect so far
+        for _round in range(REDIRECT_ATTEMPTS + SCRIPT_ATTEMPTS):
             target = node_client(self._client, slot_key)
             waits = self.min_replicas > 0 and any(
                 i < len(calls) and calls[i].script in DURABLE_SCRIPTS for i in todo
@@ -177,6 +234,8 @@ class ScriptRunner:
                 elif self._cluster and is_redirect(reply):
                     again.append(i)
                     moved = True
+                else:
+                    ran[i] = True
             if isinstance(got, Exception):
                 # "WAIT cannot be used with replica instances": the node was demoted, and
                 # the redirected commands are re-sent with a WAIT of their own
@@ -187,28 +246,45 @@ class ScriptRunner:
                 acked = int(got) if acked is None else min(acked, int(got))
             if not again:
                 break
-            try:
-                if missing:
-                    self._load(target, missing)
-            except UNAVAILABLE as exc:
-                raise QueueConnectionError(f"Redis command failed: {exc}") from exc
+            kept = [r if ran[i] else None for i, r in enumerate(replies)]
+            if missing:
+                sends += 1
+                if sends >= SCRIPT_ATTEMPTS:
+                    if partial:
+                        return kept
+                    raise ScriptUnavailableError(
+                        f"scripts {sorted(missing)}: NOSCRIPT after {sends} sends", kept
+                    )
+                # send the source itself (EVAL caches it): a cache flushed again between
+                # a SCRIPT LOAD and the EVALSHA cannot make the re-send fail
+                for i in again:
+                    if i < len(calls) and isinstance(replies[i], NoScriptError):
+                        c = calls[i]
+                        source = script_source(c.script)
+                        commands[i] = ("EVAL", source, len(c.keys), *c.keys, *c.args)
             if moved:
+                redirects += 1
+                if redirects >= REDIRECT_ATTEMPTS:
+                    if partial:
+                        return kept
+                    raise PartialRoundTripError(
+                        f"still redirected after {REDIRECT_ATTEMPTS} tries"
+                        f" (cluster topology changing); {sum(ran)} of {len(ran)} call(s) ran",
+                        kept,
+                    )
                 refresh(self._client)
-                pause(attempt)
+                pause(redirects - 1)
             todo = again
+        else:  # pragma: no cover - each kind of re-send raises at its own bound first
+            raise PartialRoundTripError("round trip re-sent too often", kept)
+        if partial:
+            replies = [translate(r) if isinstance(r, redis.ResponseError) else r for r in replies]
         else:
-            raise QueueConnectionError(
-                f"still redirected after {REDIRECT_ATTEMPTS} tries (cluster topology changing)"
-            )
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+            for reply in replies:
+                if isinstance(reply, redis.ResponseError):
+                    raise translate(reply)
+                if isinstance(reply, Exception):
+                    raise reply
         if acked is not None and acked < self.min_replicas:
             raise ReplicationTimeoutError(acked, self.min_replicas, replies)
         return replies
-
-    def _load(self, target: redis.Redis, names: set[str]) -> None:
-        for name in names:
-            loaded = target.script_load(script_source(name))
-            if loaded != self.sha(name) and loaded != self.sha(name).encode():
-                raise RuntimeError(f"script {name}: SHA mismatch after SCRIPT LOAD")

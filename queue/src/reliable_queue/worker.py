@@ -37,6 +37,7 @@ from .execution import (
 )
 from .heartbeat import Heartbeat, LeaseBook
 from .job import RawJob
+from .limits import MAX_FETCH
 from .queue import Queue
 from .registry import TaskRegistry
 from .replies import split as _split
@@ -118,8 +119,8 @@ class Worker:
         rng: random.Random | None = None,
         worker_id: str | None = None,
     ) -> None:
-        if concurrency < 1 or batch_size < 1:
-            raise ValueError("concurrency and batch_size must be >= 1")
+        if concurrency < 1 or not 1 <= batch_size <= MAX_FETCH:
+            raise ValueError(f"concurrency must be >= 1 and batch_size 1..{MAX_FETCH}")
         if not queues:
             raise ValueError("a worker needs at least one queue")
         self.settings = settings or QueueSettings()
@@ -239,19 +240,22 @@ class Worker:
     def _lane_loop(self, queue: Queue) -> None:
         pending: list[Call] = []
         backoff = 0.05
+        lease = self.settings.lease_seconds
         while True:
-            fetch = (
-                None
+            fetches = (
+                []
                 if self.stopping.is_set()
-                else queue.fetch_call(self.batch_size, self.settings.lease_seconds, self.worker_id)
+                else queue.fetch_calls(self.batch_size, lease, self.worker_id)
             )
-            calls = pending + ([fetch] if fetch else [])
+            calls = pending + fetches
             if not calls:
                 return
             if pending and self.hooks.before_settle:
                 self.hooks.before_settle(pending)
             try:
-                replies = queue.scripts.run_many(calls)
+                # partial: a call that ran keeps its reply even if another one failed or
+                # the round trip gave up on re-sends; a call that did not run is None
+                replies = queue.scripts.run_many(calls, partial=True)
             except ReplicationTimeoutError as exc:
                 # the scripts ran on the master; only the replica acknowledgement is
                 # missing (counted): go on with their replies rather than re-send them
@@ -268,15 +272,26 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.05
-            self._check_settled(queue, pending, replies[: len(pending)])
-            pending = []
-            if fetch is None:
-                return
-            result = queue.parse_fetch(replies[-1])
+            settled = len(calls) - len(fetches)
+            pending = self._check_settled(queue, pending, replies[:settled])
+            if not fetches:
+                if not pending:
+                    return
+                continue
+            fetched = []
+            for reply in replies[settled:]:
+                if isinstance(reply, Exception):
+                    log.warning("queue %s: fetch failed: %s", queue.name, reply)
+                elif reply is not None:
+                    fetched.append(reply)
+            if not fetched:
+                self.stopping.wait(backoff)
+                continue
+            result = queue.parse_fetches(fetched)
             if result.reaped:
                 self.counters.add("reaped", result.reaped)
             if not result.jobs:
-                if result.reap_more:
+                if result.reap_more or pending:
                     continue
                 limit = self.settings.max_block_seconds
                 wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
@@ -286,7 +301,7 @@ class Worker:
                     log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
                     self.stopping.wait(backoff)
                 continue
-            pending = self._run_batch(queue, result.jobs)
+            pending += self._run_batch(queue, result.jobs)
 
     def _run_batch(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
         self.book.add(queue, [j.lease for j in jobs])
@@ -326,7 +341,7 @@ class Worker:
             outcomes.extend(zip([i.job for i in items], run_batch(items, self.rng), strict=True))
         calls = self._settlements(queue, outcomes)
         if released:
-            calls.append(queue.release_call([j.lease for j in released]))
+            calls.extend(queue.release_calls([j.lease for j in released]))
             self.counters.add("released", len(released))
         return calls
 
@@ -349,7 +364,7 @@ class Worker:
                 info = queue.failure_info(outcome.reason, outcome.error, outcome.traceback)
                 calls.append(queue.dead_call(outcome.lease, outcome.reason, info))
         if acks:
-            calls.insert(0, queue.ack_call(acks))
+            calls[:0] = queue.ack_calls(acks)
         return calls
 
     def _log_outcome(self, job: RawJob, outcome: Outcome) -> None:
@@ -377,8 +392,23 @@ class Worker:
                 extra=extra,
             )
 
-    def _check_settled(self, queue: Queue, calls: list[Call], replies: list[Any]) -> None:
+    def _check_settled(self, queue: Queue, calls: list[Call], replies: list[Any]) -> list[Call]:
+        """Count and log refused settlements; return the calls that did not run.
+
+        A call whose reply is None did not run (the round trip gave up on re-sends)
+        and is sent again with the next round trip. A call that failed (a queue key
+        of the wrong type) is logged and dropped: its jobs' leases expire and are
+        reaped, so nothing is lost.
+        """
+        again: list[Call] = []
         for call, reply in zip(calls, replies, strict=True):
+            if reply is None:
+                again.append(call)
+                continue
+            if isinstance(reply, Exception):
+                log.error("queue %s: %s failed: %s", queue.name, call.script, reply)
+                self.counters.add("settle_errors")
+                continue
             if call.script == "ack":
                 _, refused = _split(reply)
                 stale = len(refused)
@@ -396,3 +426,4 @@ class Worker:
                         job_id,
                         extra={"job_id": job_id, "queue": queue.name},
                     )
+        return again

@@ -55,7 +55,8 @@ def test_enqueue_many_stores_a_batch_in_one_round_trip(private_client, key_prefi
     # commandstats also counts the commands a script issues; the client sent one EVALSHA
     assert calls.pop("evalsha") == 1
     assert calls.pop("hsetnx") == 200
-    assert set(calls) <= {"time", "lpush", "ltrim", "hincrby", "config", "info"}
+    # type / hmget: the script validates its keys and counters before its first write
+    assert set(calls) <= {"time", "lpush", "ltrim", "hincrby", "config", "info", "type", "hmget"}
     assert len(set(ids)) == 200
     assert stats(queue).ready == 201
 

@@ -45,7 +45,8 @@ def test_idle_worker_blocks_on_redis_instead_of_polling(private_client, key_pref
     # two lanes, each one fetch (EVALSHA) + one BLPOP per 2 s block: about 2 a second.
     # commandstats also counts what the fetch script runs inside Redis (no round trips).
     assert (calls["evalsha"] + calls["blpop"]) / elapsed < 3, calls
-    inside_fetch = {"time", "zrangebyscore", "rpop", "zrange"}
+    # type / hmget / get: the script validates its keys, counters and sequence first
+    inside_fetch = {"time", "zrangebyscore", "rpop", "zrange", "type", "hmget", "get"}
     assert set(calls) <= {"evalsha", "blpop", "info", "config", *inside_fetch}
 
 
@@ -262,9 +263,11 @@ def test_raw_messages_go_to_the_dlq_or_round_trip_and_the_worker_never_exits(
         assert all(lane.is_alive() for lane in worker._lanes)
 
     assert [n.text for n in got] == [text, "still serving"]
-    for job_id in ("bad-utf8", "bad-json"):
+    # a record that is not UTF-8 at all is an invalid record; valid JSON that does not
+    # fit the task's model is an invalid payload
+    for job_id, reason in (("bad-utf8", "invalid_record"), ("bad-json", "invalid_payload")):
         letter = queue.dead_letters.show(job_id)
-        assert (letter.reason, letter.attempts) == ("invalid_payload", 1)
+        assert (letter.reason, letter.attempts) == (reason, 1)
     assert "UTF-8" in queue.dead_letters.show("bad-utf8").error
     assert "text" in queue.dead_letters.show("bad-json").error
     assert stats(queue).counters["retried"] == 0

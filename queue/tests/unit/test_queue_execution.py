@@ -95,10 +95,14 @@ def test_unknown_task_is_dead_as_unknown_task_not_retried(registry):
 
 
 @pytest.mark.parametrize(
-    "record",
-    [b"\xc3\x28 invalid utf-8", b"{truncated", b'{"t": "order.ship", "p": {"order_id": "x"}}'],
+    ("record", "reason"),
+    [
+        (b"\xc3\x28 invalid utf-8", "invalid_record"),
+        (b"{truncated", "invalid_payload"),
+        (b'{"t": "order.ship", "p": {"order_id": "x"}}', "invalid_payload"),
+    ],
 )
-def test_unparsable_or_invalid_payload_is_dead_not_raised(registry, record):
+def test_unparsable_or_invalid_payload_is_dead_not_raised(registry, record, reason):
     # fault 8: a payload that does not parse crashed the worker loop
     @registry.task("order.ship", model=Order)
     def ship(payload, ctx):
@@ -106,7 +110,7 @@ def test_unparsable_or_invalid_payload_is_dead_not_raised(registry, record):
 
     outcome = execute(raw(record=record), registry)
 
-    assert isinstance(outcome, Dead) and outcome.reason == "invalid_payload"
+    assert isinstance(outcome, Dead) and outcome.reason == reason
 
 
 def test_middleware_wraps_the_handler_outermost_first(registry):

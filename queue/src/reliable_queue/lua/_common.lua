@@ -18,6 +18,58 @@ local K_READY, K_DELAYED, K_ACTIVE, K_JOBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DONE, K_STATS, K_SEQ, K_WAKE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
+-- Most job ids one call may carry (fetch count, ack/extend/release pairs, enqueue
+-- jobs, purge/redrive/replay ids). Python splits larger requests (limits.py).
+local MAX_BATCH = 1000
+-- Most entries one call trims (DLQ age/size, finished-record retention).
+local TRIM_STEP = 500
+-- Job ids longer than this are refused as invalid records (ids are short ASCII).
+local MAX_ID_BYTES = 200
+
+-- Every script validates before its first write: Redis keeps the writes a script made
+-- before an error, so a failure after a write would leave a job half moved.
+local KEY_TYPES = {
+  [K_READY] = 'list', [K_DELAYED] = 'zset', [K_ACTIVE] = 'zset', [K_JOBS] = 'hash',
+  [K_ATTEMPTS] = 'hash', [K_LEASES] = 'hash', [K_DEAD] = 'zset', [K_INFO] = 'hash',
+  [K_DONE] = 'zset', [K_STATS] = 'hash', [K_SEQ] = 'string', [K_WAKE] = 'list',
+}
+
+-- nil when every key holds its type (or nothing) and every named stats counter is an
+-- integer (or unset); otherwise the error text to return, before any write.
+local function check(keys, counters)
+  for _, k in ipairs(keys) do
+    local t = redis.call('TYPE', k)['ok']
+    if t ~= 'none' and t ~= KEY_TYPES[k] then
+      return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. t .. ', expected a ' .. KEY_TYPES[k]
+    end
+  end
+  if counters and #counters > 0 then
+    local vals = redis.call('HMGET', K_STATS, unpack(counters))
+    for i, v in ipairs(counters) do
+      if vals[i] and not string.match(vals[i], '^%-?%d+$') then
+        return 'QUEUE_CORRUPT stats counter ' .. v .. ' is not an integer'
+      end
+    end
+  end
+  return nil
+end
+
+-- The error text for a key that must be a STRING (or absent), else nil.
+local function check_string(k)
+  local t = redis.call('TYPE', k)['ok']
+  if t ~= 'none' and t ~= 'string' then
+    return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. t .. ', expected a string'
+  end
+  return nil
+end
+
+local function check_count(n)
+  if not n or n < 0 or n > MAX_BATCH then
+    return 'QUEUE_LIMIT batch of ' .. tostring(n) .. ' ids; one call takes at most ' .. MAX_BATCH
+  end
+  return nil
+end
+
 -- Redis server time in ms: every deadline uses it, so worker clock skew cannot matter.
 local function now_ms()
   local t = redis.call('TIME')
@@ -29,10 +81,22 @@ local function chunked(cmd, key, list, from)
   local n = #list
   local i = from or 1
   while i <= n do
-    local j = math.min(i + 3999, n)
+    local j = math.min(i + 999, n)
     redis.call(cmd, key, unpack(list, i, j))
     i = j + 1
   end
+end
+
+-- A read of a variadic command in chunks, the replies concatenated (HMGET).
+local function chunked_read(cmd, key, list)
+  local out, n, i = {}, #list, 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    local part = redis.call(cmd, key, unpack(list, i, j))
+    for x = 1, j - i + 1 do out[i + x - 1] = part[x] end
+    i = j + 1
+  end
+  return out
 end
 
 -- Put ids back at the head of the line (RPOP end), the first of them to be popped first.
@@ -43,8 +107,8 @@ local function push_head(ids)
 end
 
 local function wake(count, cap)
-  if count <= 0 then return end
   local n = math.min(count, cap)
+  if n <= 0 then return end
   local t = {}
   for i = 1, n do t[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(t))
@@ -59,15 +123,17 @@ local function forget(ids)
   chunked('HDEL', K_INFO, ids)
 end
 
--- Drop dead-letter entries beyond the age and size bounds; dropping is counted.
+-- Drop dead-letter entries beyond the age and size bounds, at most TRIM_STEP per call
+-- (maintenance calls again until nothing is left); dropping is counted.
+-- Returns how many were dropped.
 local function trim_dead(now, max_size, max_age_ms)
-  local old = redis.call('ZRANGEBYSCORE', K_DEAD, '-inf', now - max_age_ms, 'LIMIT', 0, 1000)
+  local old = redis.call('ZRANGEBYSCORE', K_DEAD, '-inf', now - max_age_ms, 'LIMIT', 0, TRIM_STEP)
   local dropped = #old
   if dropped > 0 then
     chunked('ZREM', K_DEAD, old)
     forget(old)
   end
-  local excess = redis.call('ZCARD', K_DEAD) - max_size
+  local excess = math.min(redis.call('ZCARD', K_DEAD) - max_size, TRIM_STEP - dropped)
   if excess > 0 then
     local ids = redis.call('ZRANGE', K_DEAD, 0, excess - 1)
     chunked('ZREM', K_DEAD, ids)
@@ -75,22 +141,65 @@ local function trim_dead(now, max_size, max_age_ms)
     dropped = dropped + #ids
   end
   if dropped > 0 then redis.call('HINCRBY', K_STATS, 'dlq_dropped', dropped) end
+  return dropped
 end
 
--- Move a job (already out of active/leases) to the dead-letter queue.
-local function to_dead(id, reason, info_json, now, max_size, max_age_ms)
+-- Drop finished records older than the retention window, at most `limit` per call.
+local function trim_done(now, retention, limit)
+  local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now - retention, 'LIMIT', 0, limit)
+  if #old > 0 then
+    chunked('ZREM', K_DONE, old)
+    forget(old)
+  end
+  return #old
+end
+
+-- Move a job (already out of active/leases) to the dead-letter queue (no trim: the
+-- caller trims once, bounded).
+local function to_dead(id, reason, info_json, now)
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('HSET', K_INFO, id, info_json)
   redis.call('HINCRBY', K_STATS, 'dead', 1)
   redis.call('HINCRBY', K_STATS, 'dead:' .. reason, 1)
-  trim_dead(now, max_size, max_age_ms)
 end
 
--- Max attempts of a job from its record; the default when the record is unreadable.
-local function max_attempts_of(id, default)
-  local rec = redis.call('HGET', K_JOBS, id)
+-- Max attempts of a job from its record text; the default when it is unreadable.
+local function max_attempts_in(rec, default)
   if not rec then return default end
   local ok, data = pcall(cjson.decode, rec)
   if ok and type(data) == 'table' and tonumber(data['m']) then return tonumber(data['m']) end
   return default
+end
+
+-- Is s valid UTF-8 (what Python's strict decode accepts)? Used for job ids only,
+-- whose length is bounded by MAX_ID_BYTES before this is called.
+local function valid_utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, lo, hi = 1, 0x80, 0xBF
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c == 0xE0 then len, lo = 3, 0xA0
+    elseif c == 0xED then len, hi = 3, 0x9F
+    elseif c >= 0xE1 and c <= 0xEF then len = 3
+    elseif c == 0xF0 then len, lo = 4, 0x90
+    elseif c >= 0xF1 and c <= 0xF3 then len = 4
+    elseif c == 0xF4 then len, hi = 4, 0x8F
+    else return false end
+    if i + len - 1 > n then return false end
+    for j = i + 1, i + len - 1 do
+      local d = string.byte(s, j)
+      local a, b = 0x80, 0xBF
+      if j == i + 1 then a, b = lo, hi end
+      if d < a or d > b then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+local function valid_id(id)
+  return #id > 0 and #id <= MAX_ID_BYTES and valid_utf8(id)
 end

@@ -1,18 +1,29 @@
 -- enqueue: add N jobs atomically, each with an optional idempotency key.
 -- KEYS[1..12]: see _common.lua; KEYS[12+i]: the i-th idempotency key STRING.
--- ARGV[1] n jobs
--- ARGV[2] idempotency window, ms
+-- ARGV[1] n jobs (at most MAX_BATCH)
+-- ARGV[2] idempotency window, ms (>= 1)
 -- ARGV[3] wake-token cap
 -- then 5 per job: id, record JSON, delay ms (0 = none), run_at ms (0 = none),
 --                 index of its idempotency key among KEYS[13..] (0 = none; negative =
 --                 the same index, and a key whose job record is gone is replaced)
--- Returns: a list of n job ids; for a duplicate, the id of the first job.
+-- Returns: a list of n job ids; for a duplicate, the id of the first job. A
+--   'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
+--   type, a bad counter or too many jobs.
 -- Changes: jobs (HSETNX), ready (LPUSH) or delayed (ZADD), idem keys (SET NX PX),
 --          stats enqueued / duplicates, wake.
 -- @include _common.lua
-local now = now_ms()
 local n = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
+local bad = check_count(n)
+  or check({K_READY, K_DELAYED, K_JOBS, K_STATS, K_WAKE}, {'enqueued', 'duplicates'})
+if not bad and (not window or window < 1) then bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms' end
+if bad then return redis.error_reply(bad) end
+for i = 13, #KEYS do
+  bad = check_string(KEYS[i])
+  if bad then return redis.error_reply(bad) end
+end
+-- validated: no command below can fail
+local now = now_ms()
 local out, ready, delayed = {}, {}, {}
 local added, dups = 0, 0
 for i = 0, n - 1 do
@@ -48,12 +59,7 @@ for i = 0, n - 1 do
   end
 end
 if #ready > 0 then chunked('LPUSH', K_READY, ready) end
-local i = 1
-while i <= #delayed do
-  local j = math.min(i + 3999, #delayed)
-  redis.call('ZADD', K_DELAYED, unpack(delayed, i, j))
-  i = j + 1
-end
+chunked('ZADD', K_DELAYED, delayed)
 if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', added) end
 if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dups) end
 wake(#ready + math.floor(#delayed / 2), tonumber(ARGV[3]))

@@ -1,35 +1,52 @@
 -- fetch: reap expired leases, promote due delayed jobs, then lease up to N ready jobs.
 -- KEYS[1..12]: see _common.lua
--- ARGV[1] count            jobs to lease at most
+-- ARGV[1] count            jobs to lease at most (0..MAX_BATCH)
 -- ARGV[2] lease ms         lease length
 -- ARGV[3] worker id        recorded in the lease token
--- ARGV[4] reap limit       expired leases reclaimed per call
+-- ARGV[4] reap limit       expired leases reclaimed per call (1..MAX_BATCH)
 -- ARGV[5] default max attempts (for records that cannot be read)
 -- ARGV[6] dlq max size     ARGV[7] dlq max age ms
 -- Returns: {wait_ms, reaped, reap_more, id1, token1, attempt1, record1, id2, ...}
 --   wait_ms: -1 when jobs were returned or nothing is pending; otherwise ms until
---   the next delayed job is due or the next lease expires.
--- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost),
---          attempts (+1 per delivery), seq, stats reaped / orphaned.
+--   the next delayed job is due or the next lease expires. A 'QUEUE_CORRUPT' /
+--   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type or a bad count.
+-- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
+--          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
+--          delivery), seq, stats reaped / orphaned / dead / dlq_dropped.
 -- @include _common.lua
-local now = now_ms()
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local dlq_size, dlq_age = tonumber(ARGV[6]), tonumber(ARGV[7])
+local bad = check_count(count) or check_count(reap_limit)
+  or check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO,
+            K_STATS, K_SEQ},
+           {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
+            'dlq_dropped'})
+if bad then return redis.error_reply(bad) end
+local seq0 = redis.call('GET', K_SEQ)
+if seq0 and not string.match(seq0, '^%d+$') then
+  return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer')
+end
+-- validated: no command below can fail
+local now = now_ms()
 
 -- 1. reap: a lost worker counts as an attempt; at max attempts the job is dead.
 local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
 local reaped = #expired
+local dead_any = false
 if reaped > 0 then
+  local atts = chunked_read('HMGET', K_ATTEMPTS, expired)
+  local recs = chunked_read('HMGET', K_JOBS, expired)
   chunked('ZREM', K_ACTIVE, expired)
   chunked('HDEL', K_LEASES, expired)
   local back = {}
-  for _, id in ipairs(expired) do
-    local att = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')
-    if att >= math.max(max_attempts_of(id, default_max), 1) then
+  for i, id in ipairs(expired) do
+    local att = tonumber(atts[i]) or 0
+    if att >= math.max(max_attempts_in(recs[i], default_max), 1) then
       local info = cjson.encode({reason = 'worker_lost', attempts = att,
         error = 'lease expired without ack ' .. att .. ' time(s): the worker was lost'})
-      to_dead(id, 'worker_lost', info, now, dlq_size, dlq_age)
+      to_dead(id, 'worker_lost', info, now)
+      dead_any = true
     else
       redis.call('HSET', K_INFO, id, cjson.encode({reason = 'lease_expired', attempts = att,
         error = 'lease expired without ack: the job is handed out again'}))
@@ -53,6 +70,7 @@ local out = {-1, reaped, reaped >= reap_limit and 1 or 0}
 local ids = false
 if count > 0 then ids = redis.call('RPOP', K_READY, count) end
 if not ids then
+  if dead_any then trim_dead(now, dlq_size, dlq_age) end
   local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   local wait = -1
   if #nxt > 0 then wait = math.max(tonumber(nxt[2]) - now, 0) end
@@ -64,13 +82,18 @@ if not ids then
   out[1] = wait
   return out
 end
-local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+-- ids that cannot be job ids (not UTF-8, too long) are isolated: never leased
+local good, invalid = {}, {}
+for _, id in ipairs(ids) do
+  if valid_id(id) then good[#good + 1] = id else invalid[#invalid + 1] = id end
+end
+local recs = chunked_read('HMGET', K_JOBS, good)
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
-local counts = redis.call('HMGET', K_ATTEMPTS, unpack(ids))
-local seq = redis.call('INCRBY', K_SEQ, #ids) - #ids
+local counts = chunked_read('HMGET', K_ATTEMPTS, good)
+local seq = tonumber(seq0 or '0')
 local deadline = now + lease_ms
 local zargs, hargs, aargs, orphans, counted = {}, {}, {}, 0, {}
-for i, id in ipairs(ids) do
+for i, id in ipairs(good) do
   local rec = recs[i]
   if rec then
     seq = seq + 1
@@ -93,9 +116,23 @@ for i, id in ipairs(ids) do
   end
 end
 if #zargs > 0 then
-  redis.call('ZADD', K_ACTIVE, unpack(zargs))
-  redis.call('HSET', K_LEASES, unpack(hargs))
-  redis.call('HSET', K_ATTEMPTS, unpack(aargs))
+  redis.call('SET', K_SEQ, seq)
+  chunked('ZADD', K_ACTIVE, zargs)
+  chunked('HSET', K_LEASES, hargs)
+  chunked('HSET', K_ATTEMPTS, aargs)
 end
+if #invalid > 0 then
+  local irecs = chunked_read('HMGET', K_JOBS, invalid)
+  for i, id in ipairs(invalid) do
+    if irecs[i] then
+      to_dead(id, 'invalid_record', cjson.encode({reason = 'invalid_record',
+        error = 'the job id is not valid UTF-8 or longer than ' .. MAX_ID_BYTES .. ' bytes'}), now)
+      dead_any = true
+    else
+      orphans = orphans + 1
+    end
+  end
+end
+if dead_any then trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
 return out

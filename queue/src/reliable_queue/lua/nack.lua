@@ -2,14 +2,19 @@
 -- KEYS[1..12]: see _common.lua
 -- ARGV[1] job id   ARGV[2] lease token   ARGV[3] delay ms (0 = ready now)
 -- ARGV[4] failure info JSON   ARGV[5] wake-token cap
--- Returns: 1 if recorded, 0 if the token was stale (refused, counted).
+-- Returns: 1 if recorded, 0 if the token was stale (refused, counted). A
+--   'QUEUE_CORRUPT' error (nothing written) for a key of the wrong type.
 -- Changes: active, leases, delayed (or ready), info, stats retried / stale_refused, wake.
 -- @include _common.lua
+local bad = check({K_LEASES, K_ACTIVE, K_INFO, K_DELAYED, K_READY, K_STATS, K_WAKE},
+                  {'retried', 'stale_refused'})
+if bad then return redis.error_reply(bad) end
 local id, token, delay = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('HGET', K_LEASES, id) ~= token then
   redis.call('HINCRBY', K_STATS, 'stale_refused', 1)
   return 0
 end
+-- validated: no command below can fail
 local now = now_ms()
 redis.call('ZREM', K_ACTIVE, id)
 redis.call('HDEL', K_LEASES, id)

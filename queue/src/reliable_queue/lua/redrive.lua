@@ -1,27 +1,34 @@
 -- redrive: replay dead-lettered jobs; each runs again with a fresh attempt count.
 -- KEYS[1..12]: see _common.lua
--- ARGV[1] wake-token cap   ARGV[2..] job ids
+-- ARGV[1] wake-token cap   ARGV[2..] job ids (at most MAX_BATCH)
 -- Returns: {redriven ids..., '|', skipped ids...}; skipped = not in the DLQ, or its
---          record is gone (that DLQ entry is then removed).
+--          record is gone (that DLQ entry is then removed). A 'QUEUE_CORRUPT' /
+--          'QUEUE_LIMIT' error (nothing written) for a wrong-type key or too many ids.
 -- Changes: dead, attempts (reset), ready, stats redriven, wake.
 -- @include _common.lua
-local done, skipped = {}, {}
+local bad = check_count(#ARGV - 1)
+  or check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'redriven'})
+if bad then return redis.error_reply(bad) end
+local done, skipped, lost, seen = {}, {}, {}, {}
 for i = 2, #ARGV do
   local id = ARGV[i]
-  if not redis.call('ZSCORE', K_DEAD, id) then
+  if seen[id] or not redis.call('ZSCORE', K_DEAD, id) then
     skipped[#skipped + 1] = id
   elseif redis.call('HEXISTS', K_JOBS, id) == 0 then
-    redis.call('ZREM', K_DEAD, id)
-    forget({id})
+    lost[#lost + 1] = id
     skipped[#skipped + 1] = id
   else
-    redis.call('ZREM', K_DEAD, id)
-    redis.call('HDEL', K_ATTEMPTS, id)
-    redis.call('LPUSH', K_READY, id)
     done[#done + 1] = id
   end
+  seen[id] = true
 end
+-- validated: no command below can fail
+chunked('ZREM', K_DEAD, lost)
+forget(lost)
 if #done > 0 then
+  chunked('ZREM', K_DEAD, done)
+  chunked('HDEL', K_ATTEMPTS, done)
+  chunked('LPUSH', K_READY, done)
   redis.call('HINCRBY', K_STATS, 'redriven', #done)
   wake(#done, tonumber(ARGV[1]))
 end

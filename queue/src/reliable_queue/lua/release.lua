@@ -1,22 +1,34 @@
 -- release: hand leased jobs back unrun (graceful shutdown); the delivery is not
 -- counted as an attempt.
 -- KEYS[1..12]: see _common.lua
--- ARGV[1] wake-token cap   ARGV[2] n, then n pairs: job id, lease token
--- Returns: number of jobs handed back (stale tokens are skipped).
+-- ARGV[1] wake-token cap   ARGV[2] n (at most MAX_BATCH), then n pairs: job id, lease token
+-- Returns: number of jobs handed back (stale tokens are skipped). A 'QUEUE_CORRUPT' /
+--   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type or too many leases.
 -- Changes: active, leases, attempts (-1), ready (to the head of the line), wake.
 -- @include _common.lua
 local n = tonumber(ARGV[2])
-local back = {}
+local bad = check_count(n)
+  or check({K_ACTIVE, K_LEASES, K_ATTEMPTS, K_READY, K_STATS, K_WAKE}, {'released'})
+if bad then return redis.error_reply(bad) end
+local ids = {}
+for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
+local cur = chunked_read('HMGET', K_LEASES, ids)
+local atts = chunked_read('HMGET', K_ATTEMPTS, ids)
+local back, aargs, seen = {}, {}, {}
 for i = 1, n do
-  local id = ARGV[1 + 2 * i]
-  if redis.call('HGET', K_LEASES, id) == ARGV[2 + 2 * i] then
-    redis.call('ZREM', K_ACTIVE, id)
-    redis.call('HDEL', K_LEASES, id)
-    redis.call('HINCRBY', K_ATTEMPTS, id, -1)
+  local id = ids[i]
+  if cur[i] and cur[i] == ARGV[2 + 2 * i] and not seen[id] then
+    seen[id] = true
     back[#back + 1] = id
+    aargs[#aargs + 1] = id
+    aargs[#aargs + 1] = math.max((tonumber(atts[i]) or 1) - 1, 0)
   end
 end
+-- validated: no command below can fail
 if #back > 0 then
+  chunked('ZREM', K_ACTIVE, back)
+  chunked('HDEL', K_LEASES, back)
+  chunked('HSET', K_ATTEMPTS, aargs)
   push_head(back)
   redis.call('HINCRBY', K_STATS, 'released', #back)
   wake(#back, tonumber(ARGV[1]))

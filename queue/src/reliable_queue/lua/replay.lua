@@ -4,30 +4,37 @@
 -- that the handlers absorb the redelivery. Only jobs still in `done` (their record
 -- kept by the retention window) can be replayed.
 -- KEYS[1..12]: see _common.lua
--- ARGV[1] wake-token cap   ARGV[2..] job ids
+-- ARGV[1] wake-token cap   ARGV[2..] job ids (at most MAX_BATCH)
 -- Returns: {replayed ids..., '|', skipped ids...}; skipped = not in `done`, or its
---          record is gone (that `done` entry is then removed).
+--          record is gone (that `done` entry is then removed). A 'QUEUE_CORRUPT' /
+--          'QUEUE_LIMIT' error (nothing written) for a wrong-type key or too many ids.
 -- Changes: done, attempts (reset: the rerun starts at attempt 1), info, ready,
 --          stats replayed, wake.
 -- @include _common.lua
-local replayed, skipped = {}, {}
+local bad = check_count(#ARGV - 1)
+  or check({K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'replayed'})
+if bad then return redis.error_reply(bad) end
+local replayed, skipped, lost, seen = {}, {}, {}, {}
 for i = 2, #ARGV do
   local id = ARGV[i]
-  if not redis.call('ZSCORE', K_DONE, id) then
+  if seen[id] or not redis.call('ZSCORE', K_DONE, id) then
     skipped[#skipped + 1] = id
   elseif redis.call('HEXISTS', K_JOBS, id) == 0 then
-    redis.call('ZREM', K_DONE, id)
-    forget({id})
+    lost[#lost + 1] = id
     skipped[#skipped + 1] = id
   else
-    redis.call('ZREM', K_DONE, id)
-    redis.call('HDEL', K_ATTEMPTS, id)
-    redis.call('HDEL', K_INFO, id)
-    redis.call('LPUSH', K_READY, id)
     replayed[#replayed + 1] = id
   end
+  seen[id] = true
 end
+-- validated: no command below can fail
+chunked('ZREM', K_DONE, lost)
+forget(lost)
 if #replayed > 0 then
+  chunked('ZREM', K_DONE, replayed)
+  chunked('HDEL', K_ATTEMPTS, replayed)
+  chunked('HDEL', K_INFO, replayed)
+  chunked('LPUSH', K_READY, replayed)
   redis.call('HINCRBY', K_STATS, 'replayed', #replayed)
   wake(#replayed, tonumber(ARGV[1]))
 end

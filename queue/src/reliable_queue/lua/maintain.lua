@@ -1,0 +1,15 @@
+-- maintain: one bounded step of upkeep: drop dead letters past the age / size bounds
+-- and finished records past the retention window, at most TRIM_STEP of each.
+-- KEYS[1..12]: see _common.lua
+-- ARGV[1] dlq max size   ARGV[2] dlq max age ms   ARGV[3] retention ms
+-- Returns: {dead letters dropped, finished records dropped}; a caller repeats while
+--   either equals the step (more may be left). A 'QUEUE_CORRUPT' error (nothing
+--   written) for a key of the wrong type.
+-- Changes: dead, done, jobs, attempts, info, stats dlq_dropped.
+-- @include _common.lua
+local bad = check({K_DEAD, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'dlq_dropped'})
+if bad then return redis.error_reply(bad) end
+local now = now_ms()
+local dropped = trim_dead(now, tonumber(ARGV[1]), tonumber(ARGV[2]))
+local expired = trim_done(now, tonumber(ARGV[3]), TRIM_STEP)
+return {dropped, expired, TRIM_STEP}

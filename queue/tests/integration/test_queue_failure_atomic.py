@@ -1,0 +1,186 @@
+"""Failure-atomic, bounded scripts: a call either applies whole or not at all.
+
+Redis keeps the writes a script made before an error, so each script validates
+before its first write and never unpacks more than Lua allows. Each test here is an
+observed loss: it failed (jobs in no structure, or a raw error) before the fix.
+"""
+
+import math
+import threading
+
+import pytest
+import redis
+from queue_helpers import places, running_worker, wait_until
+
+from reliable_queue import (
+    EnqueueRequest,
+    PayloadValidationError,
+    Queue,
+    QueueDataError,
+    QueueSettings,
+    TaskRegistry,
+    stats,
+)
+from reliable_queue.limits import MAX_FETCH, SCRIPT_BATCH
+
+
+def enqueue_n(queue, n):
+    ids = []
+    for start in range(0, n, 1000):
+        part = [EnqueueRequest("t", {"i": i}) for i in range(start, min(start + 1000, n))]
+        ids += queue.enqueue_many(part)
+    return ids
+
+
+def test_fetch_of_4000_leases_all_of_them_and_ack_and_extend_serve_4000(make_queue):
+    """Case 1: fetch(4000) popped the ids, then failed; 4,000 jobs sat in no structure."""
+    queue = make_queue(settings=QueueSettings(lease_seconds=60))
+    ids = enqueue_n(queue, 4000)
+
+    fetched = queue.fetch(4000)
+
+    assert sorted(j.job_id for j in fetched.jobs) == sorted(ids)
+    s = stats(queue)
+    assert (s.ready, s.active) == (0, 4000)
+    leases = [j.lease for j in fetched.jobs]
+    assert queue.extend(leases, 120) == []
+    result = queue.ack(leases)
+    assert sorted(result.acked) == sorted(ids) and result.refused == []
+    s = stats(queue)
+    assert (s.active, s.done) == (0, 4000)
+
+
+def test_a_worker_with_batch_size_4500_runs_every_job(redis_client, key_prefix):
+    """Case 1: Worker(batch_size=4500) lost all 4,500 jobs."""
+    registry = TaskRegistry()
+    seen = set()
+    registry.task("t")(lambda p, c: seen.add(c.job_id))
+    settings = QueueSettings(lease_seconds=30, max_block_seconds=0.2)
+    queue = Queue(redis_client, "big", prefix=key_prefix, settings=settings)
+    ids = enqueue_n(queue, 4500)
+    with running_worker(
+        redis_client, ["big"], registry, prefix=key_prefix, settings=settings, batch_size=4500
+    ):
+        wait_until(lambda: stats(queue).counters["succeeded"] == 4500, timeout=60)
+    assert seen == set(ids)
+    assert stats(queue).ready == stats(queue).active == 0
+
+
+def test_fetch_counts_beyond_the_documented_limit_are_refused_up_front(make_queue):
+    queue = make_queue()
+    with pytest.raises(ValueError, match=str(MAX_FETCH)):
+        queue.fetch(MAX_FETCH + 1)
+
+
+def test_a_wrong_type_idempotency_key_mid_batch_enqueues_nothing(make_queue):
+    """Case 2: job 1's record and key were written, then the script failed on job 2's
+    key (a list); job 1 was an orphan that a retry skipped as a duplicate."""
+    queue = make_queue()
+    queue.client.rpush(queue.keys.idempotency_key("k2"), "x")
+    batch = [EnqueueRequest("t", {"i": i}, f"k{i + 1}") for i in range(3)]
+
+    with pytest.raises(QueueDataError, match="k2"):
+        queue.enqueue_many(batch)
+
+    assert queue.client.hlen(queue.keys.key("jobs")) == 0
+    assert queue.client.exists(queue.keys.idempotency_key("k1")) == 0
+    queue.client.delete(queue.keys.idempotency_key("k2"))
+    ids = queue.enqueue_many(batch)
+    assert [places(queue, i) for i in ids] == [["ready"]] * 3
+    assert stats(queue).counters["enqueued"] == 3
+
+
+@pytest.mark.parametrize("kind", ["done", "info", "stats"])
+def test_a_wrong_type_structure_refuses_the_call_before_any_write(make_queue, kind):
+    queue = make_queue()
+    (job_id,) = queue.enqueue_many([EnqueueRequest("t", {})])
+    job = queue.fetch(1).jobs[0]
+    queue.client.delete(queue.keys.key(kind))
+    queue.client.set(queue.keys.key(kind), "planted")
+
+    with pytest.raises(QueueDataError, match=kind):
+        queue.ack([job.lease])
+
+    # the ack changed nothing: the job is still active under its lease
+    assert queue.client.zscore(queue.keys.key("active"), job_id) is not None
+    assert queue.client.hget(queue.keys.key("leases"), job_id) == job.token.encode()
+
+
+def test_enqueue_many_larger_than_one_script_is_split_and_complete(make_queue):
+    queue = make_queue()
+    ids = queue.enqueue_many(
+        [EnqueueRequest("t", {"i": i}, f"k{i % (SCRIPT_BATCH + 10)}") for i in range(2500)]
+    )
+    assert len(ids) == 2500
+    assert len(set(ids)) == SCRIPT_BATCH + 10  # duplicates across scripts still dedup
+    assert stats(queue).ready == SCRIPT_BATCH + 10
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_floats_are_refused_at_enqueue(make_queue, bad):
+    """Case 4: NaN / Infinity were stored silently as null."""
+    queue = make_queue()
+    with pytest.raises(PayloadValidationError, match=r"payload\['x'\]\[1\].*NaN or infinite"):
+        queue.enqueue("t", {"x": [1.0, bad]})
+    assert stats(queue).ready == 0
+    queue.enqueue("t", {"x": None, "y": 1.5})  # a real null and finite floats still pass
+
+
+def test_an_undecodable_id_is_isolated_and_its_batch_mates_run(redis_client, key_prefix):
+    """Case 5: one id that is not UTF-8 sent its five good batch-mates to the DLQ unrun."""
+    registry = TaskRegistry()
+    ran = []
+    registry.task("t")(lambda p, c: ran.append(c.job_id))
+    settings = QueueSettings(lease_seconds=30, max_block_seconds=0.2)
+    queue = Queue(redis_client, "hostile", prefix=key_prefix, settings=settings)
+    good = [queue.enqueue("t", {"i": i}) for i in range(3)]
+    bad_id = b"\xff\xfe-foreign"
+    redis_client.hset(queue.keys.key("jobs"), bad_id, b'{"t":"t","p":{},"e":0,"m":1}')
+    redis_client.lpush(queue.keys.key("ready"), bad_id)
+    bad_record = queue.enqueue("t", {"i": 9})
+    redis_client.hset(queue.keys.key("jobs"), bad_record, b'{"t":"t","p":"\xc3\x28"}')
+    good += [queue.enqueue("t", {"i": i}) for i in range(3, 5)]
+
+    with running_worker(
+        redis_client, ["hostile"], registry, prefix=key_prefix, settings=settings, batch_size=10
+    ):
+        wait_until(lambda: stats(queue).counters["succeeded"] == 5)
+        wait_until(lambda: stats(queue).dead == 2)
+
+    assert sorted(ran) == sorted(good)
+    assert stats(queue).counters["dead:invalid_record"] == 2
+    assert redis_client.zscore(queue.keys.key("dead"), bad_id) is not None
+    assert places(queue, bad_record) == ["dead"]
+
+
+def test_enqueue_and_pipelines_survive_a_script_cache_flushed_over_and_over(
+    private_client, embedded_redis, key_prefix
+):
+    """Case 6: with SCRIPT FLUSH in a loop, some enqueues raised a raw NoScriptError."""
+    queue = Queue(private_client, "flushed", prefix=key_prefix)
+    flusher = redis.Redis.from_url(embedded_redis.url)
+    stop = threading.Event()
+
+    def flush() -> None:
+        while not stop.is_set():
+            flusher.script_flush()
+
+    thread = threading.Thread(target=flush, daemon=True)
+    thread.start()
+    try:
+        ids = [queue.enqueue("t", {"i": i}) for i in range(400)]
+        leased = []
+        for _ in range(50):
+            # a settlement and a fetch in one pipelined round trip
+            calls = queue.ack_calls(leased) + queue.fetch_calls(8, 30, "w")
+            replies = queue.scripts.run_many(calls)
+            leased = [j.lease for j in queue.parse_fetches(replies[-1:]).jobs]
+        queue.ack(leased)
+    finally:
+        stop.set()
+        thread.join()
+        flusher.close()
+    s = stats(queue)
+    assert len(set(ids)) == 400
+    assert s.ready + s.done == 400 and s.active == 0
+    assert s.done == 400 - s.ready == 400 - (400 - 50 * 8)
