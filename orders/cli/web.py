@@ -70,7 +70,8 @@ def web(
     )
     if not _loopback(bind):
         log.warning(
-            "listening on %s: clients not on this machine must sign in with the token to read",
+            "listening on %s: clients not on this machine must sign in with the token to read, "
+            "and the names they use for this server must be in ORDERS_WEB_ALLOWED_HOSTS",
             bind,
         )
     try:
