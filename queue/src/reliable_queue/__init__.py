@@ -5,6 +5,7 @@ tokens; expired leases are reaped; failures retry with exponential backoff and
 full jitter; bad jobs go to a dead-letter queue with their reason.
 """
 
+from .audit import AuditReport, audit
 from .dlq import DeadLetter, DeadLetters, RedriveReport
 from .errors import (
     PartialRoundTripError,
@@ -31,6 +32,7 @@ from .worker import Worker, WorkerHooks
 __all__ = [
     "DEAD_REASONS",
     "AckResult",
+    "AuditReport",
     "DeadLetter",
     "DeadLetters",
     "EnqueueRequest",
@@ -60,6 +62,7 @@ __all__ = [
     "UnknownTaskError",
     "Worker",
     "WorkerHooks",
+    "audit",
     "explain",
     "stats",
 ]

@@ -30,6 +30,7 @@ COUNTERS = (
     "purged",
     "dlq_dropped",
     "orphaned",
+    "orphans_repaired",
 )
 
 
@@ -43,6 +44,9 @@ class QueueStats:
             (``done`` = finished records still inside the retention window).
         counters: every counter in :data:`COUNTERS` (0 when never bumped), plus
             ``dead:<reason>`` entries.
+        audit: findings of the last complete audit (gauges, see
+            :func:`reliable_queue.audit`): ``orphans`` (left unrepaired), ``doubles``,
+            ``no_record``; empty when no audit has run.
     """
 
     queue: str
@@ -52,6 +56,12 @@ class QueueStats:
     dead: int
     done: int
     counters: dict[str, int] = field(default_factory=dict)
+    audit: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def orphans(self) -> int:
+        """Orphans the last audit found and left unrepaired (0 when none or no audit)."""
+        return self.audit.get("orphans", 0)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -63,6 +73,7 @@ class QueueStats:
             "dead": self.dead,
             "done": self.done,
             "counters": dict(self.counters),
+            "audit": dict(self.audit),
         }
 
 
@@ -88,8 +99,18 @@ def stats(queue: Queue) -> QueueStats:
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
     counters = dict.fromkeys(COUNTERS, 0)
-    counters.update({_text(a): int(b) for a, b in raw.items()})
-    return QueueStats(queue.name, ready, delayed, active, dead, done, counters)
+    audit: dict[str, int] = {}
+    for a, b in raw.items():
+        name = _text(a)
+        try:
+            value = int(b)
+        except ValueError:
+            continue  # a foreign or hand-edited field: not a counter
+        if name.startswith("audit:"):
+            audit[name[6:]] = value
+        else:
+            counters[name] = value
+    return QueueStats(queue.name, ready, delayed, active, dead, done, counters, audit)
 
 
 @dataclass(frozen=True)

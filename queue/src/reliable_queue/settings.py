@@ -31,6 +31,11 @@ class QueueSettings(BaseModel):
             0 (default) waits for none. Below it the call raises
             :class:`~reliable_queue.errors.ReplicationTimeoutError`.
         replica_timeout_seconds: longest WAIT for those replicas.
+        maintenance_interval_seconds: how often each worker trims the DLQ (age and
+            size bounds) and finished records (retention) in bounded steps, so a
+            quiet queue is trimmed too; 0 turns it off.
+        audit_interval_seconds: how often each worker runs the audit with repair
+            (:func:`reliable_queue.audit`); 0 turns it off.
     """
 
     model_config = ConfigDict(frozen=True, allow_inf_nan=False)
@@ -48,3 +53,5 @@ class QueueSettings(BaseModel):
     traceback_max_chars: int = Field(4000, ge=0)
     min_replicas: int = Field(0, ge=0)
     replica_timeout_seconds: float = Field(1.0, gt=0)
+    maintenance_interval_seconds: float = Field(60.0, ge=0)
+    audit_interval_seconds: float = Field(600.0, ge=0)

@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 
+from .audit import audit
 from .errors import QueueConnectionError, ReplicationTimeoutError
 from .execution import (
     Dead,
@@ -147,8 +148,10 @@ class Worker:
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:
-        """Start the heartbeat and the lanes (non-blocking)."""
+        """Start the heartbeat, the upkeep thread and the lanes (non-blocking)."""
         self.heartbeat.start()
+        if self.settings.maintenance_interval_seconds or self.settings.audit_interval_seconds:
+            threading.Thread(target=self._upkeep, name="upkeep", daemon=True).start()
         for queue in self.queues:
             for i in range(self.concurrency):
                 lane = threading.Thread(
@@ -220,6 +223,59 @@ class Worker:
                 )
             except (QueueConnectionError, redis.RedisError) as exc:
                 log.warning("hand-back failed (%s); leases will expire and be reaped", exc)
+
+    def _upkeep(self) -> None:
+        """Bounded trims and the audit, on their intervals, until the worker halts.
+
+        First runs come after half to one interval (random), so the workers of one
+        fleet do not all start at once; each step is bounded, and every failure is
+        logged only.
+        """
+        s = self.settings
+        now = time.monotonic()
+        due = {
+            "maintain": now + self.rng.uniform(0.5, 1.0) * s.maintenance_interval_seconds,
+            "audit": now + self.rng.uniform(0.5, 1.0) * s.audit_interval_seconds,
+        }
+        every = {"maintain": s.maintenance_interval_seconds, "audit": s.audit_interval_seconds}
+        while True:
+            active = {k: t for k, t in due.items() if every[k] > 0}
+            wait = max(min(active.values()) - time.monotonic(), 0.0)
+            if self._halt.wait(wait):
+                return
+            for kind, at in active.items():
+                if time.monotonic() < at:
+                    continue
+                due[kind] = time.monotonic() + every[kind]
+                for queue in self.queues:
+                    try:
+                        self._upkeep_once(kind, queue)
+                    except Exception as exc:
+                        log.warning("queue %s: %s failed: %s", queue.name, kind, exc)
+
+    def _upkeep_once(self, kind: str, queue: Queue) -> None:
+        if kind == "maintain":
+            dead, done = queue.maintain()
+            if dead or done:
+                log.info(
+                    "queue %s: dropped %d dead letters and %d finished records",
+                    queue.name,
+                    dead,
+                    done,
+                )
+            return
+        report = audit(queue, repair=True)
+        self.counters.add("audits")
+        if not report.clean:
+            log.warning(
+                "queue %s: audit found %d orphan(s) (%d put back on ready), %d double(s),"
+                " %d member(s) without a record",
+                queue.name,
+                report.orphans,
+                report.repaired,
+                report.doubles,
+                report.no_record,
+            )
 
     # ------------------------------------------------------------------- lanes
     def _lane(self, queue: Queue) -> None:

@@ -1,0 +1,193 @@
+"""The audit: proof that every job is somewhere, and repair of those that are not.
+
+The closed state machine (docs/adr): every job record is in exactly one of
+``ready``, ``delayed``, ``active``, ``dead``, ``done``, and every member of those has
+a record. The audit walks the records and every structure in bounded, cursor-based
+steps (one read-only script per step, at most ``step`` entries each) and finds:
+
+- orphans: a record in no structure. Nothing would ever run it. With ``repair`` it is
+  put back on ``ready`` (its attempt count untouched) and its failure info says
+  ``orphan_repaired``.
+- doubles: an id in two structures at once (reported; a foreign writer's doing).
+- members without a record: reported; the queue drops them by itself when they
+  come up (fetch counts them as ``orphaned``, redrive and retention remove them).
+
+Because jobs move while the audit walks, a record seen in no sorted set is only a
+candidate; a final script re-checks each candidate atomically (including an LPOS
+of ``ready``) before calling it an orphan, so a job that merely moved is never
+reported or touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import codec
+from .cluster import UNAVAILABLE
+from .errors import QueueConnectionError
+from .replies import text as _text
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+#: Ids listed per kind in a report (the counts are always exact).
+LISTED = 100
+#: Candidates re-checked per confirm script (each may cost one LPOS of ``ready``).
+CONFIRM_BATCH = 50
+#: Fields of the stats hash holding the last completed audit's findings (gauges).
+AUDIT_FIELDS = ("audit:orphans", "audit:doubles", "audit:no_record")
+_KINDS = ("jobs", "ready", "delayed", "active", "dead", "done")
+
+
+@dataclass
+class AuditReport:
+    """What one audit found.
+
+    Attributes:
+        queue: queue name.
+        orphans / doubles / no_record: how many of each were found (exact).
+        repaired: orphans put back on ready (0 without ``repair``).
+        examples: up to :data:`LISTED` ids of each kind
+            (``{"orphans": [...], "doubles": [...], "no_record": [...]}``).
+        steps: script calls made.
+        complete: False when ``max_steps`` ended the walk early (counts are then
+            lower bounds, orphans are not looked for, and nothing is stored as the
+            queue's audit gauges).
+    """
+
+    queue: str
+    orphans: int = 0
+    doubles: int = 0
+    no_record: int = 0
+    repaired: int = 0
+    examples: dict[str, list[str]] = field(
+        default_factory=lambda: {"orphans": [], "doubles": [], "no_record": []}
+    )
+    steps: int = 0
+    complete: bool = True
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing was found."""
+        return not (self.orphans or self.doubles or self.no_record)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return {
+            "queue": self.queue,
+            "orphans": self.orphans,
+            "doubles": self.doubles,
+            "no_record": self.no_record,
+            "repaired": self.repaired,
+            "examples": {k: list(v) for k, v in self.examples.items()},
+            "steps": self.steps,
+            "complete": self.complete,
+        }
+
+
+def _ids(reply: list[Any], at: int) -> tuple[list[bytes | str], int]:
+    n = int(reply[at])
+    return list(reply[at + 1 : at + 1 + n]), at + 1 + n
+
+
+def _show(raw: bytes | str) -> str:
+    # ids are shown, never trusted: undecodable bytes are escaped, not raised
+    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+
+
+def audit(
+    queue: Queue,
+    *,
+    repair: bool = False,
+    step: int = 200,
+    max_steps: int | None = None,
+    record: bool = True,
+) -> AuditReport:
+    """Walk the queue's records and structures in bounded steps; see the module doc.
+
+    Args:
+        queue: the queue to audit.
+        repair: put orphans back on ready (attempt not counted, reason in the info).
+        step: entries per script call, 1..1000 (a record scan step also carries the
+            records' bytes, so keep it small when payloads are large).
+        max_steps: stop after this many script calls (None: walk everything; the
+            cost is about ``(records + members) / step`` calls).
+        record: store the findings of a complete audit in the stats hash
+            (``audit:orphans`` / ``audit:doubles`` / ``audit:no_record``), where
+            :func:`~reliable_queue.stats` and the metrics read them.
+
+    Returns:
+        An :class:`AuditReport`.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+        QueueDataError: a queue key holds the wrong type.
+        ValueError: ``step`` outside 1..1000.
+    """
+    if not 1 <= step <= 1000:
+        raise ValueError("audit step must be 1..1000")
+    report = AuditReport(queue.name)
+    # ids stay raw bytes until shown: an id that is not UTF-8 must be found again as is
+    candidates: list[bytes | str] = []
+    ready: set[bytes | str] = set()
+    doubles: set[bytes | str] = set()
+    no_record: set[bytes | str] = set()
+    keys = queue.keys.script_keys()
+    for kind in _KINDS:
+        cursor = "0"
+        while True:
+            if max_steps is not None and report.steps >= max_steps:
+                report.complete = False
+                break
+            reply = queue.scripts.run("audit_scan", keys, [kind, cursor, step])
+            report.steps += 1
+            cursor = _text(reply[0])
+            first, at = _ids(reply, 1)
+            found_doubles, at = _ids(reply, at)
+            missing, _ = _ids(reply, at)
+            if kind == "jobs":
+                candidates.extend(first)
+            elif kind == "ready":
+                ready.update(first)
+            doubles.update(found_doubles)
+            no_record.update(missing)
+            if cursor == "0":
+                break
+    # records in no sorted set and not seen in ready: re-check each atomically
+    # (a walk cut short has not seen all of ready: its candidates are not re-checked)
+    suspects = [c for c in dict.fromkeys(candidates) if c not in ready] if report.complete else []
+    orphans: list[bytes | str] = []
+    info = codec.dumps(
+        {
+            "reason": "orphan_repaired",
+            "error": "the job was in no structure (found by the audit); put back on ready,"
+            " attempt not counted",
+            "at": queue.clock(),
+        }
+    )
+    for i in range(0, len(suspects), CONFIRM_BATCH):
+        part = suspects[i : i + CONFIRM_BATCH]
+        args = [1 if repair else 0, queue.settings.wake_tokens, info, *part]
+        orphans.extend(queue.scripts.run("audit_confirm", keys, args))
+        report.steps += 1
+    report.orphans = len(orphans)
+    report.repaired = len(orphans) if repair else 0
+    report.doubles = len(doubles)
+    report.no_record = len(no_record)
+    report.examples = {
+        "orphans": [_show(x) for x in orphans[:LISTED]],
+        "doubles": sorted(_show(x) for x in doubles)[:LISTED],
+        "no_record": sorted(_show(x) for x in no_record)[:LISTED],
+    }
+    if record and report.complete:
+        left = report.orphans - report.repaired
+        values = dict(zip(AUDIT_FIELDS, (left, report.doubles, report.no_record), strict=True))
+        try:
+            queue.client.hset(queue.keys.key("stats"), mapping=values)
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+    return report
+
+
+__all__ = ["AUDIT_FIELDS", "AuditReport", "audit"]
