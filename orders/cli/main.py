@@ -12,6 +12,7 @@ from orders.cli.dlq import dlq
 from orders.cli.explain import explain
 from orders.cli.inject import inject
 from orders.cli.outbox import outbox
+from orders.cli.queue_audit import queue_cli
 from orders.cli.services import db, services
 from orders.cli.status import status
 from orders.cli.watch import watch
@@ -48,6 +49,7 @@ app.command()(inject)
 app.command()(explain)
 app.add_typer(dlq, name="dlq")
 app.add_typer(outbox, name="outbox")
+app.add_typer(queue_cli, name="queue")
 app.add_typer(services, name="services")
 app.add_typer(db, name="db")
 

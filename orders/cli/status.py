@@ -117,6 +117,15 @@ def _overview(app: App, as_json: bool) -> None:
             "`orders outbox retry`",
             highlight=False,
         )
+    for step in STEPS:
+        found = queues[step]["audit"]
+        if found.get("orphans") or found.get("doubles"):
+            console.print(
+                f"[bold red]queue {step}: the last audit found {found.get('orphans', 0)}"
+                f" orphan(s) and {found.get('doubles', 0)} double(s)[/] — run"
+                " `orders queue audit --repair`",
+                highlight=False,
+            )
     if faults:
         console.print(f"injected faults: {faults}", highlight=False)
 

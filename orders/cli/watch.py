@@ -63,6 +63,16 @@ def render(snap: Snapshot) -> Group:
             _num(q.retries_per_minute),
         )
     parts: list[Any] = [header, queues]
+    orphaned = [q for q in snap.queues if q.orphans]
+    if orphaned:
+        counts = ", ".join(f"{q.name} {q.orphans}" for q in orphaned)
+        parts.append(
+            Text(
+                f"orphans (jobs in no structure, found by the audit): {counts}"
+                " — run `orders queue audit --repair`",
+                style="bold red",
+            )
+        )
     if snap.orders is not None:
         o = snap.orders
         orders = Table(title="orders", title_justify="left")

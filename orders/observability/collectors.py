@@ -46,6 +46,10 @@ QUEUE_COUNTERS: dict[str, tuple[str, str]] = {
         "orderflow_dead_letters_dropped",
         "Dead letters dropped by the DLQ size or age bound.",
     ),
+    "orphans_repaired": (
+        "orderflow_orphans_repaired",
+        "Job records found in no structure by the audit and put back on ready.",
+    ),
 }
 """Counter in ``reliable_queue`` stats -> (metric name without ``_total``, help)."""
 
@@ -56,8 +60,9 @@ class QueueCollector(Collector):
     """Depths and lifetime counters of the queues, from Redis.
 
     Exposes ``orderflow_queue_jobs{queue,task,state}`` (gauge), one counter
-    per entry of :data:`QUEUE_COUNTERS` and ``orderflow_jobs_dead_lettered_total
-    {queue,task,reason}``, plus ``orderflow_redis_up``.
+    per entry of :data:`QUEUE_COUNTERS`, ``orderflow_jobs_dead_lettered_total
+    {queue,task,reason}`` and ``orderflow_queue_audit_findings{queue,task,kind}``
+    (gauge), plus ``orderflow_redis_up``.
     The counters live in Redis, bumped by the queue's Lua scripts, so they count
     every process's work exactly once and survive worker restarts.
 
@@ -105,6 +110,11 @@ def queue_families(
         name: CounterMetricFamily(metric, text, labels=["queue", "task"])
         for name, (metric, text) in QUEUE_COUNTERS.items()
     }
+    findings = GaugeMetricFamily(
+        "orderflow_queue_audit_findings",
+        "What the last complete audit found: orphans (left unrepaired), doubles, no_record.",
+        labels=["queue", "task", "kind"],
+    )
     dead = CounterMetricFamily(
         "orderflow_jobs_dead_lettered",
         "Jobs moved to the dead-letter queue, by reason.",
@@ -122,7 +132,10 @@ def queue_families(
                 reasons[key[5:]] = value
         for reason, value in reasons.items():
             dead.add_metric([s.queue, task, reason], value)
+        for kind in ("orphans", "doubles", "no_record"):
+            findings.add_metric([s.queue, task, kind], s.audit.get(kind, 0))
     yield depth
+    yield findings
     yield from counters.values()
     yield dead
 

@@ -34,6 +34,7 @@ class QueueView:
         retries_per_minute: retries scheduled per minute over the last minute.
         p50_seconds / p95_seconds: handler time over the last minute (None: no runs
             recorded on this machine).
+        orphans: job records in no structure, as the last audit left them (0: none).
     """
 
     name: str
@@ -48,6 +49,7 @@ class QueueView:
     retries_per_minute: float | None
     p50_seconds: float | None
     p95_seconds: float | None
+    orphans: int = 0
 
 
 @dataclass(frozen=True)
@@ -153,4 +155,5 @@ class SystemView:
             retries_per_minute=retries * 60 if retries is not None else None,
             p50_seconds=p50,
             p95_seconds=p95,
+            orphans=s.orphans,
         )
