@@ -44,6 +44,18 @@ def scaling(
         typer.echo(f"wrote {report.write_results(rows, 'orderflow-scaling')}")
 
 
+@orderflow_app.command("script-latency")
+def script_latency(
+    n: Annotated[int, typer.Option(help="entries in each of ready, done and dead")] = 100_000,
+) -> None:
+    """Longest Redis-side run of each queue script (SLOWLOG) on a full queue; exit 1
+    when one is over 50 ms."""
+    from .script_latency import main
+
+    if not main(n):
+        raise typer.Exit(1)
+
+
 @orderflow_app.command()
 def depth(
     waiting: Annotated[str, typer.Option(help="jobs waiting")] = "1000,100000,1000000",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from . import codec
 from .cluster import UNAVAILABLE
 from .errors import QueueConnectionError
+from .limits import SCRIPT_BATCH
 from .replies import text as _text
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def audit(
     Args:
         queue: the queue to audit.
         repair: put orphans back on ready (attempt not counted, reason in the info).
-        step: entries per script call, 1..1000 (a record scan step also carries the
+        step: entries per script call, 1..500 (a record scan step also carries the
             records' bytes, so keep it small when payloads are large).
         max_steps: stop after this many script calls (None: walk everything; the
             cost is about ``(records + members) / step`` calls).
@@ -123,10 +124,10 @@ def audit(
     Raises:
         QueueConnectionError: Redis unreachable.
         QueueDataError: a queue key holds the wrong type.
-        ValueError: ``step`` outside 1..1000.
+        ValueError: ``step`` outside 1..500.
     """
-    if not 1 <= step <= 1000:
-        raise ValueError("audit step must be 1..1000")
+    if not 1 <= step <= SCRIPT_BATCH:
+        raise ValueError(f"audit step must be 1..{SCRIPT_BATCH}")
     report = AuditReport(queue.name)
     # ids stay raw bytes until shown: an id that is not UTF-8 must be found again as is
     candidates: list[bytes | str] = []

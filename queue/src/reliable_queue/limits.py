@@ -11,7 +11,7 @@ from __future__ import annotations
 
 #: Most job ids one script call carries: a fetch's count, an ack / extend / release
 #: batch, an enqueue batch, a purge / redrive / replay batch.
-SCRIPT_BATCH = 1000
+SCRIPT_BATCH = 500
 
 #: Most jobs one :meth:`Queue.fetch` (or one worker lane's fetch) may ask for; it is
 #: served by ``ceil(count / SCRIPT_BATCH)`` script calls in one round trip.

@@ -222,8 +222,14 @@ class Queue:
             self._registered = True
 
     # -------------------------------------------------------------------- fetch
-    def fetch_call(self, count: int, lease_seconds: float, worker_id: str) -> Call:
+    def fetch_call(
+        self, count: int, lease_seconds: float, worker_id: str, *, reap: bool = True
+    ) -> Call:
         """The script call behind :meth:`fetch`, for pipelining with settlements.
+
+        Args:
+            reap: reclaim expired leases first (False for the later calls of a split
+                fetch: they must not reap the short leases the first call gave out).
 
         Raises:
             QueueLimitError: ``count`` outside ``0..SCRIPT_BATCH`` (use :meth:`fetch_calls`).
@@ -238,7 +244,7 @@ class Queue:
                 count,
                 _ms(lease_seconds),
                 worker_id,
-                s.reap_limit,
+                s.reap_limit if reap else 0,
                 s.default_max_attempts,
                 s.dlq_max_size,
                 _ms(s.dlq_max_age_seconds),
@@ -254,7 +260,9 @@ class Queue:
         if not 1 <= count <= MAX_FETCH:
             raise QueueLimitError(f"fetch count must be 1..{MAX_FETCH}, not {count}")
         sizes = [min(SCRIPT_BATCH, count - i) for i in range(0, count, SCRIPT_BATCH)]
-        return [self.fetch_call(n, lease_seconds, worker_id) for n in sizes]
+        return [
+            self.fetch_call(n, lease_seconds, worker_id, reap=i == 0) for i, n in enumerate(sizes)
+        ]
 
     def parse_fetch(self, reply: Sequence[Any]) -> FetchResult:
         """Turn a fetch script reply into a :class:`FetchResult`.
@@ -288,7 +296,7 @@ class Queue:
 
         Args:
             count: most jobs to lease, ``1..MAX_FETCH`` (10,000); more than
-                ``SCRIPT_BATCH`` (1,000) are leased by several script calls sent in
+                ``SCRIPT_BATCH`` (500) are leased by several script calls sent in
                 one round trip, each atomic.
             lease_seconds: lease length (default ``settings.lease_seconds``).
             worker_id: recorded in each lease token (shown by ``explain``).

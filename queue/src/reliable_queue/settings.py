@@ -19,7 +19,7 @@ class QueueSettings(BaseModel):
         dlq_max_size: dead-letter entries kept per queue; the oldest beyond are dropped
             (and counted in ``dlq_dropped``).
         dlq_max_age_seconds: dead-letter entries older than this are dropped (counted).
-        reap_limit: expired leases reclaimed per fetch call (at most 1,000, one script
+        reap_limit: expired leases reclaimed per fetch call (at most 500, one script
             call's batch); a fetch that hits the limit reports it and the worker reaps
             again at once, so reaping never falls behind.
         max_block_seconds: longest an idle worker blocks on Redis before re-checking
@@ -47,7 +47,7 @@ class QueueSettings(BaseModel):
     max_payload_bytes: int = Field(256 * 1024, gt=0)
     dlq_max_size: int = Field(100_000, gt=0)
     dlq_max_age_seconds: float = Field(7 * 86400.0, gt=0)
-    reap_limit: int = Field(1000, gt=0, le=1000)
+    reap_limit: int = Field(500, gt=0, le=500)
     max_block_seconds: float = Field(2.0, gt=0)
     wake_tokens: int = Field(16, gt=0, le=1000)
     traceback_max_chars: int = Field(4000, ge=0)

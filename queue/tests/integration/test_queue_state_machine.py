@@ -1,14 +1,24 @@
 """Model-based test: the job state machine in Redis against a plain Python model.
 
-Hypothesis drives random sequences of enqueue / fetch / ack / nack / dead / release /
-redrive / extend / stale settlements / lease expiry; after every step each job must
-sit in exactly the structure the model says, and the counters must agree.
+Hypothesis drives random sequences of enqueue / enqueue_many (with and without
+idempotency keys, delays) / fetch (counts up to 10,000) / ack / nack / dead / release /
+redrive / purge / replay / extend / reap / stale settlements / lease expiry (a lost
+worker) / SCRIPT FLUSH / a wrong-type key planted in the way of a write; after every
+step the audit finds nothing, each job sits in exactly the structure the model says,
+and the counters agree.
+
+CI runs a fixed, small example budget. A longer run:
+
+    QUEUE_STATEFUL_EXAMPLES=2000 uv run pytest \
+        queue/tests/integration/test_queue_state_machine.py -q
 """
 
 import itertools
+import os
 import time
 from dataclasses import dataclass
 
+import pytest
 import redis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -20,7 +30,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from reliable_queue import EnqueueRequest, Lease, Queue, QueueSettings, stats
+from reliable_queue import EnqueueRequest, Lease, Queue, QueueDataError, QueueSettings, audit, stats
+
+#: Examples per run; CI keeps the default small, a longer run sets the variable.
+EXAMPLES = int(os.environ.get("QUEUE_STATEFUL_EXAMPLES", "40"))
 
 TINY = 0.001  # lease seconds; a sleep of a few ms expires it
 LONG = 3600.0
@@ -55,10 +68,11 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 settings=QueueSettings(lease_seconds=LONG, job_retention_seconds=LONG),
             )
             self.jobs: dict[str, Job] = {}
+            self.keyed: dict[str, str] = {}  # idempotency key -> first job id
             self.stale: list[Lease] = []
             self.counters = dict.fromkeys(
                 ("enqueued", "succeeded", "retried", "dead", "reaped", "stale_refused",
-                 "stale_extends", "released", "redriven"),
+                 "stale_extends", "released", "redriven", "purged", "replayed"),
                 0,
             )  # fmt: skip
 
@@ -102,7 +116,30 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 self.jobs[job_id] = Job("delayed" if delayed else "ready", 0, max_attempts)
             self.counters["enqueued"] += n
 
-        @rule(count=st.integers(1, 4), tiny=st.booleans())
+        @rule(
+            keys=st.lists(st.sampled_from(["k0", "k1", "k2", None]), min_size=1, max_size=4),
+            delayed=st.booleans(),
+        )
+        def enqueue_with_keys(self, keys, delayed):
+            requests = [
+                EnqueueRequest("t", {}, idempotency_key=k, delay=LONG if delayed else 0)
+                for k in keys
+            ]
+            ids = self.queue.enqueue_many(requests)
+            for key, job_id in zip(keys, ids, strict=True):
+                if key is not None and key in self.keyed:
+                    assert job_id == self.keyed[key]  # a duplicate: the first job's id
+                    continue
+                assert job_id not in self.jobs
+                if key is not None:
+                    self.keyed[key] = job_id
+                self.jobs[job_id] = Job("delayed" if delayed else "ready", 0, 5)
+                self.counters["enqueued"] += 1
+
+        @rule(
+            count=st.one_of(st.integers(1, 4), st.sampled_from([999, 1000, 1001, 4500, 10_000])),
+            tiny=st.booleans(),
+        )
         def fetch(self, count, tiny):
             self.reap_model()
             ready = set(self.in_state("ready"))
@@ -176,6 +213,67 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             job.state, job.attempts = "ready", 0
             self.counters["redriven"] += 1
 
+        @precondition(lambda self: self.in_state("dead"))
+        @rule(data=st.data())
+        def purge(self, data):
+            job_id = self.pick(data, "dead")
+            assert self.queue.dead_letters.purge(ids=[job_id]) == 1
+            del self.jobs[job_id]
+            self.counters["purged"] += 1
+
+        @precondition(lambda self: self.in_state("done"))
+        @rule(data=st.data())
+        def replay(self, data):
+            job_id = self.pick(data, "done")
+            assert self.queue.replay([job_id]) == ([job_id], [])
+            job = self.jobs[job_id]
+            job.state, job.attempts = "ready", 0
+            self.counters["replayed"] += 1
+
+        @rule()
+        def script_flush(self):
+            client.script_flush()  # as after a restart or failover: scripts reload
+
+        @rule(
+            where=st.sampled_from(["idempotency", "done", "delayed", "stats", "dead"]),
+            data=st.data(),
+        )
+        def wrong_type_key_in_the_way(self, where, data):
+            k = self.queue.keys
+            if where == "idempotency":
+                planted = k.idempotency_key("planted")
+                client.rpush(planted, "x")
+                with pytest.raises(QueueDataError):
+                    self.queue.enqueue_many(
+                        [EnqueueRequest("t", {}, "fresh-key"), EnqueueRequest("t", {}, "planted")]
+                    )
+                client.delete(planted)
+                assert client.exists(k.idempotency_key("fresh-key")) == 0
+                return
+            # swap the structure for a wrong-type key, try the write, put it back
+            key, aside = k.key(where), k.key("aside")
+            existed = client.exists(key)
+            if existed:
+                client.rename(key, aside)
+            client.set(key, "planted")
+            try:
+                active = self.in_state("active")
+                with pytest.raises(QueueDataError):
+                    if where in ("done", "stats") and active:
+                        job_id = data.draw(st.sampled_from(active))
+                        self.queue.ack([Lease(job_id, self.jobs[job_id].token)])
+                    elif where == "dead" and active:
+                        job_id = data.draw(st.sampled_from(active))
+                        self.queue.dead(Lease(job_id, self.jobs[job_id].token), "error")
+                    elif where in ("done", "dead"):
+                        self.queue.maintain()  # the bounded trims touch both
+                    else:
+                        self.queue.enqueue("t", {}, delay=LONG)
+            finally:
+                client.delete(key)
+                if existed:
+                    client.rename(aside, key)
+
         @precondition(lambda self: self.stale)
         @rule(data=st.data(), how=st.sampled_from(["ack", "nack", "dead", "extend"]))
         def settle_with_a_stale_token(self, data, how):
@@ -213,6 +311,11 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 assert int(attempts.get(job_id.encode(), 0)) == job.attempts, job_id
 
         @invariant()
+        def the_audit_finds_nothing(self):
+            report = audit(self.queue, step=3, record=False)
+            assert report.clean and report.complete, report.as_dict()
+
+        @invariant()
         def counters_and_depths_match_the_model(self):
             s = stats(self.queue)
             assert {k: s.counters[k] for k in self.counters} == self.counters
@@ -223,7 +326,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
         run_state_machine_as_test(
             JobStateMachine,
             settings=settings(
-                max_examples=100,
+                max_examples=EXAMPLES,
                 stateful_step_count=40,
                 deadline=None,
                 database=None,

@@ -20,7 +20,7 @@ local K_DONE, K_STATS, K_SEQ, K_WAKE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
 -- Most job ids one call may carry (fetch count, ack/extend/release pairs, enqueue
 -- jobs, purge/redrive/replay ids). Python splits larger requests (limits.py).
-local MAX_BATCH = 1000
+local MAX_BATCH = 500
 -- Most entries one call trims (DLQ age/size, finished-record retention).
 local TRIM_STEP = 500
 -- Job ids longer than this are refused as invalid records (ids are short ASCII).

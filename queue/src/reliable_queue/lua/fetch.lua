@@ -3,7 +3,9 @@
 -- ARGV[1] count            jobs to lease at most (0..MAX_BATCH)
 -- ARGV[2] lease ms         lease length
 -- ARGV[3] worker id        recorded in the lease token
--- ARGV[4] reap limit       expired leases reclaimed per call (1..MAX_BATCH)
+-- ARGV[4] reap limit       expired leases reclaimed per call (0..MAX_BATCH; 0 = no
+--                          reaping: the later calls of a split fetch, which must not
+--                          reap the leases the first call just gave out)
 -- ARGV[5] default max attempts (for records that cannot be read)
 -- ARGV[6] dlq max size     ARGV[7] dlq max age ms
 -- Returns: {wait_ms, reaped, reap_more, id1, token1, attempt1, record1, id2, ...}
@@ -31,7 +33,10 @@ end
 local now = now_ms()
 
 -- 1. reap: a lost worker counts as an attempt; at max attempts the job is dead.
-local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
+local expired = {}
+if reap_limit > 0 then
+  expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
+end
 local reaped = #expired
 local dead_any = false
 if reaped > 0 then
@@ -66,7 +71,7 @@ end
 
 -- 3. lease up to count ready jobs (count 0: reap and promote only; RPOP with a
 -- count of 0 replies an empty array, not nil).
-local out = {-1, reaped, reaped >= reap_limit and 1 or 0}
+local out = {-1, reaped, (reap_limit > 0 and reaped >= reap_limit) and 1 or 0}
 local ids = false
 if count > 0 then ids = redis.call('RPOP', K_READY, count) end
 if not ids then
