@@ -178,7 +178,9 @@ def cli_env(data_dir: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     """Environment (dict) for running the ``orders`` CLI as a subprocess on :func:`data_dir`.
 
     Drops inherited ``ORDERS_*`` variables and sets ``ORDERS_DATA_DIR``. With
-    ``TEST_REDIS_URL`` set it becomes ``ORDERS_REDIS_URL``; with ``TEST_DATABASE_URL``
+    ``TEST_REDIS_URL`` set it becomes ``ORDERS_REDIS_URL`` and ``ORDERS_QUEUE_PREFIX``
+    is the test's :func:`key_prefix` (a namespace belongs to one database, and each
+    test has its own); with ``TEST_DATABASE_URL``
     set, ``ORDERS_DATABASE_URL`` is a fresh database from :func:`database_url`.
     Otherwise both stay unset, so the CLI uses its embedded defaults in the data dir.
     A test sharing Redis with others must still isolate its queue names.
@@ -187,6 +189,7 @@ def cli_env(data_dir: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     env["ORDERS_DATA_DIR"] = str(data_dir)
     if os.environ.get("TEST_REDIS_URL"):
         env["ORDERS_REDIS_URL"] = os.environ["TEST_REDIS_URL"]
+        env["ORDERS_QUEUE_PREFIX"] = request.getfixturevalue("key_prefix")
     if os.environ.get("TEST_DATABASE_URL"):
         env["ORDERS_DATABASE_URL"] = request.getfixturevalue("database_url")
     return env

@@ -129,6 +129,19 @@ class WorkflowStep(Base):
         return idempotency_key(self.workflow_id, self.step)
 
 
+class DatabaseIdentity(Base):
+    """The one row naming this database: a random id created with the schema.
+
+    A Redis namespace is bound to it, so two databases never share one queue
+    namespace (their idempotency keys ``<workflow id>:<step>`` would collide).
+    """
+
+    __tablename__ = "database_identity"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 def idempotency_key(workflow_id: int, step: str) -> str:
     """Return the idempotency key of one step message.
 

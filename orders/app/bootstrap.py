@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
+from orders.app.namespace import DatabaseLabel, bind_namespace
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
@@ -20,6 +21,7 @@ from orders.observability.urls import mask_url
 from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis
+from workflows.identity import database_id
 from workflows.publisher import QueuePublisher
 from workflows.relay import PublishPolicy
 
@@ -94,6 +96,7 @@ class App:
     redis_override: RedisClient | None = None
     engine_override: Engine | None = None
     embedded: EmbeddedRedis | None = field(default=None, init=False)
+    _bound: bool = field(default=False, init=False)
 
     @cached_property
     def redis(self) -> RedisClient:
@@ -157,8 +160,39 @@ class App:
 
     @cached_property
     def queues(self) -> dict[str, Queue]:
-        """One queue per step, by step name."""
+        """One queue per step, by step name (the namespace is bound first).
+
+        Raises:
+            NamespaceClaimed: the Redis namespace belongs to another database.
+        """
+        self.bind_namespace()
         return {step: self.queue(queue_name(step)) for step in STEPS}
+
+    @cached_property
+    def database_label(self) -> DatabaseLabel:
+        """This database's id and masked URL (``orders.app.namespace``)."""
+        url = self.engine.url.render_as_string(hide_password=True)
+        return DatabaseLabel(database_id(self.session_factory), mask_url(url))
+
+    def redis_label(self) -> str:
+        """The Redis in use, for messages (password masked)."""
+        if self.settings.redis_url:
+            return mask_url(self.settings.redis_url)
+        return f"the embedded Redis of {self.settings.resolved_data_dir()}"
+
+    def bind_namespace(self) -> None:
+        """Claim the Redis namespace for this database, or check that it holds it.
+
+        Raises:
+            NamespaceClaimed: another database holds the namespace.
+            redis.RedisError: Redis unreachable.
+        """
+        if self._bound:
+            return
+        bind_namespace(
+            self.redis, self.settings.queue_prefix, self.database_label, self.redis_label()
+        )
+        self._bound = True
 
     @cached_property
     def publisher(self) -> QueuePublisher:

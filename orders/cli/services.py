@@ -73,3 +73,33 @@ def upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = 
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
     upgrade_database(settings.resolved_database_url(), revision)
     console.print(f"database at {revision}")
+
+
+@db.command("rebind-redis")
+@handle_errors
+def rebind_redis(
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Really delete the namespace's keys (no prompt).")
+    ] = False,
+) -> None:
+    """Bind the Redis namespace (ORDERS_QUEUE_PREFIX) to this database, deleting its keys.
+
+    For a namespace that another database used (a deleted orders.db whose
+    embedded Redis kept its data, or two databases pointed at one Redis): the
+    other database's jobs, dead letters and idempotency keys are deleted, then
+    this database's outbox sweep publishes its open steps again.
+    """
+    from orders.app.namespace import rebind_namespace
+    from orders.cli.context import make_app
+
+    app = make_app()
+    prefix = app.settings.queue_prefix
+    if not yes:
+        typer.confirm(
+            f"delete every key of namespace {prefix!r} on {app.redis_label()}?", abort=True
+        )
+    try:
+        deleted = rebind_namespace(app.redis, prefix, app.database_label)
+    finally:
+        app.close()
+    console.print(f"deleted {deleted} key(s); namespace {prefix!r} now belongs to this database")

@@ -35,3 +35,7 @@ class SchemaNotMigrated(OrdersError):
 
 class InvalidRedisUrl(OrdersError):
     """``ORDERS_REDIS_URL`` does not parse as a Redis URL."""
+
+
+class NamespaceClaimed(OrdersError):
+    """The Redis namespace (``ORDERS_QUEUE_PREFIX`` on that Redis) belongs to another database."""

@@ -104,7 +104,9 @@ def run_worker(
 
     Raises:
         OSError: the metrics port cannot be bound.
+        NamespaceClaimed: the Redis namespace belongs to another database.
     """
+    app.bind_namespace()  # never serve another database's jobs
     obs = worker_observability(app, steps, record=record_metrics)
     worker = build_worker(
         app,

@@ -1,0 +1,118 @@
+"""One Redis namespace belongs to one database.
+
+Two databases sharing a queue namespace share idempotency keys
+``<workflow id>:<step>`` for the same ids: every publish of the second is
+absorbed as a duplicate of the first's jobs, and no step ever runs. The
+namespace therefore carries a claim, ``<prefix>:database`` = the id of the
+database that first used it (``workflows.identity``); any other database is
+refused with one line naming both. ``rebind_namespace`` hands a namespace
+over (its keys are deleted first).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from orders.domain.errors import NamespaceClaimed
+from reliable_queue.cluster import RedisClient
+
+#: keys UNLINKed per round trip by :func:`rebind_namespace`
+_DELETE_BATCH = 500
+
+
+@dataclass(frozen=True)
+class DatabaseLabel:
+    """A database as the claim names it.
+
+    Attributes:
+        id: the database's id (UUID string).
+        url: its URL with the password masked (shown to the next claimant).
+    """
+
+    id: str
+    url: str
+
+
+def claim_key(prefix: str) -> str:
+    """The Redis key holding the claim of namespace ``prefix``."""
+    return f"{prefix}:database"
+
+
+def bind_namespace(
+    client: RedisClient, prefix: str, database: DatabaseLabel, redis_label: str
+) -> None:
+    """Claim namespace ``prefix`` for ``database``, or check that it already holds it.
+
+    Args:
+        client: the Redis client.
+        prefix: the queue prefix (``ORDERS_QUEUE_PREFIX``).
+        database: this database's id and masked URL.
+        redis_label: the Redis as the error message names it (masked URL).
+
+    Raises:
+        NamespaceClaimed: another database holds the namespace (one-line message
+            naming both databases and the way out).
+        redis.RedisError: Redis unreachable.
+    """
+    key = claim_key(prefix)
+    value = json.dumps({"id": database.id, "url": database.url})
+    if client.set(key, value, nx=True):
+        return
+    other = _read_claim(client.get(key))
+    if other.id == database.id:
+        return
+    raise NamespaceClaimed(
+        f"Redis namespace {prefix!r} on {redis_label} belongs to database "
+        f"{other.id[:8]} ({other.url}), not to this database {database.id[:8]} "
+        f"({database.url}): set another ORDERS_QUEUE_PREFIX or ORDERS_REDIS_URL, or run "
+        "`orders db rebind-redis` to delete that namespace's keys and bind it to this database"
+    )
+
+
+def rebind_namespace(client: RedisClient, prefix: str, database: DatabaseLabel) -> int:
+    """Delete every key of namespace ``prefix`` and claim it for ``database``.
+
+    The previous database's jobs, dead letters and idempotency keys are gone
+    afterwards; its steps are that database's business (its sweep re-publishes
+    them if it is ever pointed here again, after its own rebind).
+
+    Returns:
+        Keys deleted.
+
+    Raises:
+        redis.RedisError: Redis unreachable (some keys may be deleted; run it again).
+    """
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        batch.append(key)
+        if len(batch) >= _DELETE_BATCH:
+            deleted += _unlink(client, batch)
+            batch.clear()
+    if batch:
+        deleted += _unlink(client, batch)
+    client.set(claim_key(prefix), json.dumps({"id": database.id, "url": database.url}))
+    return deleted
+
+
+def _unlink(client: RedisClient, keys: list[bytes]) -> int:
+    # one key per call keeps a cluster happy (keys of many slots)
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+    return sum(int(n or 0) for n in pipe.execute())
+
+
+def _read_claim(raw: bytes | None) -> DatabaseLabel:
+    if raw is None:
+        return DatabaseLabel("(claim vanished)", "?")
+    try:
+        data = json.loads(raw)
+        return DatabaseLabel(str(data["id"])[:36], _printable(str(data.get("url", "?")))[:200])
+    except (ValueError, KeyError, TypeError):
+        return DatabaseLabel("(unreadable claim)", "?")
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
