@@ -46,9 +46,53 @@ def run_migrations_offline() -> None:
 
 
 def _run_on(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        _sqlite_before(connection)
     _configure(connection=connection)
     with context.begin_transaction():
         context.run_migrations()
+    if sqlite:
+        _sqlite_after(connection)
+
+
+def _sqlite_before(connection: Connection) -> None:
+    """Foreign keys off while migrating, and no leftovers of a failed batch.
+
+    A batch migration rebuilds a table (create ``_alembic_tmp_<t>``, copy, drop
+    ``<t>``, rename); with foreign keys enforced, dropping a table that others
+    reference fails. The pragma is ignored inside a transaction, so any open
+    one is ended first. SQLite runs DDL without a transaction here, so a batch
+    that failed half-way may have left ``_alembic_tmp_*`` behind: it holds
+    nothing the original table lacks, and would make every later run fail.
+    """
+    if connection.in_transaction():
+        connection.commit()
+    connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
+    tables = connection.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'table'"
+    ).scalars()
+    leftovers = [name for name in tables if name.startswith("_alembic_tmp_")]
+    for name in leftovers:
+        connection.exec_driver_sql(f'DROP TABLE "{name}"')
+    connection.commit()
+
+
+def _sqlite_after(connection: Connection) -> None:
+    """Check every foreign key (``PRAGMA foreign_key_check``), then enforce them again.
+
+    Raises:
+        RuntimeError: rows whose references are broken (table, rowid, parent named).
+    """
+    if connection.in_transaction():
+        connection.commit()
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+    if broken:
+        shown = ", ".join(
+            f"{table} row {rowid} -> {parent}" for table, rowid, parent, _ in broken[:10]
+        )
+        raise RuntimeError(f"migration left {len(broken)} broken foreign key reference(s): {shown}")
 
 
 def run_migrations_online() -> None:
