@@ -100,6 +100,12 @@ class Settings(BaseSettings):
         "again, seconds.",
     )
 
+    relay_reconcile_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Pause between two passes of the worker sweep that mark the steps of "
+        "dead-lettered jobs dead (their orders then show as blocked everywhere), seconds.",
+    )
     relay_publish_max_attempts: int = Field(
         default=8,
         ge=1,

@@ -1,16 +1,22 @@
 """The periodic outbox sweep, run as a thread inside worker processes.
 
 Every worker process may run it; a Redis lock (SET NX PX) lets one sweep
-happen per interval across all of them.
+happen per interval across all of them. Every
+``relay_reconcile_interval_seconds`` the sweep also reconciles the database
+with the dead-letter queues (``orders.worker.reconcile``), so an order whose
+job the reaper dead-lettered shows as blocked in every view.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from orders.app.bootstrap import App
 from orders.worker.counters import Counters
+from orders.worker.reconcile import reconcile_dead_letters
 from workflows.relay import SweepResult, sweep
 
 log = logging.getLogger("orders.relay")
@@ -35,17 +41,27 @@ class SweepLoop(threading.Thread):
     """Runs :func:`sweep_once` every ``relay_sweep_interval_seconds`` while not stopped.
 
     Attributes:
-        totals: published / republished counts summed over the sweeps this loop ran
+        totals: published / republished / reconciled counts summed over the sweeps this
+            loop ran
             (this process only; every process also adds them to the shared
             ``sweep:published`` / ``sweep:republished`` counters in Redis).
     """
 
-    def __init__(self, app: App, stop: threading.Event, *, use_lock: bool = True) -> None:
+    def __init__(
+        self,
+        app: App,
+        stop: threading.Event,
+        *,
+        use_lock: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(name="relay-sweep", daemon=True)
         self.app = app
         self.stop = stop
         self.use_lock = use_lock
-        self.totals = {"published": 0, "republished": 0}
+        self.clock = clock
+        self.next_reconcile = clock()
+        self.totals = {"published": 0, "republished": 0, "reconciled": 0}
         self.lock_key = f"{app.settings.queue_prefix}:relay-lock"
         self.counters = Counters(app.redis, app.settings.queue_prefix)
 
@@ -58,6 +74,7 @@ class SweepLoop(threading.Thread):
                 ):
                     continue
                 result = sweep_once(self.app)
+                self.reconcile_when_due()
             except Exception as exc:  # the next sweep tries again
                 log.warning("relay sweep failed: %s", exc)
                 continue
@@ -72,3 +89,18 @@ class SweepLoop(threading.Thread):
                 )
             if result.republished:
                 log.warning("relay re-published %d step(s) the queue had lost", result.republished)
+
+    def reconcile_when_due(self) -> None:
+        """Mark the steps of dead-lettered jobs dead, at most once per reconcile interval.
+
+        Raises:
+            reliable_queue.QueueError / sqlalchemy errors: the next pass tries again.
+        """
+        now = self.clock()
+        if now < self.next_reconcile:
+            return
+        self.next_reconcile = now + self.app.settings.relay_reconcile_interval_seconds
+        marked = reconcile_dead_letters(self.app)
+        self.totals["reconciled"] += marked
+        if marked:
+            log.warning("marked %d step(s) dead from the dead-letter queues", marked)
