@@ -5,20 +5,19 @@ A job record can outlive its place in the queue: a script that failed half-way
 leaves a record and an idempotency key that point at a job nothing will run.
 The relay must not take such a key for proof that the step is queued.
 
-The check reads one queue's keys in one MULTI/EXEC transaction (all keys of a
-queue share one hash slot), so a job moving between structures meanwhile is
-seen in exactly one of them.
+The check is the queue's own :meth:`~reliable_queue.Queue.locate` (one
+read-only script, so a job moving between structures meanwhile is seen in
+exactly one of them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import redis
 
 from reliable_queue import Queue
-from reliable_queue.cluster import UNAVAILABLE, node_client, snapshot
+from reliable_queue.cluster import UNAVAILABLE, node_client
 from reliable_queue.errors import QueueConnectionError
 
 #: states :func:`where_is` returns
@@ -28,18 +27,15 @@ UNKNOWN = "unknown"  # no record at all
 #: states in which the queue will still run (or has parked) the job
 QUEUED = (READY, DELAYED, ACTIVE, DEAD)
 
-_ZSETS = (DELAYED, ACTIVE, DEAD, DONE)
-
 
 def where_is(queue: Queue, job_ids: Sequence[str]) -> list[str]:
     """The state of each job: ready, delayed, active, dead, done, nowhere or unknown.
 
-    The ready list is searched from its oldest end (``LPOS ... RANK -1``), where
-    the jobs a sweep asks about usually are; the sorted sets cost O(1) per job.
+    One :meth:`reliable_queue.Queue.locate` script per id (a consistent snapshot).
 
     Args:
-        queue: the job's queue.
-        job_ids: ids to look up (one transaction per id).
+        queue: the jobs' queue.
+        job_ids: ids to look up.
 
     Returns:
         One state per id, in order.
@@ -47,28 +43,7 @@ def where_is(queue: Queue, job_ids: Sequence[str]) -> list[str]:
     Raises:
         QueueConnectionError: Redis unreachable.
     """
-    states: list[str] = []
-    jobs = queue.keys.key("jobs")
-    for job_id in job_ids:
-
-        def fill(pipe: Any, job_id: str = job_id) -> None:
-            pipe.hexists(jobs, job_id)
-            for kind in _ZSETS:
-                pipe.zscore(queue.keys.key(kind), job_id)
-            pipe.lpos(queue.keys.key(READY), job_id, rank=-1)
-
-        exists, *scores, position = snapshot(queue.client, jobs, fill)
-        states.append(_state(bool(exists), scores, position))
-    return states
-
-
-def _state(exists: bool, scores: list[Any], position: Any) -> str:
-    if position is not None:
-        return READY
-    for kind, score in zip(_ZSETS, scores, strict=True):
-        if score is not None:
-            return kind
-    return NOWHERE if exists else UNKNOWN
+    return [queue.locate(job_id) for job_id in job_ids]
 
 
 def forget_key_if(queue: Queue, idempotency_key: str, job_id: str) -> bool:

@@ -73,8 +73,7 @@ class QueuePublisher:
             QueueConnectionError: Redis unreachable.
         """
         queue = self.queue_for(self.queue_of_key(idempotency_key))
-        job_id = self._job_of(queue, [idempotency_key])[0]
-        return job_id is not None and where_is(queue, [job_id])[0] in QUEUED
+        return queue.pending_job_for(idempotency_key) is not None
 
     def _job_of(self, queue: Queue, keys: Sequence[str]) -> list[str | None]:
         try:

@@ -178,3 +178,45 @@ def test_outbox_cli_lists_an_unpublishable_row_and_retry_resumes_it(
     with session_factory() as session:
         assert set(session.scalars(select(WorkflowStep.status))) == {StepStatus.PENDING}
         assert session.scalars(select(Workflow.status)).one() == WorkflowStatus.RUNNING
+
+
+def test_steps_whose_ready_list_was_deleted_are_published_again_by_the_sweep(
+    session_factory, catalog, queues, real_publisher, redis_client
+):
+    """What ``maxmemory-policy allkeys-lru`` does to a queue: the ready list is evicted."""
+    clock = Clock()
+    placed = place(
+        session_factory,
+        20,
+        source=RANDOM,
+        rng=random.Random(5),
+        publisher=real_publisher,
+        clock=clock,
+    )
+    assert placed.published == 80
+    stock = queues["stock"]
+    records = redis_client.hlen(stock.keys.key("jobs"))
+    redis_client.delete(stock.keys.key("ready"))  # the records stay, on no list
+    assert records == 20 and stock.ids_in("ready") == []
+    assert not real_publisher.is_known("1:stock")
+
+    clock.advance(31)
+    result = sweep(
+        session_factory,
+        real_publisher,
+        is_known=real_publisher.is_known,
+        republish_after=30,
+        clock=clock,
+    )
+    assert result.republished == 20
+    assert {key.rsplit(":", 1)[1] for key in result.republished_keys} == {"stock"}
+    ready = stock.ids_in("ready")
+    assert len(ready) == 20 and set(where_is(stock, ready)) == {READY}
+    again = sweep(
+        session_factory,
+        real_publisher,
+        is_known=real_publisher.is_known,
+        republish_after=30,
+        clock=clock,
+    )
+    assert again.republished == 0
