@@ -100,6 +100,11 @@ class Settings(BaseSettings):
         "again, seconds.",
     )
 
+    allow_key_eviction: bool = Field(
+        default=False,
+        description="Let workers run on a Redis whose maxmemory-policy may evict keys "
+        "(jobs can then vanish; the outbox sweep re-publishes what it can).",
+    )
     relay_reconcile_interval_seconds: float = Field(
         default=10.0,
         gt=0,

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from orders.app.bootstrap import App
-from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.app.eviction import key_eviction_problem
+from orders.cli.context import console, emit_json, err_console, fail, handle_errors, make_app
 from orders.domain.queries import order_status, totals
 from orders.domain.steps import STEPS
 from orders.worker.faults import FaultStore, describe
@@ -65,13 +66,23 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
 
 
 def _overview(app: App, as_json: bool) -> None:
+    eviction = key_eviction_problem(app.redis)
+    if eviction and not as_json:
+        err_console.print(f"[bold red]WARNING:[/] {escape(eviction)}", highlight=False)
     reconcile_dead_letters(app)
     with UnitOfWork(app.session_factory) as uow:
         t = totals(uow.session)
     queues = {name: stats(q).as_dict() for name, q in app.queues.items()}
     faults = describe(FaultStore(app.redis, app.settings.queue_prefix).all())
     if as_json:
-        emit_json({"orders": t.to_dict(), "queues": queues, "faults": faults})
+        emit_json(
+            {
+                "orders": t.to_dict(),
+                "queues": queues,
+                "faults": faults,
+                "redis_warning": eviction,
+            }
+        )
         return
     orders = Table(title=f"orders ({t.orders})")
     orders.add_column("status")

@@ -39,3 +39,7 @@ class InvalidRedisUrl(OrdersError):
 
 class NamespaceClaimed(OrdersError):
     """The Redis namespace (``ORDERS_QUEUE_PREFIX`` on that Redis) belongs to another database."""
+
+
+class KeyEvictionPossible(OrdersError):
+    """Redis may evict keys (``maxmemory-policy`` is not ``noeviction``): jobs would vanish."""

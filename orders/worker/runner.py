@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from orders.app.bootstrap import App
 from orders.app.db import worker_pool_size
+from orders.app.eviction import check_key_eviction
 from orders.domain.steps import queue_name
 from orders.observability.worker_setup import WorkerObservability, worker_observability
 from orders.worker.counters import Counters
@@ -105,8 +106,12 @@ def run_worker(
     Raises:
         OSError: the metrics port cannot be bound.
         NamespaceClaimed: the Redis namespace belongs to another database.
+        KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
     app.bind_namespace()  # never serve another database's jobs
+    eviction = check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)
+    if eviction:
+        log.error("WARNING: %s", eviction)
     obs = worker_observability(app, steps, record=record_metrics)
     worker = build_worker(
         app,

@@ -1,0 +1,52 @@
+"""A Redis that may evict keys is detected at start: workers refuse it, status warns."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import redis
+from cli_processes import orders_command
+
+from orders.app.eviction import check_key_eviction, key_eviction_problem
+from orders.domain.errors import KeyEvictionPossible
+
+
+@pytest.fixture
+def evicting_redis(embedded_redis):
+    """A private server set to ``maxmemory-policy allkeys-lru``; yields (url, client)."""
+    url = embedded_redis.ensure_running()
+    client = redis.Redis.from_url(url)
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        yield url, client
+    finally:
+        client.close()
+
+
+def test_an_evicting_policy_is_refused_unless_allowed(evicting_redis):
+    _, client = evicting_redis
+    with pytest.raises(KeyEvictionPossible) as refused:
+        check_key_eviction(client, allow=False)
+    assert "allkeys-lru" in str(refused.value)
+    assert "ORDERS_ALLOW_KEY_EVICTION" in str(refused.value)
+    warning = check_key_eviction(client, allow=True)
+    assert warning is not None and "noeviction" in warning
+    client.config_set("maxmemory-policy", "noeviction")
+    assert key_eviction_problem(client) is None
+    assert check_key_eviction(client, allow=False) is None
+
+
+def test_a_worker_will_not_start_on_an_evicting_redis(evicting_redis, cli_env, key_prefix):
+    url, _ = evicting_redis
+    env = dict(cli_env, ORDERS_REDIS_URL=url, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="1000")
+    proc = subprocess.run(
+        [*orders_command(), "worker", "stock", "--no-metrics"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "maxmemory-policy is allkeys-lru" in proc.stderr
+    assert "Traceback" not in proc.stderr
