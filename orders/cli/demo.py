@@ -6,11 +6,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, handle_errors, make_app
+from orders.cli.untrusted import for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, run_demo
 from orders.domain.steps import STEPS
 
@@ -56,6 +58,33 @@ def _place(app: App, options: DemoOptions, on_placed: Any) -> list[int]:
     return result.order_ids
 
 
+def violation_lines(violations: list[dict[str, Any]], shown: int = 10) -> list[str]:
+    """A readable summary: counts per invariant, the first ``shown`` violations, and
+    ``… and N more``.
+
+    Args:
+        violations: ``Violation.as_dict()`` items (invariant, order_id, part_id, detail).
+        shown: most violations listed one by one.
+
+    Returns:
+        Lines of plain text (untrusted: escape before printing with markup).
+    """
+    counts: dict[str, int] = {}
+    for v in violations:
+        counts[str(v.get("invariant"))] = counts.get(str(v.get("invariant")), 0) + 1
+    lines = [f"{name}: {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    for v in violations[:shown]:
+        subject = (
+            f"order {v['order_id']}"
+            if v.get("order_id") is not None
+            else f"part {v.get('part_id')}"
+        )
+        lines.append(f"  {v.get('invariant')}: {subject}: {v.get('detail')}")
+    if len(violations) > shown:
+        lines.append(f"  … and {len(violations) - shown} more (--json lists them all)")
+    return lines
+
+
 def _invariants(app: App) -> list[dict[str, Any]]:
     from orders.domain.invariants import check_invariants
 
@@ -90,12 +119,16 @@ def print_report(report: DemoReport) -> None:
             str(lat.get("p95", "-")),
         )
     console.print(steps)
-    if not report.quiescent:
+    if report.stalled:
+        console.print(f"[bold red]stopped: {escape(report.stalled[0])}[/]", highlight=False)
+        for line in report.stalled[1:]:
+            console.print(f"  - {for_terminal(line)}", highlight=False)
+    elif not report.quiescent:
         console.print("[bold red]the system did not go quiet before the timeout[/]")
     if report.violations:
         console.print(f"[bold red]{len(report.violations)} invariant violation(s):[/]")
-        for v in report.violations[:50]:
-            console.print(f"  {v}", highlight=False)
+        for line in violation_lines(report.violations):
+            console.print(f"  {for_terminal(line)}", highlight=False)
     else:
         console.print(
             "[bold green]every invariant holds[/]: each order completed, out of stock, or blocked "
@@ -125,6 +158,13 @@ def demo(
     timeout: Annotated[
         float, typer.Option(min=1.0, help="Seconds to wait for quiescence.")
     ] = 300.0,
+    stall_seconds: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Stop when no step finished for this long with work pending, and say why.",
+        ),
+    ] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Run TPC-H orders through stock, notification, points and logistics, with failures injected.
@@ -140,7 +180,15 @@ def demo(
     app = make_app(auto_migrate=True)
     _ensure_tpch(app)
     options = DemoOptions(
-        orders, fail_rate, permanent_rate, source, concurrency, timeout, rate, batch_size=batch_size
+        orders,
+        fail_rate,
+        permanent_rate,
+        source,
+        concurrency,
+        timeout,
+        rate,
+        batch_size=batch_size,
+        stall_seconds=stall_seconds,
     )
     with Live(console=console, refresh_per_second=4, transient=as_json) as live:
         report = run_demo(

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import select
 
 from orders.app.bootstrap import App
+from orders.demo.stall import StallWatch, diagnose
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, step_latencies, totals
 from orders.domain.steps import STEPS, WORKFLOW_KIND
@@ -44,6 +45,8 @@ class DemoOptions:
         batch_size: jobs fetched per lane; above 1 a batch is handled in one transaction.
         timeout: seconds to wait for quiescence before giving up.
         rate: orders placed per second (None: as fast as possible).
+        stall_seconds: stop when no step finished for this long with work pending,
+            and say why (``orders.demo.stall``).
     """
 
     orders: int = 2000
@@ -54,6 +57,7 @@ class DemoOptions:
     timeout: float = 300.0
     rate: float | None = None
     batch_size: int = 20
+    stall_seconds: float = 30.0
 
 
 @dataclass
@@ -90,6 +94,7 @@ class DemoReport:
     orders_per_second: float
     quiescent: bool
     violations: list[dict[str, Any]] = field(default_factory=list)
+    stalled: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -123,6 +128,7 @@ def summarize(
     duration: float,
     quiescent: bool,
     violations: list[dict[str, Any]],
+    stalled: list[str] | None = None,
 ) -> DemoReport:
     """Build the report of this run's orders from the database and the queue counters."""
     first = min(order_ids) if order_ids else None
@@ -165,6 +171,7 @@ def summarize(
         orders_per_second=round(len(order_ids) / duration, 1) if duration > 0 else 0.0,
         quiescent=quiescent,
         violations=violations,
+        stalled=stalled or [],
     )
 
 
@@ -221,6 +228,9 @@ def run_demo(
     ]
     started = time.monotonic()
     quiescent = False
+    stalled: list[str] = []
+    watch = StallWatch(options.stall_seconds, time.monotonic)
+    restarts = 0
     try:
         order_ids = place_orders(app, options, on_placed)
         first = min(order_ids) if order_ids else None
@@ -231,7 +241,27 @@ def run_demo(
             if progress.settled:
                 quiescent = True
                 break
+            finished = sum(
+                s.get("done", 0) + s.get("dead", 0) + s.get("unpublishable", 0)
+                for s in progress.steps.values()
+            )
+            if watch.stalled(finished, pending=True):
+                stalled = diagnose(
+                    app,
+                    stall_seconds=options.stall_seconds,
+                    steps=progress.steps,
+                    queues=progress.queues,
+                    duplicates=sum(
+                        q.get("counters", {}).get("duplicates", 0)
+                        - counters_before.get(n, {}).get("duplicates", 0)
+                        for n, q in progress.queues.items()
+                    ),
+                    worker_restarts=restarts,
+                    worker_logs=sorted(log_dir.glob("worker-*.log")),
+                )
+                break
             dead = [p for p in procs if p.poll() is not None]
+            restarts += len(dead)
             for p in dead:  # a worker that died is replaced, as a supervisor would
                 step = STEPS[procs.index(p)]
                 procs[procs.index(p)] = start_worker(
@@ -248,4 +278,4 @@ def run_demo(
         FaultStore(app.redis, app.settings.queue_prefix).clear()
     reconcile_dead_letters(app)
     violations = check_invariants(app)
-    return summarize(app, order_ids, counters_before, duration, quiescent, violations)
+    return summarize(app, order_ids, counters_before, duration, quiescent, violations, stalled)
