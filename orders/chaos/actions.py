@@ -119,3 +119,44 @@ def lease_holders(app: App) -> set[int]:
             if pid is not None:
                 pids.add(pid)
     return pids
+
+
+class KeyEvictor:
+    """Deletes a queue's ready list, as ``maxmemory-policy allkeys-lru`` evicts a key.
+
+    The jobs on the list keep their records and idempotency keys but sit in no
+    structure: nothing will run them. The outbox sweep must find their steps
+    (``Queue.locate`` says ``nowhere``) and publish them again.
+
+    Args:
+        app: the application.
+        rng: chooses the queue.
+    """
+
+    def __init__(self, app: App, rng: random.Random) -> None:
+        self.queues = list(app.queues.values())
+        self.rng = rng
+        self.evictions = 0
+        self.jobs_stranded = 0
+
+    def evict(self) -> int:
+        """Delete the ready list of one queue that has jobs waiting (any queue if none).
+
+        Returns:
+            Jobs stranded (the list's length when deleted).
+
+        Raises:
+            redis.RedisError: Redis unreachable.
+        """
+        client = self.queues[0].client
+        lengths = [(q, client.llen(q.keys.key("ready"))) for q in self.queues]
+        busy = [(q, n) for q, n in lengths if n] or lengths
+        queue, _ = self.rng.choice(busy)
+        key = queue.keys.key("ready")
+        pipe = client.pipeline(transaction=True)  # one key: a cluster accepts it
+        pipe.llen(key)
+        pipe.delete(key)
+        stranded, _ = pipe.execute()
+        self.evictions += 1
+        self.jobs_stranded += int(stranded)
+        return int(stranded)

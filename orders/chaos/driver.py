@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from orders.chaos.actions import TRANSIENT, Placer, Replayer, lease_holders
+from orders.chaos.actions import TRANSIENT, KeyEvictor, Placer, Replayer, lease_holders
 from orders.chaos.observe import (
     ChaosProgress,
     counter_snapshot,
@@ -111,6 +111,7 @@ class ChaosRun:
         self.on_progress = on_progress
         self.placer = Placer(self.app, options.source, rng)
         self.replayer = Replayer(self.app, options.replay_steps, options.replay_count, rng)
+        self.evictor = KeyEvictor(self.app, rng)
         self.crasher: RedisCrasher | None = None
         if services.server is not None:
             history = AofHistory(services.server.redis_dir, clock=clock)
@@ -179,6 +180,7 @@ class ChaosRun:
         terms = Periodic(o.term_every, self.started)
         crashes = Periodic(o.redis_kill_every if self.crasher else 0, self.started)
         replays = Periodic(o.replay_every, self.started)
+        evictions = Periodic(o.evict_every, self.started)
         placed = 0
         while True:
             now = self.clock()
@@ -200,6 +202,8 @@ class ChaosRun:
                     self.crasher.kill()
                 if replays.due(now):
                     self._try(self.replayer.replay)
+                if evictions.due(now):
+                    self._try(self.evictor.evict)
             self.pool.poll()
             self._progress("chaos")
             if placed >= o.orders and not (self.crasher and self.crasher.down):
@@ -321,6 +325,7 @@ class ChaosRun:
             "worker_sigterm": c["sigterm_sent"],
             "redis_sigkill": self.crasher.counts.kills if self.crasher else 0,
             "replay": self.replayer.replayed,
+            "key_eviction": self.evictor.evictions,
         }
 
     def _facts(self, faults_end: float, quiet_at: float | None, redriven: int) -> RunFacts:
@@ -329,6 +334,7 @@ class ChaosRun:
             placed=len(self.placer.counts.order_ids),
             publish_failures=self.placer.counts.publish_failures,
             replayed=self.replayer.replayed,
+            evictions=self.evictor.evictions,
             workers=dict(self.pool.stats.counts),
             redis=self.crasher.counts if self.crasher else None,
             lost_increments=self.lost_increments,

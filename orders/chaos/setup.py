@@ -58,6 +58,9 @@ class ChaosOptions:
             the effect and before the ack (None: off).
         replay_every / replay_count / replay_steps: every this many seconds, put
             this many finished jobs of these steps back on their queue.
+        evict_every: delete one queue's ready list every this many seconds, as a
+            Redis with ``maxmemory-policy allkeys-lru`` evicts a key; the sweep must
+            re-publish the stranded steps.
         lease_seconds: job lease for the run (short, so lost workers are noticed fast).
         max_attempts: attempts per job before the DLQ.
         republish_after: the relay sweep re-publishes steps Redis lost after this
@@ -88,6 +91,7 @@ class ChaosOptions:
     replay_every: float = 2.0
     replay_count: int = 5
     replay_steps: tuple[str, ...] = STEPS
+    evict_every: float = 7.0
     lease_seconds: float = 2.0
     max_attempts: int = 8
     republish_after: float = 5.0

@@ -34,6 +34,7 @@ class RunFacts:
         placed: orders placed.
         publish_failures: placement batches whose publish failed (Redis down).
         replayed: finished jobs the driver replayed.
+        evictions: queue ready lists the driver deleted (key eviction).
         workers: the worker pool's counts (``orders.chaos.pool.PoolCounts``).
         redis: the crasher's counts; None with an external Redis.
         lost_increments: counter increments the cut AOF tails dropped, per group.
@@ -47,6 +48,7 @@ class RunFacts:
     placed: int = 0
     publish_failures: int = 0
     replayed: int = 0
+    evictions: int = 0
     workers: dict[str, int] = field(default_factory=dict)
     redis: RedisCrashCounts | None = None
     lost_increments: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -89,6 +91,8 @@ def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) ->
         FaultTally("replay", o.replay_every > 0 and o.replay_count > 0,
                    f"{o.replay_count} finished job(s) every {o.replay_every:g}s",
                    facts.replayed),
+        FaultTally("key_eviction", o.evict_every > 0,
+                   f"a queue's ready list deleted every {o.evict_every:g}s", facts.evictions),
     ]  # fmt: skip
 
 

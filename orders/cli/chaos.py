@@ -150,6 +150,13 @@ def chaos(
     replay_steps: Annotated[str, typer.Option(help="Steps whose jobs are replayed.")] = ",".join(
         STEPS
     ),
+    evict_every: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Delete a queue's ready list every S seconds, as key eviction does (0: off).",
+        ),
+    ] = 7.0,
     lease: Annotated[float, typer.Option(min=0.2, help="Job lease for the run, seconds.")] = 2.0,
     max_attempts: Annotated[int, typer.Option(min=1, help="Attempts before the DLQ.")] = 8,
     republish_after: Annotated[
@@ -204,6 +211,7 @@ def chaos(
         replay_every=replay_every,
         replay_count=replay_count,
         replay_steps=_steps(replay_steps, "--replay-steps"),
+        evict_every=evict_every,
         lease_seconds=lease,
         max_attempts=max_attempts,
         republish_after=republish_after,

@@ -63,6 +63,7 @@ def test_double_deductions_from_a_broken_build_fail_the_run_naming_the_orders(
         "--replay-every", "0.5",
         "--replay-count", "10",
         "--replay-steps", "stock",
+        "--evict-every", "0",
         "--seed", "5",
     )  # fmt: skip
 

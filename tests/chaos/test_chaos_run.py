@@ -23,6 +23,7 @@ EVERY_FAULT = (
     "slow_handler",
     "crash_once",
     "replay",
+    "key_eviction",
 )
 
 
@@ -49,6 +50,7 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
         "--lease", "2",
         "--crash-once", "logistics",
         "--replay-every", "2",
+        "--evict-every", "7",
         "--seed", "7",
     )  # fmt: skip
 
@@ -90,6 +92,7 @@ def test_with_appendfsync_always_a_redis_crash_loses_nothing_to_republish(
         "--slow-rate", "0",
         "--crash-once", "",
         "--replay-every", "0",
+        "--evict-every", "0",
         "--seed", "3",
     )  # fmt: skip
 
