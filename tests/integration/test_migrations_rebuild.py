@@ -37,13 +37,18 @@ branch_labels = None
 depends_on = None
 
 
+def _recreate() -> str:
+    # SQLite rebuilds the table; PostgreSQL alters it in place
+    return "always" if op.get_context().dialect.name == "sqlite" else "auto"
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("orders", recreate="always") as batch:
+    with op.batch_alter_table("orders", recreate=_recreate()) as batch:
         batch.drop_column("source_key")
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("orders", recreate="always") as batch:
+    with op.batch_alter_table("orders", recreate=_recreate()) as batch:
         batch.add_column(sa.Column("source_key", sa.Integer(), nullable=True))
 '''
 

@@ -50,7 +50,10 @@ def test_a_second_database_is_refused_on_a_claimed_namespace_with_one_line_namin
         assert "rebind-redis" in message
         # the first database keeps working; its claim survives a restart of the app
         again = app_on(database_url, redis_client, key_prefix)
-        again.bind_namespace()
+        try:
+            again.bind_namespace()
+        finally:
+            again.engine.dispose()
     finally:
         for app in (first, second):
             app.engine.dispose()
@@ -69,9 +72,11 @@ def test_rebind_deletes_the_old_keys_and_hands_the_namespace_over(
         second.bind_namespace()
         assert redis_client.get(claim_key(key_prefix)) is not None
         refused = app_on(database_url, redis_client, key_prefix)
-        with pytest.raises(NamespaceClaimed):
-            refused.bind_namespace()
-        refused.engine.dispose()
+        try:
+            with pytest.raises(NamespaceClaimed):
+                refused.bind_namespace()
+        finally:
+            refused.engine.dispose()
     finally:
         for app in (first, second):
             app.engine.dispose()
