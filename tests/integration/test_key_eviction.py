@@ -50,3 +50,13 @@ def test_a_worker_will_not_start_on_an_evicting_redis(evicting_redis, cli_env, k
     assert proc.returncode == 1, proc.stderr
     assert "maxmemory-policy is allkeys-lru" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_status_warns_loudly_about_an_evicting_redis(evicting_redis, cli_env, key_prefix):
+    url, _ = evicting_redis
+    env = dict(cli_env, ORDERS_REDIS_URL=url, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="1000")
+    proc = subprocess.run(
+        [*orders_command(), "status"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: Redis maxmemory-policy is allkeys-lru, not noeviction" in proc.stderr
