@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from redis.exceptions import RedisError
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
@@ -21,6 +23,7 @@ from orders.observability.urls import mask_url
 from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis
+from reliable_queue.errors import QueueConnectionError
 from workflows.identity import database_id
 from workflows.publisher import QueuePublisher
 from workflows.relay import PublishPolicy
@@ -162,10 +165,17 @@ class App:
     def queues(self) -> dict[str, Queue]:
         """One queue per step, by step name (the namespace is bound first).
 
+        When Redis or the database cannot be reached yet, the queues are built
+        unbound (a dashboard still starts and says what it cannot read); the
+        publisher and the workers bind before their first write.
+
         Raises:
             NamespaceClaimed: the Redis namespace belongs to another database.
         """
-        self.bind_namespace()
+        try:
+            self.bind_namespace()
+        except (RedisError, QueueConnectionError, SQLAlchemyError):
+            pass  # unreachable: every writer binds again before writing
         return {step: self.queue(queue_name(step)) for step in STEPS}
 
     @cached_property
@@ -196,7 +206,13 @@ class App:
 
     @cached_property
     def publisher(self) -> QueuePublisher:
-        """The relay's publisher onto the step queues."""
+        """The relay's publisher onto the step queues (the namespace is bound first).
+
+        Raises:
+            NamespaceClaimed: the Redis namespace belongs to another database.
+            redis.RedisError: Redis unreachable (the next access tries again).
+        """
+        self.bind_namespace()
         return QueuePublisher(lambda name: self.queues.get(name) or self.queue(name))
 
     @cached_property

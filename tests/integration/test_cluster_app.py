@@ -93,7 +93,7 @@ def test_chaos_on_the_cluster_loses_no_order_and_applies_no_effect_twice(
         "--orders", "150", "--rate", "50", "--workers-per-step", "1",
         "--kill-every", "2", "--term-every", "4", "--lease", "2",
         "--fail-rate", "0.3", "--fail-steps", "notification",
-        "--replay-every", "2", "--seed", "11",
+        "--replay-every", "2", "--evict-every", "1", "--seed", "11",
         # a lease-outliving stall at 2% of ~150 runs in a 3 s window happens in only
         # ~95% of runs; tests/chaos covers it with 800 orders, so it is off here
         "--slow-rate", "0",
