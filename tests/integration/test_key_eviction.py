@@ -9,7 +9,15 @@ import redis
 from cli_processes import orders_command
 
 from orders.app.eviction import check_key_eviction, key_eviction_problem
+from orders.app.migrate import upgrade_database
 from orders.domain.errors import KeyEvictionPossible
+
+
+def migrated(env: dict[str, str]) -> dict[str, str]:
+    """``env`` after migrating its configured database (the embedded SQLite migrates itself)."""
+    if env.get("ORDERS_DATABASE_URL"):
+        upgrade_database(env["ORDERS_DATABASE_URL"])
+    return env
 
 
 @pytest.fixture
@@ -39,7 +47,9 @@ def test_an_evicting_policy_is_refused_unless_allowed(evicting_redis):
 
 def test_a_worker_will_not_start_on_an_evicting_redis(evicting_redis, cli_env, key_prefix):
     url, _ = evicting_redis
-    env = dict(cli_env, ORDERS_REDIS_URL=url, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="1000")
+    env = migrated(
+        dict(cli_env, ORDERS_REDIS_URL=url, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="1000")
+    )
     proc = subprocess.run(
         [*orders_command(), "worker", "stock", "--no-metrics"],
         env=env,
@@ -54,7 +64,9 @@ def test_a_worker_will_not_start_on_an_evicting_redis(evicting_redis, cli_env, k
 
 def test_status_warns_loudly_about_an_evicting_redis(evicting_redis, cli_env, key_prefix):
     url, _ = evicting_redis
-    env = dict(cli_env, ORDERS_REDIS_URL=url, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="1000")
+    env = migrated(
+        dict(cli_env, ORDERS_REDIS_URL=url, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="1000")
+    )
     proc = subprocess.run(
         [*orders_command(), "status"], env=env, capture_output=True, text=True, timeout=120
     )
