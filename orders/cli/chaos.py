@@ -147,9 +147,9 @@ def chaos(
         float, typer.Option(min=0, help="Replay finished jobs every S seconds (0: off).")
     ] = 2.0,
     replay_count: Annotated[int, typer.Option(min=0, help="Finished jobs per replay.")] = 5,
-    replay_steps: Annotated[str, typer.Option(help="Steps whose jobs are replayed.")] = ",".join(
-        STEPS
-    ),
+    replay_steps: Annotated[
+        str, typer.Option(help="Steps whose jobs are replayed.", show_default="every step")
+    ] = ",".join(STEPS),
     evict_every: Annotated[
         float,
         typer.Option(

@@ -1,57 +1,236 @@
-"""The ``orders`` command: one Typer app composed of small command modules."""
+"""The ``orders`` command: one Typer app whose subcommands are imported on first use.
+
+``orders --help`` and ``orders status`` must not pay for SQLAlchemy, the chaos
+machinery or the web stack of commands they do not run. So this module imports
+no command module: :data:`COMMANDS` names each subcommand, where it lives
+(``"module:attribute"``) and its one-line help, and :class:`LazyGroup` imports
+a module only when its command is run or its own ``--help`` is asked for.
+
+Adding a command: write ``orders/cli/<name>.py`` holding a Typer command
+function (or a ``typer.Typer()`` group), then add one :class:`Entry` to
+:data:`COMMANDS` with its one-line help (``tests/unit/test_cli_startup.py``
+checks that the line matches the command's own help and that nothing heavy is
+imported by ``orders --help``).
+"""
 
 from __future__ import annotations
 
-import typer
+import importlib
+from dataclasses import dataclass
+from typing import Any
 
-from orders.app.private_files import restrict_umask
-from orders.cli.chaos import chaos
-from orders.cli.data import load_tpch, place
-from orders.cli.demo import demo
-from orders.cli.dlq import dlq
-from orders.cli.explain import explain
-from orders.cli.inject import inject
-from orders.cli.outbox import outbox
-from orders.cli.queue_audit import queue_cli
-from orders.cli.services import db, services
-from orders.cli.status import status
-from orders.cli.watch import watch
-from orders.cli.web import web
-from orders.cli.worker import worker
+import typer
+from typer.core import TyperGroup
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One subcommand of ``orders``.
+
+    Attributes:
+        name: the command name typed by the user (``dlq``, ``load-tpch``).
+        target: ``"module:attribute"``; the attribute is a Typer command function
+            or a ``typer.Typer`` group.
+        help: the one-line help shown by ``orders --help`` (the first line of the
+            command's own help, kept here so that listing imports nothing).
+    """
+
+    name: str
+    target: str
+    help: str
+
+
+COMMANDS: tuple[Entry, ...] = (
+    Entry(
+        "demo",
+        "orders.cli.demo:demo",
+        "Run TPC-H orders through stock, notification, points and logistics, "
+        "with failures injected.",
+    ),
+    Entry(
+        "chaos",
+        "orders.cli.chaos:chaos",
+        "Place orders while killing workers and Redis, then prove from the database "
+        "that no order was lost and no effect was applied twice.",
+    ),
+    Entry(
+        "load-tpch",
+        "orders.cli.data:load_tpch",
+        "Generate TPC-H with tpchgen-cli and load customers, parts, stock and the order stream.",
+    ),
+    Entry(
+        "place",
+        "orders.cli.data:place",
+        "Place orders through the transactional outbox; their steps are published at once.",
+    ),
+    Entry(
+        "worker",
+        "orders.cli.worker:worker",
+        "Run a worker for STEP... (or --all) until SIGTERM / Ctrl-C.",
+    ),
+    Entry(
+        "status",
+        "orders.cli.status:status",
+        "Show ORDER_ID's steps (state, attempts, last error, times, job ids), or the overview: "
+        "orders by status, steps by state, queue depths, DLQ sizes and injected faults.",
+    ),
+    Entry(
+        "watch",
+        "orders.cli.watch:watch",
+        "Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s, "
+        "p50/p95 handler time, retries per minute; orders placed / in progress / completed / "
+        "blocked; the newest dead letters.",
+    ),
+    Entry(
+        "web",
+        "orders.cli.web:web",
+        "Serve the web dashboard: overview, queues, orders, dead letters, /metrics.",
+    ),
+    Entry(
+        "inject",
+        "orders.cli.inject:inject",
+        "Inject failures into STEP; running workers pick them up within a second.",
+    ),
+    Entry(
+        "explain",
+        "orders.cli.explain:explain",
+        "Show one job: state, queue, attempts, lease owner and deadline, next retry time, "
+        "idempotency key, DLQ reason and last failure.",
+    ),
+    Entry(
+        "dlq",
+        "orders.cli.dlq:dlq",
+        "Dead-letter queues of the step queues: list, show, redrive, purge.",
+    ),
+    Entry(
+        "outbox",
+        "orders.cli.outbox:outbox",
+        "Outbox rows the queue refused: list them (with attempts, next try and reason), "
+        "retry the ones given up.",
+    ),
+    Entry(
+        "queue", "orders.cli.queue_audit:queue_cli", "Checks of the step queues' Redis structures."
+    ),
+    Entry("services", "orders.cli.services:services", "The embedded Redis server of the data dir."),
+    Entry("db", "orders.cli.services:db", "Database schema (Alembic migrations)."),
+)
+"""Every subcommand, in the order ``orders --help`` lists them."""
+
+EXIT_CODES = (
+    "Exit status: 0 success; 1 the command failed (a service unreachable, a job not found, "
+    "an invariant broken); 2 bad usage or invalid settings; 130 interrupted (Ctrl-C)."
+)
+
+
+def load(entry: Entry) -> Any:
+    """Import ``entry.target`` and turn it into a click command named ``entry.name``.
+
+    Returns:
+        A click command (a group for a ``typer.Typer`` target).
+
+    Raises:
+        ImportError / AttributeError: the target does not exist (a wrong table entry).
+    """
+    module_name, attribute = entry.target.split(":")
+    obj = getattr(importlib.import_module(module_name), attribute)
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_group(obj)
+    else:
+        single = typer.Typer(rich_markup_mode="markdown", add_completion=False)
+        single.command(entry.name)(obj)
+        command = typer.main.get_command(single)
+    command.name = entry.name
+    _tidy_help(command)
+    return command
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def _tidy_help(command: Any) -> None:
+    """Help shows ``JOB_ID`` (not ``{job_id}``) for arguments and no ``<bool>`` on flags."""
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.display_type_rich = _no_type
+        elif param.param_type_name == "argument" and param.metavar is None:
+            param.metavar = name = param.name.upper()
+            if param.required:
+                param._usage_display_name = lambda name=name: name
+    help_option = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:
+        option = help_option(ctx)
+        if option is not None:
+            option.display_type_rich = _no_type
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+
+
+class LazyGroup(TyperGroup):
+    """A Typer group whose subcommands come from :data:`COMMANDS`, imported on first use.
+
+    Listing (``orders --help``) shows each entry's one-line help without importing it.
+    """
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self._entries = {e.name: e for e in COMMANDS}
+        self._loaded: dict[str, Any] = {}
+        self._listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Names in table order."""
+        return list(self._entries)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command ``cmd_name`` (imported now), or a help-only stand-in while listing."""
+        entry = self._entries.get(cmd_name)
+        if entry is None:
+            return None
+        if self._listing:
+            return typer.core.TyperCommand(name=entry.name, short_help=entry.help)
+        if cmd_name not in self._loaded:
+            self._loaded[cmd_name] = load(entry)
+        return self._loaded[cmd_name]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Help of ``orders`` itself: the command list from the table, nothing imported."""
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="orders",
+    cls=LazyGroup,
     help="orderflow: order workflows (stock, notification, points, logistics) "
     "on a reliable Redis queue.\n\n"
     "Start with `orders demo`. Settings come from ORDERS_* environment variables "
     "(ORDERS_REDIS_URL, ORDERS_DATABASE_URL, ORDERS_DATA_DIR, ...); unset, an embedded Redis "
     "and a SQLite file under ./.data are used.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain click help for ``orders --help`` itself: Rich's help renderer alone costs
+    # more start-up time than the 0.3 s of CPU the command may take.
+    rich_markup_mode=None,
+    add_completion=False,
 )
 
 
 @app.callback()
 def _private_files() -> None:
     """Every file an ``orders`` command creates is its owner's alone (umask 077)."""
+    from orders.app.private_files import restrict_umask
+
     restrict_umask()
 
-
-app.command()(demo)
-app.command()(chaos)
-app.command("load-tpch")(load_tpch)
-app.command()(place)
-app.command()(worker)
-app.command()(status)
-app.command()(watch)
-app.command()(web)
-app.command()(inject)
-app.command()(explain)
-app.add_typer(dlq, name="dlq")
-app.add_typer(outbox, name="outbox")
-app.add_typer(queue_cli, name="queue")
-app.add_typer(services, name="services")
-app.add_typer(db, name="db")
 
 if __name__ == "__main__":
     app()

@@ -149,7 +149,7 @@ def status(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """Show ORDER_ID's steps (state, attempts, last error, times), or the overview:
+    """Show ORDER_ID's steps (state, attempts, last error, times, job ids), or the overview:
     orders by status, steps by state, queue depths, DLQ sizes and injected faults."""
     app = make_app()
     try:

@@ -127,8 +127,9 @@ def watch(
 ) -> None:
     """Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s,
     p50/p95 handler time, retries per minute; orders placed / in progress / completed /
-    blocked; the newest dead letters. Ctrl-C exits.
+    blocked; the newest dead letters.
 
+    Ctrl-C exits (status 130).
     Handler times come from the worker processes of this data dir (their metrics
     folder); the rest from Redis and the database.
     """

@@ -43,7 +43,7 @@ def worker(
     fetching and lets in-flight jobs finish within --grace seconds; a second
     signal exits at once (held jobs are reaped when their lease expires).
 
-    Every worker of one data dir records its metrics in <data dir>/metrics;
+    Every worker of one data dir records its metrics in the data dir's `metrics` folder;
     --metrics-port serves all of them (and the queue and order gauges) at /metrics.
     """
     if all_steps and steps:
