@@ -22,6 +22,7 @@ from orders.cli.context import console, emit_json, err_console, handle_errors
 from orders.domain.steps import STEPS
 from orders.worker.procs import start_worker
 
+MAX_SECONDS = 86_400  # upper bound of every time and count option: finite, never overflowing
 WORKER_GRACE = 10.0  # seconds a SIGTERMed worker gets for its in-flight jobs
 
 
@@ -98,25 +99,37 @@ def print_report(report: ChaosReport) -> None:
 
 @handle_errors
 def chaos(
-    orders: Annotated[int, typer.Option(min=1, help="Orders to place.")] = 1200,
-    rate: Annotated[float, typer.Option(min=0.1, help="Orders placed per second.")] = 30.0,
+    orders: Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")] = 1200,
+    rate: Annotated[
+        float, typer.Option(min=0.1, max=10_000.0, help="Orders placed per second.")
+    ] = 30.0,
     source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
     workers_per_step: Annotated[
         int, typer.Option(min=1, max=16, help="Worker processes per step.")
     ] = 2,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker.")] = 2,
     kill_every: Annotated[
-        float, typer.Option(min=0, help="SIGKILL a random worker every S seconds (0: off).")
+        float,
+        typer.Option(
+            max=MAX_SECONDS, min=0, help="SIGKILL a random worker every S seconds (0: off)."
+        ),
     ] = 4.0,
     term_every: Annotated[
-        float, typer.Option(min=0, help="SIGTERM a worker holding a job every S seconds (0: off).")
+        float,
+        typer.Option(
+            max=MAX_SECONDS, min=0, help="SIGTERM a worker holding a job every S seconds (0: off)."
+        ),
     ] = 10.0,
     redis_kill_every: Annotated[
         float,
-        typer.Option(min=0, help="SIGKILL and restart the embedded Redis every S s (0: off)."),
+        typer.Option(
+            max=MAX_SECONDS,
+            min=0,
+            help="SIGKILL and restart the embedded Redis every S s (0: off).",
+        ),
     ] = 15.0,
     redis_down: Annotated[
-        float, typer.Option(min=0, help="Seconds Redis stays down per crash.")
+        float, typer.Option(max=MAX_SECONDS, min=0, help="Seconds Redis stays down per crash.")
     ] = 1.0,
     appendfsync: Annotated[
         str, typer.Option(help="AOF fsync policy of the embedded Redis: everysec or always.")
@@ -125,6 +138,7 @@ def chaos(
         float | None,
         typer.Option(
             min=0,
+            max=60,
             help="Seconds of AOF writes dropped at each Redis crash, as a power loss would "
             "(default: 1 with everysec, 0 with always).",
         ),
@@ -138,15 +152,20 @@ def chaos(
     slow_rate: Annotated[
         float, typer.Option(min=0, max=1, help="Share of runs that stall past their lease.")
     ] = 0.02,
-    slow_ms: Annotated[int, typer.Option(min=0, help="Length of such a stall, ms.")] = 5000,
+    slow_ms: Annotated[
+        int, typer.Option(max=MAX_SECONDS, min=0, help="Length of such a stall, ms.")
+    ] = 5000,
     slow_steps: Annotated[str, typer.Option(help="Steps with stalls (comma list).")] = "points",
     crash_once: Annotated[
         str, typer.Option(help="Step whose handler kills its own process once ('' : off).")
     ] = "logistics",
     replay_every: Annotated[
-        float, typer.Option(min=0, help="Replay finished jobs every S seconds (0: off).")
+        float,
+        typer.Option(max=MAX_SECONDS, min=0, help="Replay finished jobs every S seconds (0: off)."),
     ] = 2.0,
-    replay_count: Annotated[int, typer.Option(min=0, help="Finished jobs per replay.")] = 5,
+    replay_count: Annotated[
+        int, typer.Option(max=MAX_SECONDS, min=0, help="Finished jobs per replay.")
+    ] = 5,
     replay_steps: Annotated[
         str, typer.Option(help="Steps whose jobs are replayed.", show_default="every step")
     ] = ",".join(STEPS),
@@ -157,13 +176,23 @@ def chaos(
             help="Delete a queue's ready list every S seconds, as key eviction does (0: off).",
         ),
     ] = 7.0,
-    lease: Annotated[float, typer.Option(min=0.2, help="Job lease for the run, seconds.")] = 2.0,
-    max_attempts: Annotated[int, typer.Option(min=1, help="Attempts before the DLQ.")] = 8,
+    lease: Annotated[
+        float, typer.Option(max=MAX_SECONDS, min=0.2, help="Job lease for the run, seconds.")
+    ] = 2.0,
+    max_attempts: Annotated[
+        int, typer.Option(max=MAX_SECONDS, min=1, help="Attempts before the DLQ.")
+    ] = 8,
     republish_after: Annotated[
-        float, typer.Option(min=0.5, help="The sweep re-publishes lost steps after S seconds.")
+        float,
+        typer.Option(
+            max=MAX_SECONDS, min=0.5, help="The sweep re-publishes lost steps after S seconds."
+        ),
     ] = 5.0,
     settle_timeout: Annotated[
-        float, typer.Option(min=1, help="Seconds to wait for quiescence after the faults.")
+        float,
+        typer.Option(
+            max=MAX_SECONDS, min=1, help="Seconds to wait for quiescence after the faults."
+        ),
     ] = 120.0,
     redrive: Annotated[
         bool, typer.Option(help="Redrive the DLQ once after quiescence, then settle again.")

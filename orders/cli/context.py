@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -11,18 +12,18 @@ from typing import Any, TypeVar
 import redis
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
-from sqlalchemy.exc import SQLAlchemyError
+from redis.exceptions import RedisClusterException
+from rich.text import Text
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
+from orders.cli.render import clean, console, err_console
 from orders.domain.errors import OrdersError
-from orders.observability.urls import mask_urls_in
-from reliable_queue import QueueError
+from orders.observability.urls import mask_url, mask_urls_in
+from reliable_queue import JobIdLookupError, QueueConnectionError, QueueError
 
-console = Console()
-err_console = Console(stderr=True)
+__all__ = ["console", "emit_json", "err_console", "fail", "handle_errors", "make_app"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,7 +49,9 @@ def make_app(*, auto_migrate: bool = False) -> App:
 
 def fail(message: str, code: int = 1) -> None:
     """Print ``error: message`` to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(mask_urls_in(message))}", highlight=False)
+    line = Text("error: ", style="bold red")
+    line.append(clean(mask_urls_in(message)))
+    err_console.print(line, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -57,21 +60,60 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
+def _setting(variable: str, unset: str) -> str:
+    value = os.environ.get(variable)
+    return f"{variable}={mask_url(value)}" if value else f"{variable} unset: {unset}"
+
+
+def _redis_problem(exc: BaseException) -> str:
+    where = _setting("ORDERS_REDIS_URL", "the embedded server of the data dir")
+    return f"cannot use Redis ({where}): {_first_line(exc)}"
+
+
+def _database_problem(exc: BaseException) -> str:
+    where = _setting("ORDERS_DATABASE_URL", "the SQLite file of the data dir")
+    cause = getattr(exc, "orig", None) or exc
+    return f"cannot use the database ({where}): {_first_line(cause)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
 def handle_errors(func: F) -> F:
-    """Decorator: known failures print one clear line and exit 1 (no traceback)."""
+    """Decorator: known failures print one line and exit with a documented status.
+
+    Exit statuses: 1 a failure (the line names the service and its setting:
+    Redis -> ``ORDERS_REDIS_URL``, database -> ``ORDERS_DATABASE_URL``), 2 bad
+    usage, 130 interrupted (Ctrl-C). Unknown exceptions keep their traceback.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except KeyboardInterrupt:
+            err_console.print("interrupted", highlight=False)
+            raise typer.Exit(130) from None
+        except JobIdLookupError as exc:
+            fail(str(exc))
+        except (QueueConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
+            fail(_redis_problem(exc))
         except (QueueError, OrdersError) as exc:
             fail(str(exc))
-        except redis.RedisError as exc:  # includes a cluster that cannot be reached
-            fail(f"Redis error: {exc.__class__.__name__}: {exc}")
+        except (redis.RedisError, RedisClusterException) as exc:
+            fail(_redis_problem(exc))
+        except (OperationalError, InterfaceError) as exc:
+            fail(_database_problem(exc))
         except SQLAlchemyError as exc:
-            fail(f"database error: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+            fail(f"database error: {_first_line(exc)}")
+        except UnicodeEncodeError as exc:
+            fail(
+                f"cannot print in the output encoding ({exc.encoding}); set PYTHONIOENCODING=utf-8"
+            )
         except OSError as exc:
-            fail(f"{exc.__class__.__name__}: {exc}")
+            fail(_first_line(exc))
 
     return wrapper  # type: ignore[return-value]
 

@@ -45,7 +45,9 @@ def place(
     ] = 100,
     rate: Annotated[
         float | None,
-        typer.Option(min=0.1, help="Orders per second (default: as fast as possible)."),
+        typer.Option(
+            min=0.1, max=100_000.0, help="Orders per second (default: as fast as possible)."
+        ),
     ] = None,
     source: Annotated[
         str, typer.Option(help="tpch (the next orders of the stream) or random.")

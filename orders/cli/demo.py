@@ -148,7 +148,8 @@ def demo(
     ] = 0.005,
     source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
     rate: Annotated[
-        float | None, typer.Option(min=1.0, help="Orders placed per second (default: unpaced).")
+        float | None,
+        typer.Option(min=1.0, max=100_000.0, help="Orders placed per second (default: unpaced)."),
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")] = 2,
     batch_size: Annotated[
@@ -156,7 +157,7 @@ def demo(
         typer.Option(min=1, max=1000, help="Jobs per fetch; above 1 a batch is one transaction."),
     ] = 20,
     timeout: Annotated[
-        float, typer.Option(min=1.0, help="Seconds to wait for quiescence.")
+        float, typer.Option(min=1.0, max=86_400.0, help="Seconds to wait for quiescence.")
     ] = 300.0,
     stall_seconds: Annotated[
         float,

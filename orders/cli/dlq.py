@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.context import emit_json, fail, handle_errors, make_app
+from orders.cli.render import console, fields, fitted_table, say, short_ids, when
 from orders.domain.steps import STEPS
-from reliable_queue import DEAD_REASONS, DeadLetter, Queue
+from reliable_queue import DEAD_REASONS, DeadLetter, JobIdNotFoundError, Queue, find_job
 
 dlq = typer.Typer(
     help="Dead-letter queues of the step queues: list, show, redrive, purge.", no_args_is_help=True
@@ -24,6 +22,14 @@ TaskOpt = Annotated[
 ReasonOpt = Annotated[
     str | None, typer.Option("--reason", help=f"Only this reason: {', '.join(DEAD_REASONS)}.")
 ]
+IdsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Job ids or unique prefixes (6+ characters) from `orders dlq list` "
+        "(default: all matching)."
+    ),
+]
+MAX_RATE = 10_000.0  # jobs per second a redrive may be paced at
 
 
 def _queues(step: str | None) -> list[Queue]:
@@ -38,8 +44,23 @@ def _check_reason(reason: str | None) -> None:
         fail(f"unknown reason {reason!r}; choose from {', '.join(DEAD_REASONS)}", code=2)
 
 
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+def _resolve(queues: list[Queue], job_ids: list[str] | None) -> dict[str, list[str]]:
+    """Queue name -> full ids of the dead letters the ids or prefixes name.
+
+    Exits 1 (nothing done) when one of them names no dead letter or several.
+    """
+    chosen: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for given in job_ids or []:
+        try:
+            match = find_job(queues, given, dead_only=True)
+        except JobIdNotFoundError:
+            missing.append(given)
+            continue
+        chosen.setdefault(match.queue.name, []).append(match.job_id)
+    if missing:
+        fail(f"not in any dead-letter queue: {', '.join(missing)}; nothing was changed")
+    return chosen
 
 
 @dlq.command("list")
@@ -48,10 +69,14 @@ def list_(
     step: StepOpt = None,
     task: TaskOpt = None,
     reason: ReasonOpt = None,
-    limit: Annotated[int, typer.Option(min=1, help="Most entries shown per queue.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Most entries per queue.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """List dead letters, oldest first."""
+    """List dead letters, oldest first.
+
+    Job ids are shortened to a unique prefix (any command taking a job id accepts
+    it); `--json` shows them whole.
+    """
     _check_reason(reason)
     letters: list[DeadLetter] = []
     for queue in _queues(step):
@@ -59,92 +84,89 @@ def list_(
     if as_json:
         emit_json([d.as_dict() for d in letters])
         return
-    table = Table(title=f"dead letters ({len(letters)})")
-    for col in ("job id", "queue", "task", "reason", "attempts", "dead at (UTC)", "error"):
-        table.add_column(col)
-    for d in letters:
-        table.add_row(
-            escape(d.job_id),
-            d.queue,
-            escape(d.task or "?"),
-            escape(d.reason),
-            str(d.attempts),
-            _when(d.dead_at),
-            escape(d.error[:80]),
-        )
-    console.print(table)
+    short = short_ids(d.job_id for d in letters)
+    rows = [
+        [short[d.job_id], d.queue, d.reason, when(d.dead_at, date=False), d.error] for d in letters
+    ]
+    headers = ["job id", "queue", "reason", "dead (UTC)", "error"]
+    console.print(fitted_table(headers, rows, flex=4, title=f"dead letters ({len(letters)})"))
+    if letters:
+        say("show one: orders dlq show JOB_ID (a prefix of 6+ characters is enough)", style="dim")
 
 
 @dlq.command()
 @handle_errors
 def show(
-    job_id: Annotated[str, typer.Argument(help="Job id from `orders dlq list`.")],
+    job_id: Annotated[
+        str, typer.Argument(help="A job id, or a unique prefix (6+ characters), from `dlq list`.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Show one dead letter in full: payload, reason, error, traceback."""
-    for queue in _queues(None):
-        letter = queue.dead_letters.show(job_id)
-        if letter is not None:
-            if as_json:
-                emit_json(letter.as_dict())
-            else:
-                for key, value in letter.as_dict().items():
-                    console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False)
-            return
-    fail(f"no dead letter with id {job_id!r}")
+    queues = _queues(None)
+    match = find_job(queues, job_id, dead_only=True)
+    letter = match.queue.dead_letters.show(match.job_id)
+    if letter is None:
+        fail(f"no dead letter with id {match.job_id!r}")
+        return
+    if as_json:
+        emit_json(letter.as_dict())
+        return
+    values: dict[str, Any] = letter.as_dict()
+    if values.get("record_missing"):
+        values["record"] = "gone (only the failure info is left)"
+    fields(values, skip=("record_missing",))
 
 
 @dlq.command()
 @handle_errors
 def redrive(
-    job_ids: Annotated[
-        list[str] | None, typer.Argument(help="Exact job ids (default: all matching).")
-    ] = None,
+    job_ids: IdsArg = None,
     step: StepOpt = None,
     task: TaskOpt = None,
     reason: ReasonOpt = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Only show what would be replayed.")
+        bool, typer.Option("--dry-run", help="Only list what would be replayed.")
     ] = False,
     rate: Annotated[
-        float | None, typer.Option(min=0.1, help="At most this many jobs per second.")
+        float | None,
+        typer.Option(min=0.1, max=MAX_RATE, help="At most this many jobs per second."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Replay dead letters (each runs again with a fresh attempt count)."""
     _check_reason(reason)
-    summary = {"redriven": [], "skipped": [], "not_dead": [], "dry_run": dry_run}
-    found: set[str] = set()
-    for queue in _queues(step):
-        ids = None
-        if job_ids:
-            ids = [j for j in job_ids if queue.dead_letters.show(j) is not None]
-            found.update(ids)
-            if not ids:
-                continue
+    queues = _queues(step)
+    chosen = _resolve(queues, job_ids)
+    replayed: list[tuple[str, str]] = []
+    skipped: list[str] = []
+    for queue in queues:
+        ids = chosen.get(queue.name)
+        if job_ids and not ids:
+            continue
         report = queue.dead_letters.redrive(
             ids=ids, task=task, reason=reason, dry_run=dry_run, rate=rate
         )
-        summary["redriven"].extend(report.redriven)  # type: ignore[union-attr]
-        summary["skipped"].extend(report.skipped)  # type: ignore[union-attr]
-    summary["not_dead"] = [j for j in (job_ids or []) if j not in found]
+        replayed.extend((queue.name, j) for j in report.redriven)
+        skipped.extend(report.skipped)
     if as_json:
-        emit_json(summary)
+        key = "would_redrive" if dry_run else "redriven"
+        emit_json({key: [j for _, j in replayed], "skipped": skipped, "dry_run": dry_run})
+        return
+    if dry_run:
+        say("would redrive {} job(s):", len(replayed))
+        for queue_name, job_id in replayed:
+            say("  {}  {}", job_id, queue_name)
     else:
-        verb = "would redrive" if dry_run else "redrove"
-        console.print(
-            f"{verb} {len(summary['redriven'])} job(s); skipped {len(summary['skipped'])}"
-        )  # type: ignore[arg-type]
-    if summary["not_dead"]:
-        fail(f"not in any dead-letter queue: {', '.join(summary['not_dead'])}")  # type: ignore[arg-type]
+        say("redrove {} job(s)", len(replayed))
+    if skipped:
+        say("skipped {} (record gone or no longer dead): {}", len(skipped), ", ".join(skipped))
 
 
 @dlq.command()
 @handle_errors
 def purge(
-    job_ids: Annotated[
-        list[str] | None, typer.Argument(help="Exact job ids (default: all matching).")
-    ] = None,
+    job_ids: IdsArg = None,
     step: StepOpt = None,
     task: TaskOpt = None,
     reason: ReasonOpt = None,
@@ -153,9 +175,13 @@ def purge(
     """Delete dead letters for good."""
     _check_reason(reason)
     queues = _queues(step)
+    chosen = _resolve(queues, job_ids)
     if not yes and not job_ids:
         typer.confirm("Delete every matching dead letter for good?", abort=True)
     removed = 0
     for queue in queues:
-        removed += queue.dead_letters.purge(ids=job_ids or None, task=task, reason=reason)
-    console.print(f"purged {removed} dead letter(s)")
+        ids = chosen.get(queue.name)
+        if job_ids and not ids:
+            continue
+        removed += queue.dead_letters.purge(ids=ids, task=task, reason=reason)
+    say("purged {} dead letter(s)", removed)

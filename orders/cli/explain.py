@@ -2,49 +2,46 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.context import emit_json, fail, handle_errors, make_app
+from orders.cli.render import fields
 from reliable_queue import explain as explain_job
-
-
-def _fmt(key: str, value: Any) -> str:
-    if value is not None and key.endswith(("_at", "_deadline")) and isinstance(value, float):
-        return (
-            dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
-        )
-    return str(value)
+from reliable_queue import find_job
 
 
 @handle_errors
 def explain(
     job_id: Annotated[
-        str, typer.Argument(help="A job id (from `orders status ORDER_ID` or `orders dlq list`).")
+        str,
+        typer.Argument(
+            help="A job id, or a unique prefix of 6+ characters (from `orders status ORDER_ID` "
+            "or `orders dlq list`)."
+        ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Show one job: state, queue, attempts, lease owner and deadline, next retry
-    time, idempotency key, DLQ reason and last failure."""
+    time, idempotency key, DLQ reason and last failure.
+
+    Finished jobs are kept for the retention window (ORDERS_* retention settings).
+    """
     app = make_app()
     try:
-        for queue in app.queues.values():
-            found = explain_job(queue, job_id)
-            if found is None:
-                continue
-            if as_json:
-                emit_json(found.as_dict())
-            else:
-                for key, value in found.as_dict().items():
-                    if key == "last_failure" and value:
-                        value = {k: v for k, v in value.items() if k != "traceback"}
-                    console.print(f"[bold]{key}[/]: {escape(_fmt(key, value))}", highlight=False)
+        match = find_job(app.queues.values(), job_id)
+        found = explain_job(match.queue, match.job_id)
+        if found is None:  # finished and expired between the two reads
+            fail(f"no job {match.job_id!r} any more (its record just expired)")
             return
-        fail(
-            f"no job {job_id!r} in any step queue (finished jobs are kept for the retention window)"
-        )
+        if as_json:
+            emit_json(found.as_dict())
+            return
+        values: dict[str, Any] = found.as_dict()
+        failure = values.pop("last_failure", None) or {}
+        fields(values)
+        if failure:  # the traceback is in `orders dlq show` (dead) or the worker's log
+            fields({"last failure": {k: v for k, v in failure.items() if k != "traceback"}})
     finally:
         app.close()

@@ -6,9 +6,12 @@ from typing import Annotated
 
 import typer
 
-from orders.cli.context import console, fail, handle_errors, make_app
+from orders.cli.context import fail, handle_errors, make_app
+from orders.cli.render import fault_summary, say
 from orders.domain.steps import STEPS
 from orders.worker.faults import FaultConfig, FaultStore
+
+MAX_DELAY_MS = 600_000  # ten minutes: longer than any lease, short of a hung worker
 
 
 @handle_errors
@@ -26,7 +29,9 @@ def inject(
             min=0.0, max=1.0, help="Probability the worker kills itself after the effect."
         ),
     ] = 0.0,
-    delay_ms: Annotated[int, typer.Option(min=0, help="Sleep before each run, milliseconds.")] = 0,
+    delay_ms: Annotated[
+        int, typer.Option(min=0, max=MAX_DELAY_MS, help="Sleep before each run, milliseconds.")
+    ] = 0,
     clear: Annotated[bool, typer.Option("--clear", help="Remove every injected fault.")] = False,
 ) -> None:
     """Inject failures into STEP; running workers pick them up within a second.
@@ -39,7 +44,7 @@ def inject(
             fail("--clear takes no step", code=2)
         app = make_app()
         FaultStore(app.redis, app.settings.queue_prefix).clear()
-        console.print("cleared every injected fault")
+        say("cleared every injected fault")
         return
     if step is None:
         fail("name a step, or use --clear", code=2)
@@ -48,6 +53,12 @@ def inject(
     config = FaultConfig(
         fail_rate=fail_rate, permanent=permanent, crash_rate=crash_rate, delay_ms=delay_ms
     )
+    if not config.active:
+        fail(
+            "nothing to inject: give --fail-rate, --crash-rate or --delay-ms "
+            "(to remove faults: orders inject --clear)",
+            code=2,
+        )
     app = make_app()
     FaultStore(app.redis, app.settings.queue_prefix).set(step, config)
-    console.print(f"{step}: {config.model_dump() if config.active else 'no faults'}")
+    say("{}: {} (workers pick it up within a second)", step, fault_summary(config.model_dump()))

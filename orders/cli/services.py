@@ -8,7 +8,8 @@ import typer
 
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
-from orders.cli.context import console, emit_json, handle_errors
+from orders.cli.context import console, emit_json, fail, handle_errors
+from orders.cli.render import say
 from orders.observability.urls import mask_url
 from reliable_queue.embedded import EmbeddedRedis
 
@@ -67,12 +68,17 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")]
 @handle_errors
 def upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations up to REVISION (default head)."""
+    from alembic.util.exc import CommandError
+
     from orders.app.migrate import upgrade_database
 
     settings = Settings()
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
-    upgrade_database(settings.resolved_database_url(), revision)
-    console.print(f"database at {revision}")
+    try:
+        upgrade_database(settings.resolved_database_url(), revision)
+    except CommandError as exc:  # an unknown or malformed revision
+        fail(f"cannot upgrade to {revision!r}: {exc}", code=2)
+    say("database at {}", revision)
 
 
 @db.command("rebind-redis")

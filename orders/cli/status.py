@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from orders.app.bootstrap import App
 from orders.app.eviction import key_eviction_problem
-from orders.cli.context import console, emit_json, err_console, fail, handle_errors, make_app
-from orders.domain.queries import order_status, totals
+from orders.cli.context import emit_json, err_console, fail, handle_errors, make_app
+from orders.cli.render import (
+    compact_table,
+    console,
+    fault_summary,
+    fitted_table,
+    say,
+    short_ids,
+    text,
+    when,
+)
+from orders.domain.queries import StepView, order_status, totals
 from orders.domain.steps import STEPS
 from orders.worker.faults import FaultStore, describe
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
+from workflows.models import idempotency_key
 from workflows.uow import UnitOfWork
 
 
-def _when(value: Any) -> str:
-    return value.strftime("%H:%M:%S.%f")[:-3] if value is not None else "-"
+def _job_ids(app: App, workflow_id: int | None, steps: list[StepView]) -> dict[str, str | None]:
+    """Step -> its job id: recorded by the worker that ran it, else (not run yet) the
+    unfinished job its idempotency key maps to in Redis."""
+    found: dict[str, str | None] = {}
+    for s in steps:
+        job_id = s.job_id
+        if job_id is None and workflow_id is not None and s.step in app.queues:
+            job_id = app.queues[s.step].pending_job_for(idempotency_key(workflow_id, s.step))
+        found[s.step] = job_id
+    return found
 
 
 def _one(app: App, order_id: int, as_json: bool) -> None:
@@ -32,37 +50,26 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     if as_json:
         emit_json(view.to_dict())
         return
-    head = f"order {view.order_id}: {view.status}, workflow {view.workflow_status}"
+    say("order {}: {}, workflow {}", view.order_id, view.status, view.workflow_status or "-")
     if view.blocked_step:
-        head += f" — blocked on {view.blocked_step}: {view.blocked_reason}"
-    console.print(head, highlight=False, markup=False)
-    console.print(
-        f"placed {view.placed_at:%Y-%m-%d %H:%M:%S} UTC, completed {_when(view.completed_at)}"
-    )
-    table = Table()
-    for col in (
-        "step",
-        "state",
-        "outcome",
-        "attempts",
-        "dispatched",
-        "started",
-        "finished",
-        "last error",
-    ):
-        table.add_column(col)
-    for s in view.steps:
-        table.add_row(
+        say("blocked on {}: {}", view.blocked_step, view.blocked_reason, style="bold red")
+    say("placed {}, completed {}", when(view.placed_at), when(view.completed_at))
+    job_ids = _job_ids(app, view.workflow_id, view.steps)
+    short = short_ids(j for j in job_ids.values() if j)
+    rows = [
+        [
             s.step,
             s.status,
-            s.outcome or "-",
             str(s.attempts),
-            _when(s.dispatched_at),
-            _when(s.started_at),
-            _when(s.finished_at),
-            escape((s.last_error or "")[:60]),
-        )
-    console.print(table)
+            short[job_ids[s.step]] if job_ids[s.step] else "-",
+            when(s.finished_at, date=False),
+            " — ".join(x for x in (s.outcome, s.last_error) if x) or "-",
+        ]
+        for s in view.steps
+    ]
+    headers = ["step", "state", "att", "job id", "finished", "last error"]
+    caption = "att = attempts; times UTC; one job in full: orders explain JOB_ID"
+    console.print(fitted_table(headers, rows, flex=5, right=(2,), caption=caption))
 
 
 def _overview(app: App, as_json: bool) -> None:
@@ -84,27 +91,20 @@ def _overview(app: App, as_json: bool) -> None:
             }
         )
         return
-    orders = Table(title=f"orders ({t.orders})")
+    orders = Table(title=f"orders ({t.orders})", title_justify="left")
     orders.add_column("status")
     orders.add_column("count", justify="right")
     for status, n in sorted(t.orders_by_status.items()):
-        orders.add_row(status, str(n))
+        orders.add_row(text(status), str(n))
     console.print(orders)
-    steps = Table(title="steps and queues")
-    cols = (
-        "step",
-        "done",
-        "failed",
-        "dead",
-        "pending",
-        "ready",
-        "delayed",
-        "active",
-        "DLQ",
-        "retried",
+    steps = compact_table(
+        "steps (database) and their queues (Redis)",
+        "pending = not yet started; retried = retries since the queue was created",
     )
-    for col in cols:
-        steps.add_column(col, justify="right")
+    for col in ("step", "done", "failed", "dead", "pending", "ready", "delayed", "active"):
+        steps.add_column(col, justify="left" if col == "step" else "right", no_wrap=True)
+    steps.add_column("DLQ", justify="right")
+    steps.add_column("retried", justify="right")
     for step in STEPS:
         st, q = t.steps_by_state.get(step, {}), queues[step]
         steps.add_row(
@@ -137,8 +137,8 @@ def _overview(app: App, as_json: bool) -> None:
                 " `orders queue audit --repair`",
                 highlight=False,
             )
-    if faults:
-        console.print(f"injected faults: {faults}", highlight=False)
+    for step, config in faults.items():
+        say("injected fault on {}: {}", step, fault_summary(config))
 
 
 @handle_errors

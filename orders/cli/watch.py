@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import signal
 import threading
 from typing import Annotated, Any
@@ -13,7 +12,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orders.cli.context import console, handle_errors, make_app
+from orders.cli.context import handle_errors, make_app
+from orders.cli.render import compact_table, console, fitted_table, short_ids, text, when
 from orders.observability.multiproc import metrics_dir
 from orders.observability.snapshot import Snapshot, SystemView
 
@@ -26,28 +26,30 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}"
 
 
-def render(snap: Snapshot) -> Group:
+def render(snap: Snapshot, *, live: bool = False) -> Group:
     """Draw one snapshot: queues, orders, newest dead letters, and read errors.
 
     Args:
         snap: what to draw.
+        live: the view refreshes (the header says how to quit).
 
     Returns:
-        A rich renderable.
+        A rich renderable that fits 80 columns; text from Redis is shown as
+        plain text (never markup, control characters escaped).
     """
-    when = dt.datetime.fromtimestamp(snap.at).strftime("%H:%M:%S")
-    header = Text(f"orderflow — {when} — Ctrl-C to quit", style="bold")
-    queues = Table(title="queues", title_justify="left")
+    quit_hint = " — Ctrl-C to quit" if live else ""
+    header = Text(f"orderflow — {when(snap.at, date=False)} UTC{quit_hint}", style="bold")
+    queues = compact_table("queues", "jobs/s over 10 s; handler time p50/p95 in ms")
     for col in (
         "step",
         "ready",
         "delayed",
         "active",
         "dead",
-        "jobs/s (10 s)",
+        "jobs/s",
         "p50 ms",
         "p95 ms",
-        "retries/min",
+        "retry/min",
     ):
         queues.add_column(col, justify="left" if col == "step" else "right")
     for q in snap.queues:
@@ -92,24 +94,18 @@ def render(snap: Snapshot) -> Group:
             ),
         )
         parts.append(orders)
-    dead = Table(title="newest dead letters", title_justify="left")
-    for col in ("dead at", "queue", "job id", "reason", "order", "error"):
-        dead.add_column(col)
+    short = short_ids(d.job_id for d in snap.newest_dead)
+    rows = []
     for d in snap.newest_dead:
         order = d.payload.get("order_id") if isinstance(d.payload, dict) else None
-        dead.add_row(
-            dt.datetime.fromtimestamp(d.dead_at).strftime("%H:%M:%S"),
-            d.queue,
-            d.job_id,
-            d.reason,
-            "-" if order is None else str(order),
-            d.error[:60],
-        )
+        step = d.queue if order is None else f"{d.queue} #{order}"
+        rows.append([when(d.dead_at, date=False), short[d.job_id], step, d.reason, d.error])
     if not snap.newest_dead:
-        dead.add_row("-", "", "(the dead-letter queues are empty)", "", "", "")
-    parts.append(dead)
+        rows.append(["-", "(the dead-letter queues are empty)", "", "", ""])
+    headers = ["dead at", "job id", "step #order", "reason", "error"]
+    parts.append(fitted_table(headers, rows, flex=4, title="newest dead letters"))
     for error in snap.errors:
-        parts.append(Text(f"cannot read {error}", style="bold red"))
+        parts.append(text(f"cannot read {error}", style="bold red"))
     return Group(*parts)
 
 
@@ -130,6 +126,7 @@ def watch(
     blocked; the newest dead letters.
 
     Ctrl-C exits (status 130).
+
     Handler times come from the worker processes of this data dir (their metrics
     folder); the rest from Redis and the database.
     """
@@ -147,11 +144,12 @@ def watch(
             stop.wait(interval)
             console.print(render(view.look()))
             return
-        with Live(render(view.look()), console=console, refresh_per_second=4) as live:
+        first = render(view.look(), live=True)
+        with Live(first, console=console, refresh_per_second=4) as live:
             while not stop.wait(interval):
-                live.update(render(view.look()))
+                live.update(render(view.look(), live=True))
     except KeyboardInterrupt:
-        pass
+        raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
         app.close()

@@ -23,7 +23,7 @@ def worker(
     ] = 1,
     sweep: Annotated[bool, typer.Option(help="Also run the periodic outbox sweep.")] = True,
     grace: Annotated[
-        float, typer.Option(min=0, help="Seconds in-flight jobs get on SIGTERM.")
+        float, typer.Option(min=0, max=3600.0, help="Seconds in-flight jobs get on SIGTERM.")
     ] = 10.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
     metrics_port: Annotated[

@@ -35,7 +35,7 @@ def test_watch_once_prints_queues_orders_and_dead_letters(env: dict[str, str]) -
     result = CliRunner().invoke(main, ["watch", "--once", "--interval", "0.3"], env=env)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for word in ("queues", "jobs/s", "p95 ms", "retries/min", "orders", "in progress"):
+    for word in ("queues", "jobs/s", "p95 ms", "retry/min", "orders", "in progress"):
         assert word in out
     assert "newest dead letters" in out and "dead-letter queues are empty" in out
     for step in STEPS:
@@ -44,7 +44,7 @@ def test_watch_once_prints_queues_orders_and_dead_letters(env: dict[str, str]) -
     assert "1" in points.split()  # one job ready
 
 
-def test_watch_live_exits_cleanly_on_ctrl_c(env: dict[str, str], tmp_path: Path) -> None:
+def test_watch_live_exits_130_cleanly_on_ctrl_c(env: dict[str, str], tmp_path: Path) -> None:
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [*orders_command(), "watch", "--interval", "0.3"],
@@ -84,5 +84,5 @@ def test_watch_live_exits_cleanly_on_ctrl_c(env: dict[str, str], tmp_path: Path)
             proc.kill()
             proc.wait(5)
         os.close(master)
-    assert code == 0, seen[-2000:]
+    assert code == 130, seen[-2000:]  # the convention for an interrupted command
     assert b"Traceback" not in seen and b"Aborted" not in seen

@@ -79,3 +79,7 @@ def test_password_parameters_in_free_text_are_masked() -> None:
     masked = mask_urls_in("connect(host=db password=hunter2 sslpassword=x2)")
     assert "hunter2" not in masked and "x2" not in masked
     assert mask_urls_in("the reason=timeout") == "the reason=timeout"
+
+
+def test_a_url_whose_port_is_not_a_number_is_masked_not_raised() -> None:
+    assert mask_url("redis://:hunter2@host:abc/0") == "redis://:***@host:abc/0"

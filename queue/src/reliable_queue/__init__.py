@@ -23,6 +23,7 @@ from .errors import (
 )
 from .inspection import JobExplanation, QueueStats, explain, stats
 from .job import AckResult, EnqueueRequest, FetchResult, JobContext, Lease, RawJob
+from .lookup import AmbiguousJobIdError, JobIdLookupError, JobIdNotFoundError, find_job
 from .policy import RetryPolicy
 from .queue import DEAD_REASONS, Queue
 from .registry import TaskDefinition, TaskRegistry
@@ -32,6 +33,7 @@ from .worker import Worker, WorkerHooks
 __all__ = [
     "DEAD_REASONS",
     "AckResult",
+    "AmbiguousJobIdError",
     "AuditReport",
     "DeadLetter",
     "DeadLetters",
@@ -39,6 +41,8 @@ __all__ = [
     "FetchResult",
     "JobContext",
     "JobExplanation",
+    "JobIdLookupError",
+    "JobIdNotFoundError",
     "Lease",
     "PartialRoundTripError",
     "PayloadTooLargeError",
@@ -64,5 +68,6 @@ __all__ = [
     "WorkerHooks",
     "audit",
     "explain",
+    "find_job",
     "stats",
 ]

@@ -1,0 +1,161 @@
+"""Find a job by a prefix of its id, as git finds a commit: exact id first, then a unique prefix.
+
+A person copies ids from a table that shows only a prefix; commands that take
+a job id accept any unique prefix of at least :data:`MIN_PREFIX` characters.
+The search reads the queue's job records and its DLQ (a dead letter whose
+record is gone is still found) with HSCAN / ZSCAN, bounded per call by
+``scan_limit`` entries per structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .cluster import UNAVAILABLE
+from .errors import QueueConnectionError, QueueError
+from .replies import text as _text
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+MIN_PREFIX = 6
+"""Shortest prefix searched for (an exact id of any length is always found)."""
+
+SCAN_LIMIT = 200_000
+"""Entries examined at most per structure (job records, DLQ) of one queue per lookup."""
+
+SHOWN_CANDIDATES = 10
+"""Candidates named by :class:`AmbiguousJobIdError` at most."""
+
+_PAGE = 1000
+_GLOB = str.maketrans({c: f"\\{c}" for c in "*?[]\\^-"})
+
+
+class JobIdLookupError(QueueError):
+    """A job id or prefix did not name exactly one job."""
+
+
+class JobIdNotFoundError(JobIdLookupError):
+    """No job id starts with the prefix (or the prefix is too short to search)."""
+
+
+class AmbiguousJobIdError(JobIdLookupError):
+    """Several job ids start with the prefix.
+
+    Attributes:
+        prefix: what was asked for.
+        candidates: ``(queue name, job id)`` pairs, at most :data:`SHOWN_CANDIDATES`.
+    """
+
+    def __init__(self, prefix: str, candidates: list[tuple[str, str]], more: bool) -> None:
+        self.prefix = prefix
+        self.candidates = candidates
+        listed = ", ".join(f"{job_id} ({queue})" for queue, job_id in candidates)
+        super().__init__(
+            f"job id prefix {prefix!r} is ambiguous: {listed}{', ...' if more else ''}; "
+            "give more characters"
+        )
+
+
+@dataclass(frozen=True)
+class Match:
+    """A job found by :func:`find_job`: its queue and its full id."""
+
+    queue: Queue
+    job_id: str
+
+
+def _exact(queue: Queue, job_id: str, dead_only: bool) -> bool:
+    k = queue.keys
+    if dead_only:
+        return queue.client.zscore(k.key("dead"), job_id) is not None
+    return bool(queue.client.hexists(k.key("jobs"), job_id)) or (
+        queue.client.zscore(k.key("dead"), job_id) is not None
+    )
+
+
+def _scan(
+    queue: Queue, prefix: str, dead_only: bool, scan_limit: int, want: int
+) -> tuple[set[str], bool]:
+    """Ids starting with ``prefix``, and whether every structure was scanned to its end."""
+    pattern = prefix.translate(_GLOB) + "*"
+    k = queue.keys
+    found: set[str] = set()
+    complete = True
+    structures = [("zscan", k.key("dead"))]
+    if not dead_only:
+        structures.insert(0, ("hscan", k.key("jobs")))
+    for command, key in structures:
+        cursor, seen = 0, 0
+        while True:
+            cursor, page = getattr(queue.client, command)(key, cursor, match=pattern, count=_PAGE)
+            members = page.keys() if isinstance(page, dict) else (m for m, _ in page)
+            found.update(_text(m) for m in members)
+            seen += _PAGE
+            if int(cursor) == 0 or len(found) >= want:
+                break
+            if seen >= scan_limit:
+                complete = False
+                break
+    return found, complete
+
+
+def find_job(
+    queues: Iterable[Queue],
+    prefix: str,
+    *,
+    dead_only: bool = False,
+    scan_limit: int = SCAN_LIMIT,
+) -> Match:
+    """The one job whose id is ``prefix`` or starts with it, in any of ``queues``.
+
+    Args:
+        queues: where to look (e.g. every step queue).
+        prefix: a full job id, or at least :data:`MIN_PREFIX` of its first characters.
+        dead_only: look only in the dead-letter queues.
+        scan_limit: entries examined at most per structure and queue (bounds the
+            cost on a very large queue; a longer prefix is then needed).
+
+    Returns:
+        The queue holding the job and the job's full id.
+
+    Raises:
+        JobIdNotFoundError: nothing matches, or the prefix is shorter than
+            :data:`MIN_PREFIX` and is not an exact id.
+        AmbiguousJobIdError: more than one id matches (candidates listed).
+        QueueConnectionError: Redis unreachable.
+    """
+    queues = list(queues)
+    where = "dead-letter queue" if dead_only else "queue"
+    try:
+        for queue in queues:
+            if _exact(queue, prefix, dead_only):
+                return Match(queue, prefix)
+        if len(prefix) < MIN_PREFIX:
+            raise JobIdNotFoundError(
+                f"no job {prefix!r} in any {where}; a prefix needs at least {MIN_PREFIX} characters"
+            )
+        matches: list[tuple[str, str]] = []
+        by_name = {q.name: q for q in queues}
+        complete = True
+        for queue in queues:
+            found, whole = _scan(queue, prefix, dead_only, scan_limit, SHOWN_CANDIDATES + 1)
+            complete = complete and whole
+            matches.extend((queue.name, job_id) for job_id in sorted(found))
+    except UNAVAILABLE as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    if not matches:
+        searched = (
+            ""
+            if complete
+            else f" (searched the first {scan_limit} entries: give more characters or the full id)"
+        )
+        raise JobIdNotFoundError(f"no job id starting with {prefix!r} in any {where}{searched}")
+    if len(matches) > 1:
+        raise AmbiguousJobIdError(
+            prefix, matches[:SHOWN_CANDIDATES], more=len(matches) > SHOWN_CANDIDATES
+        )
+    name, job_id = matches[0]
+    return Match(by_name[name], job_id)
