@@ -94,6 +94,7 @@ def dashboard(cli_env: dict[str, str], key_prefix: str, tmp_path: Path) -> Itera
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[object]:
     require_chromium()
+    pytest.importorskip("playwright.sync_api", reason="uv sync --group browser")
     from playwright.sync_api import sync_playwright
 
     if SHOTS.exists():
