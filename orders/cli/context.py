@@ -28,23 +28,46 @@ __all__ = ["console", "emit_json", "err_console", "fail", "handle_errors", "make
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def make_app(*, auto_migrate: bool = False) -> App:
+def make_app(*, auto_migrate: bool = False, uses_redis: bool = True) -> App:
     """Build the application from ``ORDERS_*`` environment variables.
 
     Args:
         auto_migrate: bring a configured database to the newest migration on first use.
+        uses_redis: the command talks to Redis: when the embedded server is not
+            running (say, after ``orders services stop``), say on stderr that it
+            is started again.
 
     Raises:
         typer.Exit(2): the settings are invalid (the message says which).
     """
     try:
-        return build(Settings(), auto_migrate=auto_migrate)
+        settings = Settings()
+        if uses_redis:
+            _say_if_starting_redis(settings)
+        return build(settings, auto_migrate=auto_migrate)
     except ValidationError as exc:
         problems = "; ".join(
             f"ORDERS_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
         )
         fail(f"invalid settings: {problems}", code=2)
         raise  # unreachable
+
+
+def _say_if_starting_redis(settings: Settings) -> None:
+    """Say so on stderr when this command is about to start the embedded Redis."""
+    if settings.redis_url:
+        return
+    from reliable_queue.embedded import EmbeddedRedis
+
+    if not EmbeddedRedis(settings.resolved_data_dir()).is_running():
+        err_console.print(
+            Text(
+                "the embedded Redis of the data dir is not running: starting it "
+                "(it keeps running; `orders services stop` stops it)",
+                style="dim",
+            ),
+            highlight=False,
+        )
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -122,6 +145,11 @@ def setup_logging(level: str = "INFO") -> None:
     """Structured logs on stderr: JSON lines when stderr is not a terminal, readable
     lines when it is; each line about a job carries its id, task, attempt and order
     id, and credentials in URLs are masked (see ``orders.observability.logs``)."""
+    import logging
+
     from orders.observability.logs import configure_logging
 
     configure_logging(level, stream=sys.stderr)
+    if logging.getLevelName(level.upper()) != logging.DEBUG:
+        # Alembic's INFO lines ("Context impl SQLiteImpl.", ...) on every start say nothing.
+        logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.render import say
 from orders.cli.untrusted import for_terminal
 from reliable_queue import QueueError
 
@@ -27,15 +28,22 @@ def load_tpch(
     """
     from orders.sources.tpch import load_tpch as load
 
-    app = make_app(auto_migrate=True)
+    app = make_app(auto_migrate=True, uses_redis=False)
     with console.status(f"generating and loading TPC-H at scale {scale}..."):
         result = load(app.session_factory, app.settings.resolved_data_dir(), scale=scale)
-    info = result.as_dict() if hasattr(result, "as_dict") else dict(result.__dict__)
     if as_json:
-        emit_json(info)
-    else:
-        for key, value in info.items():
-            console.print(f"{key}: {value}")
+        emit_json(result.as_dict())
+        return
+    head = (
+        f"loaded TPC-H at scale {result.scale:g}"
+        if result.loaded
+        else f"TPC-H (scale {result.scale:g}) was already loaded: nothing to do"
+    )
+    r = result
+    say(
+        f"{head}: {r.customers:,} customers, {r.products:,} products, {r.orders:,} orders, "
+        f"{r.lines:,} lines"
+    )
 
 
 @handle_errors

@@ -37,7 +37,10 @@ def start() -> None:
 def stop() -> None:
     """Stop the embedded Redis server of the data dir (its AOF keeps the data)."""
     server = EmbeddedRedis(Settings().resolved_data_dir())
-    console.print("stopped" if server.stop() else "not running")
+    if server.stop():
+        say("stopped (the next orders command that needs Redis starts it again)")
+    else:
+        say("not running")
 
 
 @services.command()
@@ -59,9 +62,18 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")]
     }
     if as_json:
         emit_json(info)
+        return
+    if settings.redis_url:
+        say("Redis: {} (ORDERS_REDIS_URL)", info["redis_url"])
     else:
-        for key, value in info.items():
-            console.print(f"{key}: {value}")
+        running = (
+            f"running at {server.url} (pid {server.pid})"
+            if info["embedded_running"]
+            else ("not running (the next orders command that needs Redis starts it)")
+        )
+        say("Redis: the embedded server of the data dir, {}", running)
+    say("database: {}", info["database_url"])
+    say("data dir: {}", info["data_dir"])
 
 
 @db.command()

@@ -46,11 +46,11 @@ class LoadResult:
 
     Attributes:
         loaded: False when the data was already there (nothing done).
-        scale: scale factor of the loaded data, as text.
+        scale: scale factor of the loaded data.
     """
 
     loaded: bool
-    scale: str
+    scale: float
     customers: int
     products: int
     orders: int
@@ -146,7 +146,7 @@ def load_tpch(
     with UnitOfWork(session_factory) as uow:
         existing = uow.session.get(StreamCursor, TPCH)
         if existing is not None:
-            return _result(uow.session, False, existing.scale)
+            return _result(uow.session, False, float(existing.scale))
     folder = generate(data_dir / "tpch" / f"sf{scale}", scale, executable=executable)
     with UnitOfWork(session_factory) as uow:
         session = uow.session
@@ -159,10 +159,10 @@ def load_tpch(
             StreamCursor(name=TPCH, position=0, size=size, scale=str(scale), loaded_at=utcnow())
         )
         uow.commit()
-        return _result(session, True, str(scale))
+        return _result(session, True, scale)
 
 
-def _result(session: Session, loaded: bool, scale: str) -> LoadResult:
+def _result(session: Session, loaded: bool, scale: float) -> LoadResult:
     def count(model: Any) -> int:
         return session.scalar(select(func.count()).select_from(model)) or 0
 

@@ -99,3 +99,18 @@ def test_order_status_shows_job_ids_and_a_hostile_error_safely(env: dict[str, st
     assert "boom [/]" in text
     overview = check(run(cp1252, "status"), escaped=False)
     assert "retried" in overview and "…" not in overview  # every column whole at 80
+
+
+def test_after_services_stop_the_next_command_says_it_starts_redis_again(
+    cli_env: dict[str, str], key_prefix: str
+) -> None:
+    if cli_env.get("ORDERS_REDIS_URL"):
+        pytest.skip("an external Redis is configured: nothing embedded to start")
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    assert run(env, "services", "start").returncode == 0
+    stopped = run(env, "services", "stop")
+    assert b"starts it again" in stopped.stdout
+    listed = run(env, "dlq", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert b"not running: starting it" in listed.stderr
+    assert run(env, "services", "stop").returncode == 0
