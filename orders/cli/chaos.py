@@ -37,11 +37,17 @@ def _steps(value: str, option: str) -> tuple[str, ...]:
     return chosen
 
 
+def _counts(values: Any) -> str:
+    if not isinstance(values, dict):
+        return str(values)
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in values.items()) or "none"
+
+
 def _progress_table(p: ChaosProgress) -> Table:
     down = " — [bold red]Redis down[/]" if p.redis_down else ""
     table = Table(
         title=f"orders chaos — {p.phase} — {p.elapsed:5.1f}s — placed {p.placed}{down}",
-        caption=f"orders {p.orders}   faults {p.faults}",
+        caption=f"orders: {_counts(p.orders)}; faults: {_counts(p.faults)}",
     )
     for col in ("step", "ready", "delayed", "active", "dead"):
         table.add_column(col, justify="right")
@@ -78,6 +84,16 @@ def print_report(report: ChaosReport) -> None:
     _rows(summary, {f"workers {k}": v for k, v in sorted(report.workers.items())})
     _rows(summary, {f"redis {k}": v for k, v in report.redis.items()})
     console.print(summary)
+    d = report.delivery
+    applied = d["deliveries"] - d["duplicates_absorbed"]
+    console.print(
+        f"deliveries {d['deliveries']} = effects applied {applied} + duplicates absorbed "
+        f"{d['duplicates_absorbed']}; the database holds {d['distinct_effects']} distinct "
+        "effects (a worker killed before it reported takes its last counts with it, so "
+        "applied may be a little lower)",
+        highlight=False,
+        markup=False,
+    )
     steps = Table(title="per step")
     for col in ("step", "applied", "duplicates absorbed", "distinct effects", "retries"):
         steps.add_column(col, justify="right")

@@ -8,28 +8,26 @@ import typer
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
-from orders.cli.context import console, emit_json, handle_errors, make_app
+from orders.cli.context import emit_json, handle_errors, make_app
+from orders.cli.render import compact_table, console, err_console
 from orders.cli.untrusted import for_terminal
-from orders.demo.driver import DemoOptions, DemoReport, Progress, run_demo
+from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import STEPS
+from reliable_queue import stats
 
 
-def _progress_table(p: Progress) -> Table:
-    table = Table(title=f"orderflow demo — {p.elapsed:5.1f}s — workflows {p.workflows}")
-    for col in (
-        "step",
-        "done",
-        "failed (retrying)",
-        "dead",
-        "queue ready",
-        "delayed",
-        "active",
-        "retried",
-    ):
-        table.add_column(col, justify="right")
+def _progress_table(p: Progress, retried_before: dict[str, int]) -> Table:
+    orders = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(p.workflows.items()))
+    table = compact_table(
+        f"orderflow demo — {p.elapsed:5.1f}s — orders: {orders or 'none yet'}",
+        "retrying = failed, waiting for its retry; retried = retries in this run",
+    )
+    for col in ("step", "done", "retrying", "dead", "ready", "delayed", "active", "retried"):
+        table.add_column(col, justify="left" if col == "step" else "right")
     for step in STEPS:
         s, q = p.steps.get(step, {}), p.queues.get(step, {})
         table.add_row(
@@ -40,7 +38,7 @@ def _progress_table(p: Progress) -> Table:
             str(q.get("ready", 0)),
             str(q.get("delayed", 0)),
             str(q.get("active", 0)),
-            str(q.get("counters", {}).get("retried", 0)),
+            str(q.get("counters", {}).get("retried", 0) - retried_before.get(step, 0)),
         )
     return table
 
@@ -191,13 +189,16 @@ def demo(
         batch_size=batch_size,
         stall_seconds=stall_seconds,
     )
+    retried_before = {s: stats(app.queues[s]).counters.get("retried", 0) for s in STEPS}
+    log_dir = demo_log_dir(app)
     with Live(console=console, refresh_per_second=4, transient=as_json) as live:
         report = run_demo(
             app,
             options,
             place_orders=_place,
             check_invariants=_invariants,
-            on_progress=lambda p: live.update(_progress_table(p)),
+            on_progress=lambda p: live.update(_progress_table(p, retried_before)),
+            log_dir=log_dir,
         )
     if as_json:
         emit_json(report.as_dict())
@@ -205,6 +206,8 @@ def demo(
         console.print()
         print_report(report)
     app.close()
+    if not report.ok:
+        err_console.print(Text(f"worker logs of this run: {log_dir}"), highlight=False)
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -9,7 +9,6 @@ happened with the invariant checks from the database.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,6 +189,12 @@ def configure_faults(app: App, options: DemoOptions) -> dict[str, FaultConfig]:
     return faults
 
 
+def demo_log_dir(app: App) -> Path:
+    """Where a demo run keeps its worker logs: ``<data dir>/logs/demo-<UTC time>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return app.settings.resolved_data_dir() / "logs" / f"demo-{stamp}-{os.getpid()}"
+
+
 def run_demo(
     app: App,
     options: DemoOptions,
@@ -199,6 +204,7 @@ def run_demo(
     on_progress: Callable[[Progress], None] = lambda p: None,
     on_placed: Callable[[int], None] = lambda n: None,
     env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
 ) -> DemoReport:
     """Run the demo end to end; worker processes are stopped on exit (also on Ctrl-C).
 
@@ -211,10 +217,12 @@ def run_demo(
         on_progress: called about twice a second with a :class:`Progress`.
         on_placed: progress of placement (orders placed so far).
         env: environment of the worker processes (default: ours).
+        log_dir: folder of the worker logs (default: ``demo_log_dir(app)``).
     """
     counters_before = {name: stats(q).counters for name, q in app.queues.items()}
     configure_faults(app, options)
-    log_dir = Path(tempfile.mkdtemp(prefix="orders-demo-"))
+    log_dir = log_dir or demo_log_dir(app)
+    log_dir.mkdir(parents=True, exist_ok=True)
     worker_env = dict(env if env is not None else os.environ)
     procs = [
         start_worker(

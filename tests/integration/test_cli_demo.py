@@ -42,6 +42,9 @@ def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
     assert report["retries_per_step"]["notification"] > 0
     assert report["retries_per_step"]["points"] > 0
     assert report["retries_per_step"]["stock"] == 0
+    # the worker logs stay under the data dir, not in the system temp dir
+    logs = list((Path(env["ORDERS_DATA_DIR"]) / "logs").glob("demo-*/worker-*.log"))
+    assert len(logs) == 4, logs
 
 
 def test_orders_help_lists_every_command(cli_env: dict[str, str]) -> None:
