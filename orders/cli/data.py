@@ -10,8 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
-from orders.cli.render import say
-from orders.cli.untrusted import for_terminal
+from orders.cli.render import for_terminal, say
 from reliable_queue import QueueError
 
 

@@ -13,8 +13,7 @@ from rich.text import Text
 from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.cli.context import emit_json, handle_errors, make_app
-from orders.cli.render import compact_table, console, err_console
-from orders.cli.untrusted import for_terminal
+from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import STEPS
 from reliable_queue import stats

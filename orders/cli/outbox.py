@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from orders.cli.context import console, emit_json, handle_errors, make_app
-from orders.cli.untrusted import for_terminal
+from orders.cli.render import for_terminal
 from workflows.outbox_admin import refused_rows, retry_rows
 from workflows.uow import UnitOfWork
 

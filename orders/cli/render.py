@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from rich import box
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -137,6 +138,12 @@ def text(value: Any, style: str = "", *, multiline: bool = False, limit: int = 0
     if limit and len(shown) > limit:
         shown = shown[: limit - 1] + "…"
     return Text(shown, style=style)
+
+
+def for_terminal(value: Any, limit: int = 500) -> str:
+    """``value`` cleaned (see :func:`clean`), cut to ``limit`` characters and
+    markup-escaped: safe inside a string printed with Rich markup on."""
+    return escape(clean(str(value)[:limit]))
 
 
 def say(message: str, *values: Any, style: str = "") -> None:

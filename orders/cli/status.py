@@ -6,11 +6,13 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orders.app.bootstrap import App
 from orders.app.eviction import key_eviction_problem
 from orders.cli.context import emit_json, err_console, fail, handle_errors, make_app
 from orders.cli.render import (
+    clean,
     compact_table,
     console,
     fault_summary,
@@ -75,7 +77,9 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
 def _overview(app: App, as_json: bool) -> None:
     eviction = key_eviction_problem(app.redis)
     if eviction and not as_json:
-        err_console.print(f"[bold red]WARNING:[/] {escape(eviction)}", highlight=False)
+        line = Text("WARNING: ", style="bold red")
+        line.append(clean(eviction))
+        err_console.print(line, highlight=False)
     reconcile_dead_letters(app)
     with UnitOfWork(app.session_factory) as uow:
         t = totals(uow.session)
