@@ -66,6 +66,7 @@ def test_totals_count_orders_by_status_and_steps_by_state(session_factory, catal
         "failed": 0,
         "done": 3,
         "dead": 0,
+        "unpublishable": 0,
     }
     assert result.steps_by_state[LOGISTICS]["dead"] == 1
     assert result.steps_by_state[NOTIFICATION]["pending"] == 2
