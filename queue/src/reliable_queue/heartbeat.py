@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -17,12 +19,36 @@ log = logging.getLogger("reliable_queue.worker")
 
 
 @dataclass
+class LaneRun:
+    """One lane thread of a worker; ``abandoned`` is set when a run overstays its limit.
+
+    An abandoned lane's thread may still be stuck in a handler (a Python thread
+    cannot be killed); a fresh lane takes its place and the old one exits, without
+    fetching again, once the handler returns.
+    """
+
+    queue: Queue
+    abandoned: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class Held:
-    """A job this process holds: its queue, lease, and whether its handler started."""
+    """A job this process holds: its queue, lease, and whether its handler started.
+
+    Attributes:
+        lane: the lane running it (None when held outside a lane).
+        deadline: monotonic time (seconds) its run must end by, once started with a
+            time limit; None means no limit.
+        context: what the lane needs to settle it on a timeout (the worker's own
+            record of the job; opaque here).
+    """
 
     queue: Queue
     lease: Lease
     started: bool = False
+    lane: LaneRun | None = None
+    deadline: float | None = None
+    context: Any = None
 
 
 class LeaseBook:
@@ -33,18 +59,52 @@ class LeaseBook:
         self._held: dict[str, Held] = {}
         self.lost: set[str] = set()
 
-    def add(self, queue: Queue, leases: list[Lease]) -> None:
-        """Record newly fetched leases."""
+    def add(self, queue: Queue, leases: list[Lease], lane: LaneRun | None = None) -> None:
+        """Record newly fetched leases (held by ``lane``, if given)."""
         with self._lock:
             for lease in leases:
-                self._held[lease.job_id] = Held(queue, lease)
+                self._held[lease.job_id] = Held(queue, lease, lane=lane)
 
-    def start(self, job_id: str) -> None:
-        """Mark a held job's handler as started."""
+    def start(self, job_id: str, deadline: float | None = None, context: Any = None) -> None:
+        """Mark a held job's handler as started.
+
+        Args:
+            job_id: the job.
+            deadline: monotonic seconds its run must end by (None: no limit).
+            context: kept with the entry for whoever settles it on a timeout.
+        """
         with self._lock:
             held = self._held.get(job_id)
             if held is not None:
-                held.started = True
+                held.started, held.deadline, held.context = True, deadline, context
+
+    def take_overdue(self, now: float) -> tuple[list[Held], list[Held]]:
+        """Remove runs past their deadline, and everything else their lanes hold.
+
+        Args:
+            now: monotonic seconds (the clock the deadlines were set on).
+
+        Returns:
+            ``(overdue, lane_mates)``: the started jobs whose deadline passed, and the
+            other jobs held by the same lanes (not started yet, or finished and
+            waiting for their settlement). Neither is heartbeated any more.
+        """
+        with self._lock:
+            overdue = [
+                h
+                for h in self._held.values()
+                if h.started and h.deadline is not None and h.deadline <= now
+            ]
+            lanes = {id(h.lane) for h in overdue if h.lane is not None}
+            taken = {id(h) for h in overdue}
+            mates = [
+                h
+                for h in self._held.values()
+                if h.lane is not None and id(h.lane) in lanes and id(h) not in taken
+            ]
+            for h in overdue + mates:
+                del self._held[h.lease.job_id]
+            return overdue, mates
 
     def drop(self, leases: list[Lease]) -> None:
         """Forget jobs that are settled (or about to be, in the next round trip).
@@ -83,12 +143,21 @@ class Heartbeat(threading.Thread):
         lease_seconds: lease length to extend to, seconds.
         interval: seconds between beats (a third of the lease is the usual choice).
         stop: event that ends the thread.
+        on_beat: called at the start of every beat, before the leases are extended
+            (the worker fails runs past their time limit there, so their leases are
+            not extended); an exception from it is logged and the beat goes on.
     """
 
     def __init__(
-        self, book: LeaseBook, lease_seconds: float, interval: float, stop: threading.Event
+        self,
+        book: LeaseBook,
+        lease_seconds: float,
+        interval: float,
+        stop: threading.Event,
+        on_beat: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="heartbeat", daemon=True)
+        self.on_beat = on_beat
         self.book = book
         self.lease_seconds = lease_seconds
         self.interval = interval
@@ -97,6 +166,11 @@ class Heartbeat(threading.Thread):
 
     def beat(self) -> None:
         """Extend every held lease once (one script call per queue)."""
+        if self.on_beat is not None:
+            try:
+                self.on_beat()
+            except Exception:
+                log.exception("heartbeat: time-limit check failed")
         by_queue: dict[str, tuple[Queue, list[Lease]]] = defaultdict(lambda: (None, []))  # type: ignore[arg-type,return-value]
         for held in self.book.snapshot():
             entry = by_queue.get(held.queue.name)

@@ -22,14 +22,21 @@ class RetryPolicy:
         base_delay: backoff after the first failure, seconds.
         max_delay: cap of any single backoff, seconds.
         jitter: draw the delay uniformly from ``[0, bound]`` (full jitter) when True.
+        time_limit: longest one run may take, seconds; past it the attempt fails
+            with reason ``timed_out`` (retried per this policy). ``None`` uses the
+            queue default (``QueueSettings.default_time_limit_seconds``), ``0``
+            means no limit.
     """
 
     max_attempts: int | None = None
     base_delay: float = 0.5
     max_delay: float = 60.0
     jitter: bool = True
+    time_limit: float | None = None
 
     def __post_init__(self) -> None:
+        if self.time_limit is not None and not 0 <= self.time_limit < float("inf"):
+            raise ValueError("time_limit must be a finite number of seconds >= 0")
         if self.max_attempts is not None and self.max_attempts < 0:
             raise ValueError("max_attempts must be >= 0")
         if self.base_delay < 0 or self.max_delay < 0:
@@ -49,6 +56,17 @@ class RetryPolicy:
         if not self.jitter:
             return bound
         return (rng or random).uniform(0.0, bound)
+
+
+def time_limit_of(policy: RetryPolicy, default: float) -> float | None:
+    """The run time limit in seconds a task gets, or None for no limit.
+
+    Args:
+        policy: the task's retry policy (its ``time_limit``, if set, wins).
+        default: the queue-wide default, seconds (0 = no limit).
+    """
+    limit = default if policy.time_limit is None else policy.time_limit
+    return limit if limit > 0 else None
 
 
 def should_retry(attempt: int, max_attempts: int) -> bool:

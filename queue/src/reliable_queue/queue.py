@@ -376,14 +376,23 @@ class Queue:
         )
 
     def nack(
-        self, lease: Lease, *, delay: float = 0.0, error: str = "", traceback: str = ""
+        self,
+        lease: Lease,
+        *,
+        delay: float = 0.0,
+        error: str = "",
+        traceback: str = "",
+        reason: str = "retry",
     ) -> bool:
         """A leased job failed; run it again after ``delay`` seconds.
+
+        Args:
+            reason: stored as the failure's reason (``retry``, or ``timed_out``).
 
         Returns:
             True if recorded, False if the lease token was stale (refused, counted).
         """
-        info = self.failure_info("retry", error, traceback)
+        info = self.failure_info(reason, error, traceback)
         return bool(self._run(self.nack_call(lease, delay, info)))
 
     def dead_call(self, lease: Lease, reason: str, info: dict[str, Any]) -> Call:

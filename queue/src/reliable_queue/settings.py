@@ -36,6 +36,9 @@ class QueueSettings(BaseModel):
             quiet queue is trimmed too; 0 turns it off.
         audit_interval_seconds: how often each worker runs the audit with repair
             (:func:`reliable_queue.audit`); 0 turns it off.
+        default_time_limit_seconds: longest one run of a job may take when its task's
+            policy sets no ``time_limit``; 0 (default) means no limit. Past it the
+            worker fails the attempt as ``timed_out`` (see ``Worker``).
     """
 
     model_config = ConfigDict(frozen=True, allow_inf_nan=False)
@@ -55,3 +58,4 @@ class QueueSettings(BaseModel):
     replica_timeout_seconds: float = Field(1.0, gt=0)
     maintenance_interval_seconds: float = Field(60.0, ge=0)
     audit_interval_seconds: float = Field(600.0, ge=0)
+    default_time_limit_seconds: float = Field(0.0, ge=0, le=86400)

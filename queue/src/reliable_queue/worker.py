@@ -36,9 +36,10 @@ from .execution import (
     run_batch,
     run_prepared,
 )
-from .heartbeat import Heartbeat, LeaseBook
+from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
 from .job import RawJob
 from .limits import MAX_FETCH
+from .policy import should_retry, time_limit_of
 from .queue import Queue
 from .registry import TaskRegistry
 from .replies import split as _split
@@ -102,6 +103,17 @@ class Worker:
         hooks: fault-injection points.
         rng: jitter source for retry backoff.
         worker_id: shown as lease owner (default :func:`default_worker_id`).
+        clock: monotonic seconds, for run time limits (default ``time.monotonic``).
+
+    Time limits: a run of a task with a time limit (its ``RetryPolicy.time_limit``,
+    else ``settings.default_time_limit_seconds``) that is still going at the first
+    heartbeat past the limit fails with reason ``timed_out``: it is retried with
+    backoff, or dead-lettered as ``timed_out`` at max attempts, and its lease is no
+    longer extended. A Python thread cannot be killed, so its lane is abandoned: a
+    fresh lane takes its place at once, the jobs its batch had not started are
+    handed back, and the old thread exits when the handler returns (its late ack is
+    refused by the fencing token). So a hung run is released within its limit plus
+    one heartbeat interval (a third of the lease).
     """
 
     def __init__(
@@ -119,6 +131,7 @@ class Worker:
         hooks: WorkerHooks | None = None,
         rng: random.Random | None = None,
         worker_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if concurrency < 1 or not 1 <= batch_size <= MAX_FETCH:
             raise ValueError(f"concurrency must be >= 1 and batch_size 1..{MAX_FETCH}")
@@ -142,8 +155,15 @@ class Worker:
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
         lease = self.settings.lease_seconds
-        self.heartbeat = Heartbeat(self.book, lease, max(lease / 3.0, 0.05), self._halt)
+        self.clock = clock
+        self.heartbeat = Heartbeat(
+            self.book, lease, max(lease / 3.0, 0.05), self._halt, on_beat=self._check_time_limits
+        )
         self._lanes: list[threading.Thread] = []
+        self._lane_runs: dict[threading.Thread, LaneRun] = {}
+        self._lanes_lock = threading.Lock()
+        self._lane_seq = 0
+        self._timed_out: set[str] = set()  # lease tokens failed by the time limit
         self._signals = 0
 
     # ----------------------------------------------------------------- control
@@ -153,13 +173,28 @@ class Worker:
         if self.settings.maintenance_interval_seconds or self.settings.audit_interval_seconds:
             threading.Thread(target=self._upkeep, name="upkeep", daemon=True).start()
         for queue in self.queues:
-            for i in range(self.concurrency):
-                lane = threading.Thread(
-                    target=self._lane, args=(queue,), name=f"lane-{queue.name}-{i}", daemon=True
-                )
-                lane.start()
-                self._lanes.append(lane)
+            for _ in range(self.concurrency):
+                self._open_lane(queue)
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
+
+    def _open_lane(self, queue: Queue) -> None:
+        run = LaneRun(queue)
+        with self._lanes_lock:
+            for old in [t for t in self._lanes if not t.is_alive() and t in self._lane_runs]:
+                if self._lane_runs[old].abandoned.is_set():  # an abandoned lane that ended
+                    self._lanes.remove(old)
+                    del self._lane_runs[old]
+            name = f"lane-{queue.name}-{self._lane_seq}"
+            self._lane_seq += 1
+            thread = threading.Thread(target=self._lane, args=(queue, run), name=name, daemon=True)
+            self._lanes.append(thread)
+            self._lane_runs[thread] = run
+        thread.start()
+
+    def _live_lanes(self) -> list[threading.Thread]:
+        """Lane threads that are not abandoned (an abandoned one may never return)."""
+        with self._lanes_lock:
+            return [t for t in self._lanes if not self._lane_runs[t].abandoned.is_set()]
 
     def request_stop(self) -> None:
         """Stop fetching; in-flight jobs finish, unstarted ones are handed back."""
@@ -172,9 +207,9 @@ class Worker:
             True if every lane finished in time.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        for lane in self._lanes:
+        for lane in self._live_lanes():
             lane.join(None if deadline is None else max(deadline - time.monotonic(), 0))
-        clean = not any(lane.is_alive() for lane in self._lanes)
+        clean = not any(lane.is_alive() for lane in self._live_lanes())
         if not clean:
             self._hand_back()
         self._halt.set()
@@ -192,7 +227,7 @@ class Worker:
             signal.signal(signal.SIGINT, self._on_signal)
         self.start()
         while not self.stopping.wait(0.5):
-            if not any(lane.is_alive() for lane in self._lanes):
+            if not any(lane.is_alive() for lane in self._live_lanes()):
                 break
         self.join(self.grace_seconds)
         log.info("worker %s stopped: %s", self.worker_id, dict(self.counters.counts))
@@ -278,7 +313,7 @@ class Worker:
             )
 
     # ------------------------------------------------------------------- lanes
-    def _lane(self, queue: Queue) -> None:
+    def _lane(self, queue: Queue, run: LaneRun) -> None:
         """A lane never dies of a bug in a hook or the library: it logs and goes on.
 
         Jobs it held when the error struck keep their leases until they expire
@@ -286,21 +321,21 @@ class Worker:
         """
         while True:
             try:
-                self._lane_loop(queue)
+                self._lane_loop(queue, run)
                 return
             except Exception:
                 log.exception("lane of queue %s failed; restarting it in 1 s", queue.name)
                 if self.stopping.wait(1.0):
                     return
 
-    def _lane_loop(self, queue: Queue) -> None:
+    def _lane_loop(self, queue: Queue, run: LaneRun) -> None:
         pending: list[Call] = []
         backoff = 0.05
         lease = self.settings.lease_seconds
         while True:
             fetches = (
                 []
-                if self.stopping.is_set()
+                if self.stopping.is_set() or run.abandoned.is_set()
                 else queue.fetch_calls(self.batch_size, lease, self.worker_id)
             )
             calls = pending + fetches
@@ -357,24 +392,40 @@ class Worker:
                     log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
                     self.stopping.wait(backoff)
                 continue
-            pending += self._run_batch(queue, result.jobs)
+            pending += self._run_batch(queue, result.jobs, run)
+            if run.abandoned.is_set():
+                # a run overstayed its time limit and a fresh lane took over: settle
+                # what finished (once; a refused ack is harmless) and stop
+                log.warning("lane %s: abandoned after a time limit; exiting", queue.name)
+                if pending:
+                    try:
+                        queue.scripts.run_many(pending, partial=True)
+                    except (QueueConnectionError, redis.RedisError, ReplicationTimeoutError):
+                        pass  # their leases expire and are reaped
+                return
 
-    def _run_batch(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
-        self.book.add(queue, [j.lease for j in jobs])
+    def _run_batch(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
+        self.book.add(queue, [j.lease for j in jobs], run)
         try:
-            return self._run_held(queue, jobs)
+            return self._run_held(queue, jobs, run)
         finally:
             # settled in the next round trip, or (after an unexpected error) left to
             # expire and be reaped: either way the heartbeat must stop extending them
             self.book.drop([j.lease for j in jobs])
 
-    def _run_held(self, queue: Queue, jobs: list[RawJob]) -> list[Call]:
+    def _deadline(self, item: Prepared) -> float | None:
+        limit = time_limit_of(item.definition.retry, self.settings.default_time_limit_seconds)
+        return None if limit is None else self.clock() + limit
+
+    def _run_held(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
         if self.hooks.after_fetch:
             self.hooks.after_fetch(jobs)
         outcomes: list[tuple[RawJob, Outcome]] = []
         batched: dict[str, list[Prepared]] = {}
         released: list[RawJob] = []
         for job in jobs:
+            if run.abandoned.is_set():
+                break  # the rest of the batch was handed back by the time-limit check
             if self.stopping.is_set():
                 released.append(job)
                 continue
@@ -382,18 +433,24 @@ class Worker:
             if isinstance(item, Prepared) and item.definition.batch:
                 batched.setdefault(item.definition.name, []).append(item)
                 continue
-            self.book.start(job.job_id)
+            if isinstance(item, Prepared):
+                self.book.start(job.job_id, self._deadline(item), item)
+            else:
+                self.book.start(job.job_id)
             if isinstance(item, Prepared):
                 outcome = run_prepared(item, middleware=self.middleware, rng=self.rng)
             else:
                 outcome = item
             outcomes.append((job, outcome))
         for items in batched.values():
+            if run.abandoned.is_set():
+                break
             if self.stopping.is_set():
                 released.extend(i.job for i in items)
                 continue
+            deadline = self._deadline(items[0])
             for i in items:
-                self.book.start(i.job.job_id)
+                self.book.start(i.job.job_id, deadline, i)
             outcomes.extend(zip([i.job for i in items], run_batch(items, self.rng), strict=True))
         calls = self._settlements(queue, outcomes)
         if released:
@@ -401,10 +458,77 @@ class Worker:
             self.counters.add("released", len(released))
         return calls
 
+    def _check_time_limits(self) -> None:
+        """Fail runs past their time limit and free their lanes (heartbeat thread)."""
+        overdue, mates = self.book.take_overdue(self.clock())
+        if not overdue:
+            return
+        lanes = {id(h.lane): h.lane for h in overdue if h.lane is not None}
+        for lane in lanes.values():
+            lane.abandoned.set()
+            self.counters.add("lanes_abandoned")
+            if not self.stopping.is_set():
+                self._open_lane(lane.queue)
+        for held in overdue:
+            self._time_out(held)
+        unstarted = [h for h in mates if not h.started]
+        for queue in {h.queue.name: h.queue for h in unstarted}.values():
+            try:
+                queue.release([h.lease for h in unstarted if h.queue is queue])
+            except (QueueConnectionError, redis.RedisError) as exc:
+                log.warning("hand-back after a time limit failed (%s); leases will expire", exc)
+
+    def _time_out(self, held: Held) -> None:
+        item = held.context
+        queue = held.queue
+        if not isinstance(item, Prepared):
+            return  # not a job run by this worker: its lease expires and is reaped
+        limit = time_limit_of(item.definition.retry, self.settings.default_time_limit_seconds)
+        error = f"TimeLimitExceeded: the run took longer than its limit of {limit} s"
+        outcome: Outcome
+        if should_retry(item.job.attempt, item.max_attempts):
+            delay = item.definition.retry.backoff(item.job.attempt, self.rng)
+            outcome = Retry(held.lease, delay, error, "")
+        else:
+            outcome = Dead(held.lease, "timed_out", error, "")
+        self.counters.add("timed_out")
+        with self._lanes_lock:
+            self._timed_out.add(held.lease.token)
+        log.warning(
+            "job %s timed out (attempt %d, limit %s s)",
+            item.job.job_id,
+            item.job.attempt,
+            limit,
+            extra={"job_id": item.job.job_id, "queue": queue.name, "attempt": item.job.attempt},
+        )
+        if self.hooks.on_outcome is not None:
+            try:
+                self.hooks.on_outcome(item.job, outcome)
+            except Exception:
+                log.exception("on_outcome hook failed for job %s", item.job.job_id)
+        try:
+            if isinstance(outcome, Retry):
+                info = queue.failure_info("timed_out", error, "")
+                queue.scripts.run_many([queue.nack_call(held.lease, outcome.delay, info)])
+            else:
+                info = queue.failure_info("timed_out", error, "")
+                queue.scripts.run_many([queue.dead_call(held.lease, "timed_out", info)])
+            queue.client.hincrby(queue.keys.key("stats"), "timed_out", 1)
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning(
+                "settling timed-out job %s failed (%s); its lease expires", held.lease.job_id, exc
+            )
+
     def _settlements(self, queue: Queue, outcomes: list[tuple[RawJob, Outcome]]) -> list[Call]:
         acks = []
         calls: list[Call] = []
         for job, outcome in outcomes:
+            with self._lanes_lock:
+                late = job.token in self._timed_out
+                self._timed_out.discard(job.token)
+            if late:  # already failed as timed_out; this late result is not settled
+                log.warning("job %s returned after its time limit; result ignored", job.job_id)
+                continue
             self._log_outcome(job, outcome)
             if self.hooks.on_outcome is not None:
                 try:

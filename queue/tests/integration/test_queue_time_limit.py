@@ -1,0 +1,121 @@
+"""A run past its task's time limit fails as timed_out, its lane is freed, and it is retried."""
+
+import threading
+import time
+
+import pytest
+from queue_helpers import running_worker, wait_until
+
+from reliable_queue import (
+    JobContext,
+    Queue,
+    QueueSettings,
+    RetryPolicy,
+    TaskRegistry,
+    explain,
+    stats,
+)
+
+SETTINGS = QueueSettings(lease_seconds=1.5, max_block_seconds=0.2)  # heartbeat every 0.5 s
+LIMIT = 0.5
+
+
+@pytest.fixture
+def registry():
+    return TaskRegistry()
+
+
+def test_a_hung_handler_is_released_within_its_limit_and_retried(
+    redis_client, key_prefix, registry
+):
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    started: dict[int, float] = {}
+    finished: list[str] = []
+
+    policy = RetryPolicy(max_attempts=3, base_delay=0.05, jitter=False, time_limit=LIMIT)
+
+    @registry.task("hang", retry=policy)
+    def hang(payload, ctx: JobContext):
+        started[ctx.attempt] = time.monotonic()
+        if ctx.attempt == 1:
+            unblock.wait(30)  # hung: never returns by itself within the test
+        finished.append(f"hang {ctx.attempt}")
+
+    @registry.task("quick")
+    def quick(payload, ctx: JobContext):
+        finished.append("quick")
+
+    try:
+        with running_worker(
+            redis_client, ["jobs"], registry, prefix=key_prefix, settings=SETTINGS
+        ) as worker:
+            job_id = queue.enqueue("hang", {})
+            wait_until(lambda: 1 in started, timeout=5)
+            other = queue.enqueue("quick", {})  # the only lane is stuck: a fresh one runs it
+
+            wait_until(lambda: 2 in started, timeout=5)
+            released_after = started[2] - started[1]
+            wait_until(lambda: explain(queue, job_id).state == "done", timeout=5)
+            wait_until(lambda: explain(queue, other).state == "done", timeout=5)
+
+            heartbeat = worker.heartbeat.interval
+            assert LIMIT <= released_after <= LIMIT + heartbeat + 0.5  # + backoff, scheduling
+            assert worker.counters.counts["timed_out"] == 1
+            assert worker.counters.counts["lanes_abandoned"] == 1
+            info = explain(queue, job_id)
+            assert info.attempts == 2
+            s = stats(queue)
+            assert (s.counters["timed_out"], s.counters["retried"], s.dead) == (1, 1, 0)
+            unblock.set()  # the abandoned run returns; its result is ignored
+            wait_until(lambda: "hang 1" in finished, timeout=5)
+            time.sleep(0.1)
+            assert stats(queue).counters["succeeded"] == 2
+            assert stats(queue).counters["stale_refused"] == 0  # not even sent
+    finally:
+        unblock.set()
+
+
+def test_a_run_timed_out_at_every_attempt_is_dead_lettered_as_timed_out(
+    redis_client, key_prefix, registry
+):
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    policy = RetryPolicy(max_attempts=2, base_delay=0.01, jitter=False, time_limit=0.2)
+
+    @registry.task("hang", retry=policy)
+    def hang(payload, ctx: JobContext):
+        unblock.wait(30)
+
+    try:
+        with running_worker(
+            redis_client, ["jobs"], registry, prefix=key_prefix, settings=SETTINGS
+        ) as worker:
+            job_id = queue.enqueue("hang", {})
+            wait_until(lambda: explain(queue, job_id).state == "dead", timeout=8)
+            letter = queue.dead_letters.show(job_id)
+            assert (letter.reason, letter.attempts) == ("timed_out", 2)
+            assert "limit of 0.2 s" in letter.error
+            assert worker.counters.counts["timed_out"] == 2
+            unblock.set()
+    finally:
+        unblock.set()
+
+
+def test_the_queue_default_applies_when_the_task_sets_no_limit(redis_client, key_prefix, registry):
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    settings = SETTINGS.model_copy(update={"default_time_limit_seconds": 0.2})
+
+    @registry.task("hang", retry=RetryPolicy(max_attempts=1))
+    def hang(payload, ctx: JobContext):
+        unblock.wait(30)
+
+    try:
+        with running_worker(redis_client, ["jobs"], registry, prefix=key_prefix, settings=settings):
+            job_id = queue.enqueue("hang", {})
+            wait_until(lambda: explain(queue, job_id).state == "dead", timeout=5)
+            assert queue.dead_letters.show(job_id).reason == "timed_out"
+            unblock.set()
+    finally:
+        unblock.set()
