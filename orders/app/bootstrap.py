@@ -40,7 +40,20 @@ def queue_settings(settings: Settings) -> QueueSettings:
         dlq_max_age_seconds=settings.dlq_max_age_seconds,
         min_replicas=settings.min_replicas,
         replica_timeout_seconds=settings.replica_timeout_seconds,
+        default_time_limit_seconds=settings.step_time_limit_seconds,
     )
+
+
+def db_timeout_ms(settings: Settings) -> int:
+    """PostgreSQL statement_timeout / lock_timeout of every connection, milliseconds.
+
+    ``db_statement_timeout_ms`` when set, else the step time limit (so a statement
+    blocked on a lock fails with the step instead of holding its connection); 0
+    keeps the server's settings.
+    """
+    if settings.db_statement_timeout_ms > 0:
+        return settings.db_statement_timeout_ms
+    return int(settings.step_time_limit_seconds * 1000)
 
 
 def redis_url(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
@@ -142,7 +155,8 @@ class App:
         return make_engine(
             url,
             pool_size=self.settings.db_pool_size or self.pool_size,
-            statement_timeout_ms=self.settings.db_statement_timeout_ms,
+            statement_timeout_ms=db_timeout_ms(self.settings),
+            lock_timeout_ms=db_timeout_ms(self.settings),
         )
 
     @cached_property

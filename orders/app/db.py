@@ -76,6 +76,7 @@ def make_engine(
     pool_size: int = 5,
     max_overflow: int = 5,
     statement_timeout_ms: int = 0,
+    lock_timeout_ms: int = 0,
 ) -> Engine:
     """Create an engine for ``url`` with orderflow's connection settings.
 
@@ -94,6 +95,9 @@ def make_engine(
             (``-c statement_timeout=...``), milliseconds; 0 leaves the server's. A
             statement past it fails with ``sqlalchemy.exc.OperationalError``
             (``QueryCanceled``). Not applied to SQLite.
+        lock_timeout_ms: PostgreSQL ``lock_timeout`` (a wait for a row or table lock),
+            milliseconds; 0 leaves the server's. Past it the statement fails with
+            ``OperationalError`` (``LockNotAvailable``). Not applied to SQLite.
 
     Returns:
         A new ``Engine``; dispose it when done.
@@ -115,8 +119,13 @@ def make_engine(
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     connect_args = {}
+    options = []
     if statement_timeout_ms > 0:
-        connect_args["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
+        options.append(f"-c statement_timeout={int(statement_timeout_ms)}")
+    if lock_timeout_ms > 0:
+        options.append(f"-c lock_timeout={int(lock_timeout_ms)}")
+    if options:
+        connect_args["options"] = " ".join(options)
     return create_engine(
         url,
         echo=echo,

@@ -53,8 +53,17 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = Field(
         default=0,
         ge=0,
-        description="PostgreSQL statement_timeout of every connection, milliseconds; "
-        "0 keeps the server's setting.",
+        description="PostgreSQL statement_timeout and lock_timeout of every connection, "
+        "milliseconds; 0 derives both from step_time_limit_seconds (0 there too keeps the "
+        "server's settings).",
+    )
+    step_time_limit_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="Longest one run of a step may take, seconds; past it the attempt fails "
+        "as timed_out (retried with backoff, dead-lettered at max attempts) and its lane is "
+        "freed. 0 means no limit.",
     )
     db_pool_size: int | None = Field(
         default=None,

@@ -40,11 +40,12 @@ class StepPayload(BaseModel):
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
-    """The retry policy of the step tasks, from settings (seconds)."""
+    """The retry policy and time limit of the step tasks, from settings (seconds)."""
     return RetryPolicy(
         max_attempts=settings.max_attempts,
         base_delay=settings.backoff_base_seconds,
         max_delay=settings.backoff_max_seconds,
+        time_limit=settings.step_time_limit_seconds,
     )
 
 

@@ -52,6 +52,21 @@ def test_orders_db_statement_timeout_ms_reaches_every_connection(database_url, m
         app.close()
 
 
+def test_the_step_time_limit_sets_statement_and_lock_timeouts_by_default(database_url, monkeypatch):
+    _postgres_only(database_url)
+    upgrade_database(database_url)
+    monkeypatch.setenv("ORDERS_DATABASE_URL", database_url)
+    monkeypatch.delenv("ORDERS_DB_STATEMENT_TIMEOUT_MS", raising=False)
+    monkeypatch.setenv("ORDERS_STEP_TIME_LIMIT_SECONDS", "2.5")
+    app = build(Settings())
+    try:
+        with app.engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar() == "2500ms"
+            assert conn.execute(text("SHOW lock_timeout")).scalar() == "2500ms"
+    finally:
+        app.close()
+
+
 def test_a_worker_process_sizes_its_pool_from_its_lanes(database_url, redis_client, key_prefix):
     upgrade_database(database_url)
     app = build(
