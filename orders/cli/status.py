@@ -103,12 +103,14 @@ def _overview(app: App, as_json: bool) -> None:
     console.print(orders)
     steps = compact_table(
         "steps (database) and their queues (Redis)",
-        "pending = not yet started; retried = retries since the queue was created",
+        "pending = not yet started; retried = retries since the queue was created; "
+        "t/o = attempts past their time limit",
     )
     for col in ("step", "done", "failed", "dead", "pending", "ready", "delayed", "active"):
         steps.add_column(col, justify="left" if col == "step" else "right", no_wrap=True)
     steps.add_column("DLQ", justify="right")
     steps.add_column("retried", justify="right")
+    steps.add_column("t/o", justify="right")
     for step in STEPS:
         st, q = t.steps_by_state.get(step, {}), queues[step]
         steps.add_row(
@@ -122,6 +124,7 @@ def _overview(app: App, as_json: bool) -> None:
             str(q["active"]),
             str(q["dead"]),
             str(q["counters"].get("retried", 0)),
+            str(q["counters"].get("timed_out", 0)),
         )
     console.print(steps)
     unpublishable = sum(st.get("unpublishable", 0) for st in t.steps_by_state.values())
