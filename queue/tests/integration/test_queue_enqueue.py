@@ -248,7 +248,7 @@ def queue_explain(queue, job_id):
     return explain(queue, job_id)
 
 
-def test_overdue_delayed_jobs_run_in_due_order_ahead_of_waiting_jobs(make_queue):
+def test_overdue_delayed_jobs_run_in_due_order_behind_earlier_due_waiting_jobs(make_queue):
     queue = make_queue()
     waiting = queue.enqueue("t", {"n": "waiting"})
     due = [queue.enqueue("t", {"n": i}, delay=0.05 + i * 0.01) for i in range(5)]
@@ -256,4 +256,4 @@ def test_overdue_delayed_jobs_run_in_due_order_ahead_of_waiting_jobs(make_queue)
 
     fetched = [j.job_id for j in queue.fetch(6).jobs]
 
-    assert fetched == [*due, waiting]
+    assert fetched == [waiting, *due]  # first in, first out by due time

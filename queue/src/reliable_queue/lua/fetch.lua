@@ -80,11 +80,12 @@ if reaped > 0 then
   redis.call('HINCRBY', K_STATS, 'reaped', reaped)
 end
 
--- 2. promote due delayed jobs to the head of the line (they are overdue), in due order.
+-- 2. promote due delayed jobs to the back of the line, in due order: due jobs are
+-- served first-in-first-out by due time, behind the due jobs already waiting.
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, math.max(count * 4, 1000))
 if #due > 0 then
   chunked('ZREM', K_DELAYED, due)
-  push_head(due)
+  chunked('LPUSH', K_READY, due)
 end
 
 -- 3. lease up to count ready jobs (count 0: reap and promote only; RPOP with a

@@ -4,7 +4,7 @@
 -- ARGV[4] failure info JSON   ARGV[5] wake-token cap
 -- Returns: 1 if recorded, 0 if the token was stale (refused, counted). A
 --   'QUEUE_CORRUPT' error (nothing written) for a key of the wrong type.
--- Changes: active, leases, delayed (or ready), info, stats retried / stale_refused, wake.
+-- Changes: active, leases, delayed (or the back of ready), info, stats retried / stale_refused, wake.
 -- @include _common.lua
 local bad = check({K_LEASES, K_ACTIVE, K_INFO, K_DELAYED, K_READY, K_STATS, K_WAKE},
                   {'retried', 'stale_refused'})
@@ -22,7 +22,7 @@ redis.call('HSET', K_INFO, id, ARGV[4])
 if delay > 0 then
   redis.call('ZADD', K_DELAYED, now + delay, id)
 else
-  redis.call('RPUSH', K_READY, id)
+  redis.call('LPUSH', K_READY, id)  -- due now: the back of the line
 end
 redis.call('HINCRBY', K_STATS, 'retried', 1)
 wake(1, tonumber(ARGV[5]))
