@@ -31,7 +31,8 @@ from sqlalchemy.orm import Session
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
-from workflows.errors import StepNotFound, SubjectMismatch
+from workflows.dependencies import NO_DEPENDENCIES, StepGraph, release_waiting
+from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.tracker import StepResult, StepRun
 from workflows.uow import SessionFactory, UnitOfWork
@@ -74,6 +75,7 @@ def run_steps(
     effect: BatchEffect,
     *,
     on_workflows_done: OnWorkflowsDone | None = None,
+    graph: StepGraph = NO_DEPENDENCIES,
     clock: Callable[[], datetime] = utcnow,
     conflict_attempts: int = 6,
 ) -> list[StepResult | Exception]:
@@ -84,13 +86,15 @@ def run_steps(
         runs: deliveries, all of the same step.
         effect: the step's set-based effect.
         on_workflows_done: extra work when workflows complete (e.g. order status).
+        graph: the workflows' step dependencies; waiting steps are released or
+            skipped in the same transaction (default: none).
         clock: current time (timezone-aware).
         conflict_attempts: whole-batch tries on a concurrency conflict.
 
     Returns:
         Per run: a :class:`StepResult` (``duplicate=True`` for an absorbed
-        redelivery), or the run's own error (:class:`StepNotFound`,
-        :class:`SubjectMismatch`).
+        redelivery, or a skipped step), or the run's own error
+        (:class:`StepNotFound`, :class:`SubjectMismatch`, :class:`StepNotReady`).
 
     Raises:
         ValueError: runs of different steps.
@@ -103,7 +107,7 @@ def run_steps(
     if len(steps) != 1:
         raise ValueError(f"a batch holds one step, not {sorted(steps)}")
     return retry_on_conflict(
-        lambda: _once(session_factory, list(runs), effect, on_workflows_done, clock),
+        lambda: _once(session_factory, list(runs), effect, on_workflows_done, graph, clock),
         attempts=conflict_attempts,
     )
 
@@ -113,6 +117,7 @@ def _once(
     runs: list[StepRun],
     effect: BatchEffect,
     on_done: OnWorkflowsDone | None,
+    graph: StepGraph,
     clock: Callable[[], datetime],
 ) -> list[StepResult | Exception]:
     started = clock()
@@ -148,8 +153,14 @@ def _once(
                         f"workflow {run.workflow_id} is about {row[1]}, not {run.subject_id}"
                     )
                 )
-            elif row[2] == StepStatus.DONE:
+            elif row[2] in StepStatus.FINAL:
                 results.append(StepResult(run.workflow_id, step, row[3] or "", True, False))
+            elif row[2] == StepStatus.WAITING:
+                results.append(
+                    StepNotReady(
+                        f"workflow {run.workflow_id} step {step!r} waits for its prerequisites"
+                    )
+                )
             elif run.workflow_id in claimed:
                 results.append(None)  # a second copy in this batch: filled in below as a duplicate
             else:
@@ -158,8 +169,19 @@ def _once(
                 results.append(None)
         outcomes = effect(session, claims, started) if claims else {}
         now = clock()
+        released: dict[int, tuple[int, ...]] = {}
         if claims:
             _mark_done(session, claims, outcomes, started, now)
+            released_ids = set(
+                release_waiting(session, graph, [c.run.workflow_id for c in claims], now)
+            )
+            if released_ids:
+                for wf_id, row_id in session.execute(
+                    select(WorkflowStep.workflow_id, WorkflowStep.id).where(
+                        WorkflowStep.id.in_(sorted(released_ids))
+                    )
+                ):
+                    released[wf_id] = (*released.get(wf_id, ()), row_id)
         done_ids = _complete_workflows(session, wf_ids, now)
         if done_ids and on_done is not None:
             on_done(session, sorted(rows[wf][1] for wf in done_ids if wf in rows))
@@ -172,7 +194,14 @@ def _once(
         outcome = outcomes.get(rows[run.workflow_id][0], "")
         if claimed[run.workflow_id] == i:
             out.append(
-                StepResult(run.workflow_id, step, outcome, False, run.workflow_id in done_ids)
+                StepResult(
+                    run.workflow_id,
+                    step,
+                    outcome,
+                    False,
+                    run.workflow_id in done_ids,
+                    released=released.get(run.workflow_id, ()),
+                )
             )
         else:  # a second copy of a claimed delivery in the same batch
             out.append(StepResult(run.workflow_id, step, outcome, True, False))
@@ -217,8 +246,8 @@ def _mark_done(
 
 
 def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> set[int]:
-    """Mark done the workflows whose step rows are all done; resume unblocked ones."""
-    not_done = func.sum(case((WorkflowStep.status != StepStatus.DONE, 1), else_=0))
+    """Mark done the workflows whose step rows are all done or skipped; resume unblocked ones."""
+    not_done = func.sum(case((WorkflowStep.status.not_in(StepStatus.FINAL), 1), else_=0))
     dead = func.sum(case((WorkflowStep.status == StepStatus.DEAD, 1), else_=0))
     counts = session.execute(
         select(WorkflowStep.workflow_id, not_done, dead)

@@ -25,6 +25,17 @@ class StepNotFound(WorkflowError):
     retryable = False
 
 
+class StepNotReady(WorkflowError):
+    """A step was delivered while it still waits for its prerequisites; retry it later.
+
+    The relay never publishes a waiting step, so this means a stale or forged
+    message: nothing is applied, and the queue's retry finds the step released
+    (or skipped, then absorbed without an effect).
+    """
+
+    retryable = True
+
+
 class SubjectMismatch(WorkflowError):
     """A message names a subject that is not its workflow's subject."""
 

@@ -44,7 +44,10 @@ class StepStatus:
     the queue; failed: the last attempt raised and the queue will retry; done:
     effect committed; dead: the queue dead-lettered the job; unpublishable: the
     relay gave up publishing the row after its publish attempts (reason in
-    ``publish_error``; ``orders outbox retry`` puts it back to pending).
+    ``publish_error``; ``orders outbox retry`` puts it back to pending);
+    waiting: held back until the steps it depends on succeeded (never
+    published in this state, see ``workflows.dependencies``); skipped: a step
+    it depends on did not succeed, so it never runs (final, like done).
     """
 
     PENDING = "pending"
@@ -53,8 +56,12 @@ class StepStatus:
     DONE = "done"
     DEAD = "dead"
     UNPUBLISHABLE = "unpublishable"
+    WAITING = "waiting"
+    SKIPPED = "skipped"
 
-    ALL = (PENDING, DISPATCHED, FAILED, DONE, DEAD, UNPUBLISHABLE)
+    ALL = (WAITING, PENDING, DISPATCHED, FAILED, DONE, SKIPPED, DEAD, UNPUBLISHABLE)
+    FINAL = (DONE, SKIPPED)
+    """States in which a step is finished for good: its workflow may complete."""
 
 
 class Workflow(Base):

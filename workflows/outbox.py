@@ -29,12 +29,17 @@ class StepSpec:
         queue: queue the message is published to.
         task: task name the worker dispatches on.
         payload: message body; ``workflow_id`` and ``step`` are added.
+        after: names of steps that must succeed before this one is published;
+            non-empty makes the row start ``waiting`` (see
+            ``workflows.dependencies``; the same names belong in the workflow's
+            ``StepGraph``).
     """
 
     name: str
     queue: str
     task: str
     payload: Mapping[str, Any] = field(default_factory=dict)
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,10 @@ class CreatedWorkflow:
 def add_workflows(
     session: Session, specs: Sequence[WorkflowSpec], *, now: datetime | None = None
 ) -> list[CreatedWorkflow]:
-    """Insert workflow rows and their pending step rows in the session's transaction.
+    """Insert workflow rows and their step rows in the session's transaction.
+
+    A step row starts ``pending`` (the relay publishes it), or ``waiting`` when
+    its spec names prerequisites in ``after``.
 
     Uses a few multi-row INSERT statements whatever the number of workflows;
     nothing is committed here.
@@ -99,7 +107,7 @@ def add_workflows(
             "queue": step.queue,
             "task": step.task,
             "payload": {**step.payload, "workflow_id": workflow_id, "step": step.name},
-            "status": StepStatus.PENDING,
+            "status": StepStatus.WAITING if step.after else StepStatus.PENDING,
             "attempts": 0,
             "created_at": now,
         }

@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
-from workflows.errors import StepNotFound, SubjectMismatch
+from workflows.dependencies import NO_DEPENDENCIES, StepGraph, release_waiting
+from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -64,6 +65,8 @@ class StepResult:
             (a redelivery absorbed).
         workflow_done: True when this commit completed the workflow.
         conflicts: units of work rerun because of concurrent writers.
+        released: ids of step rows this commit moved from ``waiting`` to
+            ``pending`` (their prerequisites succeeded), for an immediate publish.
     """
 
     workflow_id: int
@@ -72,6 +75,7 @@ class StepResult:
     duplicate: bool
     workflow_done: bool
     conflicts: int = 0
+    released: tuple[int, ...] = ()
 
 
 def load_step(session: Session, workflow_id: int, step: str) -> tuple[Workflow, WorkflowStep]:
@@ -96,17 +100,21 @@ def run_step(
     effect: Effect,
     *,
     on_workflow_done: OnWorkflowDone | None = None,
+    graph: StepGraph = NO_DEPENDENCIES,
     clock: Callable[[], datetime] = utcnow,
     conflict_attempts: int = 6,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StepResult:
     """Apply a step's effect and record its completion in one unit of work.
 
-    A step already done returns at once with ``duplicate=True`` and no
-    effect. Otherwise ``effect`` runs, the step row is marked done with its
-    outcome, attempts and times, the workflow row is touched (version bump),
-    a blocked workflow with no dead step left resumes, and the workflow is
-    marked done when every step row is done. Races with concurrent writers
+    A step already done (or skipped) returns at once with ``duplicate=True``
+    and no effect; a step still waiting for its prerequisites raises
+    ``StepNotReady`` with nothing applied. Otherwise ``effect`` runs, the step
+    row is marked done with its outcome, attempts and times, the workflow row
+    is touched (version bump),
+    waiting steps whose prerequisites are now decided are released or skipped
+    (``graph``), a blocked workflow with no dead step left resumes, and the
+    workflow is marked done when every step row is done or skipped. Races with concurrent writers
     rerun the whole unit of work.
 
     Args:
@@ -115,6 +123,7 @@ def run_step(
         effect: applies the effect; returns the outcome word (<= 50 chars).
         on_workflow_done: extra work in the same transaction when the workflow
             completes (for example setting the order's status).
+        graph: the workflow's step dependencies (default: none).
         clock: current time (timezone-aware).
         conflict_attempts: units of work tried before giving up.
         sleep: pause between tries (injectable for tests).
@@ -125,6 +134,7 @@ def run_step(
     Raises:
         StepNotFound: the workflow or step does not exist (not retryable).
         SubjectMismatch: ``run.subject_id`` is not the workflow's subject.
+        StepNotReady: the step still waits for its prerequisites (retryable).
         ConcurrencyConflict: still conflicting after ``conflict_attempts``
             (retryable).
         Exception: whatever ``effect`` raises; nothing is committed.
@@ -144,16 +154,24 @@ def run_step(
                 raise SubjectMismatch(
                     f"workflow {workflow.id} is about {workflow.subject_id}, not {run.subject_id}"
                 )
-            if step.status == StepStatus.DONE:
+            if step.status in StepStatus.FINAL:
                 return StepResult(
                     workflow.id, step.step, step.outcome or "", True, False, conflicts
                 )
+            if step.status == StepStatus.WAITING:
+                raise StepNotReady(
+                    f"workflow {workflow.id} step {step.step!r} waits for its prerequisites"
+                )
             outcome = effect(session, workflow, step)
-            done = _complete(session, workflow, step, run, outcome, started, clock())
+            done, released = _complete(
+                session, workflow, step, run, outcome, started, clock(), graph
+            )
             if done and on_workflow_done is not None:
                 on_workflow_done(session, workflow)
             uow.commit()
-            return StepResult(workflow.id, step.step, outcome, False, done, conflicts)
+            return StepResult(
+                workflow.id, step.step, outcome, False, done, conflicts, tuple(released)
+            )
 
     return retry_on_conflict(
         once, attempts=conflict_attempts, sleep=sleep, on_conflict=count_conflict
@@ -168,7 +186,8 @@ def _complete(
     outcome: str,
     started: datetime,
     now: datetime,
-) -> bool:
+    graph: StepGraph,
+) -> tuple[bool, list[int]]:
     step.status = StepStatus.DONE
     step.outcome = outcome
     step.attempts = max(step.attempts, run.attempt)
@@ -178,6 +197,7 @@ def _complete(
     step.finished_at = now
     workflow.updated_at = now  # the version bump that serializes sibling steps
     session.flush()
+    released = release_waiting(session, graph, [workflow.id], now)
     states = dict(
         session.execute(
             select(WorkflowStep.status, func.count())
@@ -189,11 +209,11 @@ def _complete(
         workflow.status = WorkflowStatus.RUNNING
         workflow.blocked_step = None
         workflow.blocked_reason = None
-    if set(states) == {StepStatus.DONE}:
+    if set(states) <= set(StepStatus.FINAL):
         workflow.status = WorkflowStatus.DONE
         workflow.finished_at = now
-        return True
-    return False
+        return True, released
+    return False, released
 
 
 def record_step_failure(

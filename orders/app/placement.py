@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from orders.domain.errors import UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
-from orders.domain.steps import order_workflow
+from orders.domain.steps import ORDER_GRAPH, STEPS, order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
 from workflows.columns import utcnow
 from workflows.isolation import describe
@@ -44,9 +44,10 @@ class PlaceResult:
 
     Attributes:
         orders: the orders placed (committed), in placement order.
-        published: steps published right after their commit.
-        deferred: steps left in the outbox for the sweep (queue unreachable,
-            or the queue refused them; see ``orders outbox list``).
+        published: steps published right after their commit (the first steps:
+            steps that wait for others are published when released).
+        deferred: first steps left in the outbox for the sweep (queue
+            unreachable, or the queue refused them; see ``orders outbox list``).
         publish_error: the first publishing error met, one line; None if none.
     """
 
@@ -177,7 +178,12 @@ def place(
             uow.commit()
         result.orders.extend(placed)
         remaining -= size
-        step_ids = [step_id for order in placed for step_id in order.step_ids]
+        step_ids = [  # the steps that wait are published when a finished step releases them
+            step_id
+            for order in placed
+            for step, step_id in zip(STEPS, order.step_ids, strict=True)
+            if not ORDER_GRAPH.waits(step)
+        ]
         published = 0
         if publisher is not None:
             try:

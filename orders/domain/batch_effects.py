@@ -27,6 +27,7 @@ from orders.domain.effects import (
     OUT_OF_STOCK,
     SCHEDULED,
     SENT,
+    notify_cancelled,
     points_for,
     ship_mode_for,
 )
@@ -218,6 +219,10 @@ def deduct_stock(session: Session, claims: list[Claim], now: datetime) -> dict[i
             update(Order).where(Order.id.in_(short_orders)).values(status=OrderStatus.OUT_OF_STOCK),
             execution_options={"synchronize_session": False},
         )
+        customers = session.execute(
+            select(Order.id, Order.customer_id).where(Order.id.in_(short_orders))
+        ).all()
+        notify_cancelled(session, [(oid, cid) for oid, cid in customers], now)
         session.execute(
             update(Shipment).where(Shipment.order_id.in_(short_orders)).values(status=CANCELLED),
             execution_options={"synchronize_session": False},

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orders.domain.models import (
@@ -36,7 +36,9 @@ SCHEDULED = "scheduled"
 CANCELLED = "cancelled"
 
 CONFIRMATION = "order_confirmed"
-"""``notifications.kind`` of the confirmation sent for every order."""
+"""``notifications.kind`` of the confirmation sent for every order that has its stock."""
+CANCELLATION = "order_cancelled"
+"""``notifications.kind`` of the notice sent instead when an order cannot be fulfilled."""
 ORDER_PLACED = "order_placed"
 """``points_ledger.reason`` of the points credited for every order."""
 
@@ -65,8 +67,10 @@ def deduct_stock(session: Session, order: Order, now: datetime) -> str:
 
     Inventory rows are decremented in part order under their version column,
     with one ``stock_deductions`` row per (order, part). If any part is short
-    nothing is deducted: the order becomes ``out_of_stock`` and its shipment,
-    if already scheduled, is cancelled.
+    nothing is deducted: the order becomes ``out_of_stock`` and the customer
+    gets a cancellation notice (the steps after stock are skipped, so no
+    confirmation, points or shipment follow; a shipment that exists anyway is
+    cancelled).
 
     Returns:
         ``deducted`` or ``out_of_stock``.
@@ -87,6 +91,7 @@ def deduct_stock(session: Session, order: Order, now: datetime) -> str:
     }
     if any(part not in stock or stock[part].on_hand < quantity for part, quantity in needed):
         order.status = OrderStatus.OUT_OF_STOCK
+        notify_cancelled(session, [(order.id, order.customer_id)], now)
         session.execute(
             update(Shipment).where(Shipment.order_id == order.id).values(status=CANCELLED),
             execution_options={"synchronize_session": False},
@@ -103,6 +108,37 @@ def deduct_stock(session: Session, order: Order, now: datetime) -> str:
             StockDeduction(order_id=order.id, part_id=part, quantity=quantity, created_at=now)
         )
     return DEDUCTED
+
+
+def notify_cancelled(session: Session, orders: list[tuple[int, int]], now: datetime) -> int:
+    """Record a cancellation notice per order, once per (order, kind).
+
+    Args:
+        session: the caller's session (nothing committed).
+        orders: (order id, customer id) pairs.
+        now: creation time (timezone-aware).
+
+    Returns:
+        Notices written (orders that already had one are left alone).
+    """
+    if not orders:
+        return 0
+    sent = set(
+        session.scalars(
+            select(Notification.order_id).where(
+                Notification.order_id.in_([oid for oid, _ in orders]),
+                Notification.kind == CANCELLATION,
+            )
+        )
+    )
+    new = [
+        {"order_id": oid, "kind": CANCELLATION, "customer_id": cid, "created_at": now}
+        for oid, cid in dict(orders).items()
+        if oid not in sent
+    ]
+    if new:
+        session.execute(insert(Notification), new)
+    return len(new)
 
 
 def send_confirmation(session: Session, order: Order, now: datetime) -> str:

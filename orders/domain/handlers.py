@@ -19,6 +19,7 @@ from orders.domain.batch_effects import BATCH_EFFECTS, complete_orders
 from orders.domain.effects import EFFECTS
 from orders.domain.errors import OrderNotFound
 from orders.domain.models import Order, OrderStatus
+from orders.domain.steps import ORDER_GRAPH
 from workflows import batch_tracker, tracker
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound
@@ -112,6 +113,7 @@ def handle_step(
         run,
         apply,
         on_workflow_done=_complete_order,
+        graph=ORDER_GRAPH,
         clock=clock,
         conflict_attempts=conflict_attempts,
     )
@@ -144,7 +146,12 @@ def handle_steps(
     if effect is None:
         raise StepNotFound(f"no handler for step {runs[0].step!r}")
     return batch_tracker.run_steps(
-        session_factory, runs, effect, on_workflows_done=complete_orders, clock=clock
+        session_factory,
+        runs,
+        effect,
+        on_workflows_done=complete_orders,
+        graph=ORDER_GRAPH,
+        clock=clock,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Join, Subquery, and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from orders.domain.effects import CONFIRMATION, ORDER_PLACED
+from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED
 from orders.domain.models import (
     Inventory,
     Notification,
@@ -70,9 +70,10 @@ INVARIANTS: dict[str, str] = {
     CONSERVATION: "for every part, initial on hand = current on hand + sum of deductions",
     ONE_DEDUCTION: "exactly one deduction per (order, part) of a completed order; "
     "none for an order out of stock",
-    ONE_SHIPMENT: "one shipment per completed order",
-    ONE_POINTS: "one points entry per order",
-    ONE_NOTIFICATION: "at most one notification per (order, kind)",
+    ONE_SHIPMENT: "one shipment per completed order; none for an order out of stock",
+    ONE_POINTS: "one points entry per completed order; none for an order out of stock",
+    ONE_NOTIFICATION: "at most one notification per (order, kind); a completed order has "
+    "its confirmation, an order out of stock a cancellation notice and no confirmation",
     COMPLETION_TIME: "a completed order's completion time is at or after every step's finish",
 }
 """Invariant name -> what it states."""
@@ -126,8 +127,8 @@ def check_settled(session: Session) -> list[Violation]:
         .where(
             Workflow.status.in_((WorkflowStatus.DONE, WorkflowStatus.BLOCKED)),
             or_(
-                and_(Workflow.status == WorkflowStatus.DONE, step.status != StepStatus.DONE),
-                step.status.not_in((StepStatus.DONE, StepStatus.DEAD)),
+                and_(Workflow.status == WorkflowStatus.DONE, step.status.not_in(StepStatus.FINAL)),
+                step.status.not_in((*StepStatus.FINAL, StepStatus.DEAD)),
                 and_(
                     step.status == StepStatus.DEAD,
                     or_(step.outcome.is_(None), step.last_error.is_(None)),
@@ -290,20 +291,26 @@ def _exactly_one_when_done(
 ) -> list[Violation]:
     n = func.coalesce(counted.c.n, 0)
     rows = session.execute(
-        select(Order.id, Workflow.status, n)
+        select(Order.id, Order.status, Workflow.status, n)
         .select_from(_order_workflows())
         .outerjoin(counted, counted.c.order_id == Order.id)
-        .where(or_(n > 1, and_(Workflow.status == WorkflowStatus.DONE, n != 1)))
+        .where(
+            or_(
+                n > 1,
+                and_(Order.status == OrderStatus.COMPLETED, n != 1),
+                and_(Order.status == OrderStatus.OUT_OF_STOCK, n != 0),
+            )
+        )
         .order_by(Order.id)
     ).all()
     return [
-        Violation(name, order_id, f"{count} {what} (workflow {status})")
-        for order_id, status, count in rows
+        Violation(name, order_id, f"{count} {what} ({order_status}, workflow {status})")
+        for order_id, order_status, status, count in rows
     ]
 
 
 def check_shipments(session: Session) -> list[Violation]:
-    """Exactly one shipment per completed order, never more than one per order.
+    """Exactly one shipment per completed order, none out of stock, never two per order.
 
     Returns:
         Violations of ``one_shipment_per_completed_order``.
@@ -312,7 +319,7 @@ def check_shipments(session: Session) -> list[Violation]:
 
 
 def check_points(session: Session) -> list[Violation]:
-    """Exactly one points entry per completed order, never more than one per order.
+    """Exactly one points entry per completed order, none out of stock, never two per order.
 
     Returns:
         Violations of ``one_points_entry_per_order``.
@@ -322,7 +329,10 @@ def check_points(session: Session) -> list[Violation]:
 
 
 def check_notifications(session: Session) -> list[Violation]:
-    """At most one notification per (order, kind); a completed order has its confirmation.
+    """At most one notification per (order, kind); the right notice per final state.
+
+    A completed order has its confirmation; an order out of stock has a
+    cancellation notice and no confirmation.
 
     Returns:
         Violations of ``at_most_one_notification_per_kind``.
@@ -343,7 +353,26 @@ def check_notifications(session: Session) -> list[Violation]:
             select(Order.id)
             .select_from(_order_workflows())
             .outerjoin(confirmed, confirmed.c.order_id == Order.id)
-            .where(Workflow.status == WorkflowStatus.DONE, confirmed.c.n.is_(None))
+            .where(Order.status == OrderStatus.COMPLETED, confirmed.c.n.is_(None))
+            .order_by(Order.id)
+        )
+    ]
+    cancelled = _per_order_count(Notification, Notification.kind == CANCELLATION)
+    found += [
+        Violation(
+            ONE_NOTIFICATION,
+            order_id,
+            f"out of stock with {confirms or 0} confirmation(s), "
+            f"{notices or 0} cancellation notice(s)",
+        )
+        for order_id, confirms, notices in session.execute(
+            select(Order.id, confirmed.c.n, cancelled.c.n)
+            .outerjoin(confirmed, confirmed.c.order_id == Order.id)
+            .outerjoin(cancelled, cancelled.c.order_id == Order.id)
+            .where(
+                Order.status == OrderStatus.OUT_OF_STOCK,
+                or_(confirmed.c.n.is_not(None), cancelled.c.n.is_(None)),
+            )
             .order_by(Order.id)
         )
     ]

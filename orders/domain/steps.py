@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workflows.dependencies import StepGraph
 from workflows.outbox import StepSpec, WorkflowSpec
 
 WORKFLOW_KIND = "order"
@@ -13,6 +14,18 @@ POINTS = "points"
 LOGISTICS = "logistics"
 STEPS: tuple[str, ...] = (STOCK, NOTIFICATION, POINTS, LOGISTICS)
 """Every step of an order, in display order; each step has a queue of the same name."""
+
+OUT_OF_STOCK_OUTCOME = "out_of_stock"
+"""The stock step's outcome when a part is short: a business outcome, not a failure
+of the step, but the order cannot be fulfilled (see ``orders.domain.effects``)."""
+
+ORDER_GRAPH = StepGraph(
+    after={NOTIFICATION: (STOCK,), POINTS: (STOCK,), LOGISTICS: (STOCK,)},
+    halting=frozenset({OUT_OF_STOCK_OUTCOME}),
+)
+"""Stock first: notification, points and logistics are published only after the
+stock step deducted the order's parts; an out-of-stock order skips all three, so
+it never receives a confirmation, points or a shipment (docs/adr, "stock first")."""
 
 
 def task_name(step: str) -> str:
@@ -29,7 +42,7 @@ def order_workflow(order_id: int) -> WorkflowSpec:
     """Return the workflow to create for a newly placed order.
 
     Each step's payload is ``{"order_id": ..}``; the outbox adds
-    ``workflow_id`` and ``step``.
+    ``workflow_id`` and ``step``. The steps after stock start ``waiting``.
     """
     return WorkflowSpec(
         kind=WORKFLOW_KIND,
@@ -40,6 +53,7 @@ def order_workflow(order_id: int) -> WorkflowSpec:
                 queue=queue_name(step),
                 task=task_name(step),
                 payload={"order_id": order_id},
+                after=ORDER_GRAPH.after.get(step, ()),
             )
             for step in STEPS
         ],

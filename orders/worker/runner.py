@@ -16,6 +16,7 @@ from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
+from workflows.relay import publish_steps
 from workflows.tracker import StepResult
 
 log = logging.getLogger("orders.worker")
@@ -34,7 +35,8 @@ def build_worker(
 
     Injected faults (``orders.worker.faults``) are applied around each handler; applied
     effects, absorbed duplicates and injected faults are counted in the shared
-    counters (``orders.worker.counters``).
+    counters (``orders.worker.counters``). Steps that a finished step released
+    (``workflows.dependencies``) are published right after its commit.
 
     Args:
         app: the application.
@@ -58,6 +60,17 @@ def build_worker(
     def on_result(step: str, result: StepResult) -> None:
         counters.add(f"{'duplicate' if result.duplicate else 'applied'}:{step}")
         obs.on_result(step, result)
+        if result.released:
+            release(result.released)
+
+    def release(step_ids: Sequence[int]) -> None:
+        """Publish the steps a finished step released, at once (the sweep is the backstop)."""
+        try:
+            publish_steps(
+                app.session_factory, app.publisher, list(step_ids), policy=app.publish_policy
+            )
+        except Exception as exc:  # left pending: the relay sweep publishes them
+            log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
     registry = build_registry(
         app.session_factory,

@@ -8,8 +8,9 @@ import pytest
 from sqlalchemy import func, select
 
 from orders.app.placement import PlacedOrder, place_orders
-from orders.domain.effects import CONFIRMATION, ORDER_PLACED
+from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
+from orders.domain.invariants import check_invariants
 from orders.domain.models import (
     Inventory,
     Notification,
@@ -21,7 +22,7 @@ from orders.domain.models import (
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from workflows.columns import utcnow
-from workflows.errors import StepNotFound, SubjectMismatch
+from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.tracker import load_step
 from workflows.uow import UnitOfWork
@@ -88,6 +89,8 @@ def test_redelivered_step_is_absorbed_without_a_second_effect(
     session_factory, catalog, make_draft, step
 ):
     placed = place_one(session_factory, make_draft())
+    if step != STOCK:  # the others wait for stock
+        handle_step(session_factory, request(placed, STOCK))
     first = handle_step(session_factory, request(placed, step))
     before = (effect_rows(session_factory, placed.order_id), on_hand(session_factory))
     again = handle_step(session_factory, request(placed, step, attempt=2))
@@ -121,32 +124,67 @@ def test_effects_are_idempotent_on_their_own_unique_rows(session_factory, catalo
 
 
 def test_out_of_stock_is_a_finished_business_outcome(session_factory, catalog, make_draft):
+    """Stock first: an order out of stock keeps nothing and gets a cancellation notice."""
     placed = place_one(session_factory, make_draft([(10, 2, "AIR"), (13, 6, "SHIP")]))
-    logistics_first = handle_step(session_factory, request(placed, LOGISTICS))
+    with pytest.raises(StepNotReady):  # logistics waits for stock: nothing applied
+        handle_step(session_factory, request(placed, LOGISTICS))
     stock = handle_step(session_factory, request(placed, STOCK))
-    for step in (NOTIFICATION, POINTS):
-        handle_step(session_factory, request(placed, step))
-    assert logistics_first.outcome == "scheduled"
     assert stock.outcome == "out_of_stock"
+    assert stock.workflow_done and stock.released == ()
+    late = [handle_step(session_factory, request(placed, s)) for s in (NOTIFICATION, POINTS)]
+    assert all(r.duplicate and r.outcome == "skipped: stock" for r in late)
     with session_factory() as session:
         order = session.get(Order, placed.order_id)
         workflow = session.get(Workflow, placed.workflow_id)
-        shipment = session.scalar(select(Shipment))
+        steps = dict(
+            session.execute(
+                select(WorkflowStep.step, WorkflowStep.status).where(
+                    WorkflowStep.workflow_id == placed.workflow_id
+                )
+            ).all()
+        )
+        kinds = session.scalars(select(Notification.kind)).all()
     assert order.status == OrderStatus.OUT_OF_STOCK
     assert workflow.status == WorkflowStatus.DONE
-    assert shipment.status == "cancelled"
+    assert steps == {
+        STOCK: StepStatus.DONE,
+        NOTIFICATION: StepStatus.SKIPPED,
+        POINTS: StepStatus.SKIPPED,
+        LOGISTICS: StepStatus.SKIPPED,
+    }
+    assert kinds == [CANCELLATION]
     assert on_hand(session_factory) == {10: 100, 11: 100, 12: 100, 13: 5, 14: 100}
-    assert effect_rows(session_factory, placed.order_id)["stock_deductions"] == 0
+    assert effect_rows(session_factory, placed.order_id) == {
+        "stock_deductions": 0,
+        "notifications": 1,
+        "points_ledger": 0,
+        "shipments": 0,
+    }
     again = handle_step(session_factory, request(placed, STOCK, attempt=2))
     assert again.duplicate and again.outcome == "out_of_stock"
+    assert check_invariants(session_factory) == []
 
 
-def test_shipment_of_an_order_already_out_of_stock_is_cancelled(
+def test_steps_after_stock_are_released_only_when_stock_succeeded(
     session_factory, catalog, make_draft
 ):
-    placed = place_one(session_factory, make_draft([(13, 6, "SHIP")]))
-    handle_step(session_factory, request(placed, STOCK))
-    assert handle_step(session_factory, request(placed, LOGISTICS)).outcome == "cancelled"
+    placed = place_one(session_factory, make_draft())
+    with session_factory() as session:
+        states = set(session.execute(select(WorkflowStep.step, WorkflowStep.status)).all())
+    assert states == {
+        (STOCK, StepStatus.PENDING),
+        (NOTIFICATION, StepStatus.WAITING),
+        (POINTS, StepStatus.WAITING),
+        (LOGISTICS, StepStatus.WAITING),
+    }
+    stock = handle_step(session_factory, request(placed, STOCK))
+    with session_factory() as session:
+        released = set(
+            session.scalars(
+                select(WorkflowStep.id).where(WorkflowStep.status == StepStatus.PENDING)
+            )
+        )
+    assert set(stock.released) == released and len(released) == 3
 
 
 def test_dead_step_blocks_the_workflow_with_step_and_reason(session_factory, catalog, make_draft):
@@ -201,6 +239,7 @@ def test_redriven_dead_step_unblocks_and_completes_the_workflow(
 
 def test_dead_letter_of_a_finished_step_changes_nothing(session_factory, catalog, make_draft):
     placed = place_one(session_factory, make_draft())
+    handle_step(session_factory, request(placed, STOCK))
     handle_step(session_factory, request(placed, POINTS))
     assert not mark_step_dead(session_factory, placed.workflow_id, POINTS, "worker_lost")
     with session_factory() as session:
@@ -222,13 +261,15 @@ def test_message_for_another_order_or_unknown_step_is_refused(session_factory, c
 def test_steps_finishing_concurrently_all_end_done_and_the_workflow_once(
     session_factory, catalog, make_draft
 ):
-    """Four threads finish the four steps of each order at the same moment."""
+    """Three threads finish the three steps after stock of each order at the same moment."""
     orders = [place_one(session_factory, make_draft()) for _ in range(5)]
+    after_stock = [s for s in STEPS if s != STOCK]
     results = []
     errors = []
     lock = threading.Lock()
     for placed in orders:
-        barrier = threading.Barrier(len(STEPS))
+        results.append(handle_step(session_factory, request(placed, STOCK)))
+        barrier = threading.Barrier(len(after_stock))
 
         def run(step: str, placed: PlacedOrder = placed, barrier=barrier) -> None:
             barrier.wait()
@@ -241,7 +282,7 @@ def test_steps_finishing_concurrently_all_end_done_and_the_workflow_once(
             with lock:
                 results.append(result)
 
-        threads = [threading.Thread(target=run, args=(step,)) for step in STEPS]
+        threads = [threading.Thread(target=run, args=(step,)) for step in after_stock]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -285,6 +326,7 @@ def test_version_conflict_on_the_workflow_row_reruns_the_unit_of_work(
 
 def test_notification_kind_is_the_confirmation(session_factory, catalog, make_draft):
     placed = place_one(session_factory, make_draft())
+    handle_step(session_factory, request(placed, STOCK))
     handle_step(session_factory, request(placed, NOTIFICATION))
     handle_step(session_factory, request(placed, POINTS))
     with session_factory() as session:

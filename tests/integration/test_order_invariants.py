@@ -93,11 +93,12 @@ def test_violation_names_order_and_invariant(session_factory, sound):
     assert violation.as_dict() == {
         "invariant": ONE_SHIPMENT,
         "order_id": 2,
-        "detail": "0 shipments (workflow done)",
+        "detail": "0 shipments (completed, workflow done)",
         "part_id": None,
     }
     assert (
-        str(violation) == "one_shipment_per_completed_order: order 2: 0 shipments (workflow done)"
+        str(violation)
+        == "one_shipment_per_completed_order: order 2: 0 shipments (completed, workflow done)"
     )
 
 

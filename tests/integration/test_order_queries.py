@@ -61,15 +61,20 @@ def test_totals_count_orders_by_status_and_steps_by_state(session_factory, catal
     assert result.orders == 4
     assert result.orders_by_status == {"completed": 1, "out_of_stock": 1, "blocked": 1, "placed": 1}
     assert result.steps_by_state[STOCK] == {
+        "waiting": 0,
         "pending": 1,
         "dispatched": 0,
         "failed": 0,
         "done": 3,
+        "skipped": 0,
         "dead": 0,
         "unpublishable": 0,
     }
     assert result.steps_by_state[LOGISTICS]["dead"] == 1
-    assert result.steps_by_state[NOTIFICATION]["pending"] == 2
+    # released after the blocked order's stock; waiting on the fresh one's; skipped when short
+    assert result.steps_by_state[NOTIFICATION]["pending"] == 1
+    assert result.steps_by_state[NOTIFICATION]["waiting"] == 1
+    assert result.steps_by_state[NOTIFICATION]["skipped"] == 1
     assert result.retries_by_step == {STOCK: 2, NOTIFICATION: 0, POINTS: 0, LOGISTICS: 4}
     assert later.orders == 1 and later.orders_by_status == {"placed": 1}
     assert latencies[STOCK].count == 3

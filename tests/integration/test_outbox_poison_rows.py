@@ -64,9 +64,11 @@ def test_a_wrong_type_idempotency_key_defers_only_its_row_and_leaves_no_orphan_j
         publisher=real_publisher,
         clock=clock,
     )
-    assert (len(placed.orders), placed.published, placed.deferred) == (3, 11, 1)
+    # stock first: only the stock steps are published at placement, the rest waits
+    assert (len(placed.orders), placed.published, placed.deferred) == (3, 2, 1)
     states = statuses(session_factory)
-    assert states[StepStatus.PENDING] == ["stock"] and len(states[StepStatus.DISPATCHED]) == 11
+    assert states[StepStatus.PENDING] == ["stock"] and len(states[StepStatus.DISPATCHED]) == 2
+    assert len(states[StepStatus.WAITING]) == 9
     with session_factory() as session:
         bad = session.scalars(
             select(WorkflowStep).where(WorkflowStep.status == StepStatus.PENDING)
@@ -126,7 +128,7 @@ def test_an_undecodable_payload_is_given_up_after_its_attempts_and_blocks_its_wo
         )
 
     first = run()
-    assert (first.published, first.refused, first.unpublishable) == (11, 1, 0)
+    assert (first.published, first.refused, first.unpublishable) == (2, 1, 0)  # stock steps
     clock.advance(1.5)
     second = run()
     assert (second.published, second.refused, second.unpublishable) == (0, 1, 1)
@@ -162,21 +164,25 @@ def test_outbox_cli_lists_an_unpublishable_row_and_retry_resumes_it(
         republish_after=30,
         policy=PublishPolicy(max_attempts=1),
     )
-    assert swept.unpublishable == 4
+    assert swept.unpublishable == 1  # the stock step; the others wait for it
+    stock_step = placed.orders[0].step_ids[0]
     env = dict(cli_env, ORDERS_DATABASE_URL=database_url, ORDERS_QUEUE_PREFIX=key_prefix)
 
     rows = json.loads(run_orders(["outbox", "list", "--json"], env))
-    assert sorted(r["step_id"] for r in rows) == sorted(placed.orders[0].step_ids)
+    assert [r["step_id"] for r in rows] == [stock_step]
     assert {r["status"] for r in rows} == {StepStatus.UNPUBLISHABLE}
     assert all(r["error"].startswith("ValueError: WRONGTYPE") for r in rows)
-    assert "4 step record(s) unpublishable" in run_orders(["status"], env)
+    assert "1 step record(s) unpublishable" in run_orders(["status"], env)
     with session_factory() as session:
         assert session.scalars(select(Workflow.status)).one() == WorkflowStatus.BLOCKED
 
     retried = json.loads(run_orders(["outbox", "retry", "--all", "--json"], env))
-    assert sorted(retried["retried"]) == sorted(placed.orders[0].step_ids)
+    assert retried["retried"] == [stock_step]
     with session_factory() as session:
-        assert set(session.scalars(select(WorkflowStep.status))) == {StepStatus.PENDING}
+        assert set(session.scalars(select(WorkflowStep.status))) == {
+            StepStatus.PENDING,
+            StepStatus.WAITING,
+        }
         assert session.scalars(select(Workflow.status)).one() == WorkflowStatus.RUNNING
 
 
