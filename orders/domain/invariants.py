@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Join, Subquery, and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED
+from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED, SCHEDULED, points_for
 from orders.domain.models import (
     Inventory,
     Notification,
@@ -63,6 +63,9 @@ ONE_SHIPMENT = "one_shipment_per_completed_order"
 ONE_POINTS = "one_points_entry_per_order"
 ONE_NOTIFICATION = "at_most_one_notification_per_kind"
 COMPLETION_TIME = "completion_after_steps"
+POINTS_BALANCE = "points_from_completed_orders_only"
+NO_SHIPMENT_UNLESS_COMPLETED = "no_scheduled_shipment_unless_completed"
+ONE_FINAL_STATE = "one_final_state_per_order"
 
 INVARIANTS: dict[str, str] = {
     SETTLED: "every placed order is completed, out of stock, or blocked by dead steps "
@@ -75,6 +78,12 @@ INVARIANTS: dict[str, str] = {
     ONE_NOTIFICATION: "at most one notification per (order, kind); a completed order has "
     "its confirmation, an order out of stock a cancellation notice and no confirmation",
     COMPLETION_TIME: "a completed order's completion time is at or after every step's finish",
+    POINTS_BALANCE: "per customer and order, net points = floor(total / 10) for a completed "
+    "order and 0 for any other (reversals are ledger entries, never deletes)",
+    NO_SHIPMENT_UNLESS_COMPLETED: "no scheduled shipment for an order that ended without "
+    "completing (out of stock)",
+    ONE_FINAL_STATE: "each order is in exactly one known state, and a final one once its "
+    "workflow is done",
 }
 """Invariant name -> what it states."""
 
@@ -409,6 +418,86 @@ def check_completion_time(session: Session) -> list[Violation]:
     ]
 
 
+def check_points_balance(session: Session) -> list[Violation]:
+    """Net points per order: floor(total / 10) when completed, 0 otherwise (so per customer
+    the balance is the sum over completed orders only). Orders still placed are left to
+    ``order_settled``.
+
+    Returns:
+        Violations of ``points_from_completed_orders_only``.
+    """
+    net = (
+        select(PointsEntry.order_id, func.sum(PointsEntry.points).label("points"))
+        .group_by(PointsEntry.order_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Order.id, Order.customer_id, Order.status, Order.total_price, net.c.points)
+        .outerjoin(net, net.c.order_id == Order.id)
+        .where(Order.status != OrderStatus.PLACED)
+        .order_by(Order.id)
+    ).all()
+    found: list[Violation] = []
+    for order_id, customer, status, total, points in rows:
+        want = points_for(total) if status == OrderStatus.COMPLETED else 0
+        if (points or 0) != want:
+            found.append(
+                Violation(
+                    POINTS_BALANCE,
+                    order_id,
+                    f"customer {customer}: {status} order nets {points or 0} points, not {want}",
+                )
+            )
+    return found
+
+
+def check_no_shipment_unless_completed(session: Session) -> list[Violation]:
+    """No scheduled shipment for an order that ended without completing.
+
+    Returns:
+        Violations of ``no_scheduled_shipment_unless_completed``.
+    """
+    return [
+        Violation(
+            NO_SHIPMENT_UNLESS_COMPLETED, order_id, f"{status} order has a scheduled shipment"
+        )
+        for order_id, status in session.execute(
+            select(Order.id, Order.status)
+            .join(Shipment, Shipment.order_id == Order.id)
+            .where(
+                Shipment.status == SCHEDULED,
+                Order.status.in_([s for s in OrderStatus.FINAL if s != OrderStatus.COMPLETED]),
+            )
+            .order_by(Order.id)
+        )
+    ]
+
+
+def check_one_final_state(session: Session) -> list[Violation]:
+    """Every order is in a known state, and in a final one once its workflow is done.
+
+    Returns:
+        Violations of ``one_final_state_per_order``.
+    """
+    return [
+        Violation(ONE_FINAL_STATE, order_id, f"state {status!r} (workflow {workflow_status})")
+        for order_id, status, workflow_status in session.execute(
+            select(Order.id, Order.status, Workflow.status)
+            .select_from(_order_workflows())
+            .where(
+                or_(
+                    Order.status.not_in(OrderStatus.ALL),
+                    and_(
+                        Workflow.status == WorkflowStatus.DONE,
+                        Order.status.not_in(OrderStatus.FINAL),
+                    ),
+                )
+            )
+            .order_by(Order.id)
+        )
+    ]
+
+
 CHECKS: dict[str, Callable[[Session], list[Violation]]] = {
     SETTLED: check_settled,
     CONSERVATION: check_stock_conservation,
@@ -417,6 +506,9 @@ CHECKS: dict[str, Callable[[Session], list[Violation]]] = {
     ONE_POINTS: check_points,
     ONE_NOTIFICATION: check_notifications,
     COMPLETION_TIME: check_completion_time,
+    POINTS_BALANCE: check_points_balance,
+    NO_SHIPMENT_UNLESS_COMPLETED: check_no_shipment_unless_completed,
+    ONE_FINAL_STATE: check_one_final_state,
 }
 """Invariant name -> its check."""
 

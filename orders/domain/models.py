@@ -47,6 +47,10 @@ class OrderStatus:
     COMPLETED = "completed"
     OUT_OF_STOCK = "out_of_stock"
 
+    ALL = (PLACED, COMPLETED, OUT_OF_STOCK)
+    FINAL = (COMPLETED, OUT_OF_STOCK)
+    """The states an order ends in; exactly one of them once its workflow is done."""
+
 
 class Customer(Base):
     """A customer (TPC-H CUSTOMER)."""

@@ -13,10 +13,13 @@ from orders.domain.invariants import (
     COMPLETION_TIME,
     CONSERVATION,
     INVARIANTS,
+    NO_SHIPMENT_UNLESS_COMPLETED,
     ONE_DEDUCTION,
+    ONE_FINAL_STATE,
     ONE_NOTIFICATION,
     ONE_POINTS,
     ONE_SHIPMENT,
+    POINTS_BALANCE,
     SETTLED,
     check_invariants,
 )
@@ -84,7 +87,7 @@ def drop_index(name: str):
 def test_sound_database_has_no_violations(session_factory, sound):
     assert violations(session_factory) == []
     assert check_invariants(session_factory) == []
-    assert len(INVARIANTS) == 7
+    assert len(INVARIANTS) == 10
 
 
 def test_violation_names_order_and_invariant(session_factory, sound):
@@ -201,12 +204,50 @@ def test_second_points_entry_is_found_without_the_unique_index(session_factory, 
             order_id=3, customer_id=1, reason="order_placed", points=1, created_at=utcnow()
         ),
     )
-    assert fired(session_factory) == {(ONE_POINTS, 3)}
+    assert fired(session_factory) == {(ONE_POINTS, 3), (POINTS_BALANCE, 3)}
 
 
 def test_completed_order_without_points_is_found(session_factory, sound):
     execute(session_factory, delete(PointsEntry).where(PointsEntry.order_id == 1))
-    assert fired(session_factory) == {(ONE_POINTS, 1)}
+    assert fired(session_factory) == {(ONE_POINTS, 1), (POINTS_BALANCE, 1)}
+
+
+def test_points_kept_by_an_order_out_of_stock_are_found(session_factory, sound):
+    execute(
+        session_factory,
+        insert(PointsEntry).values(
+            order_id=4, customer_id=1, reason="order_placed", points=7, created_at=utcnow()
+        ),
+    )
+    found = violations(session_factory)
+    assert {(v.invariant, v.order_id) for v in found} == {(ONE_POINTS, 4), (POINTS_BALANCE, 4)}
+    assert "out_of_stock order nets 7 points, not 0" in str(found[-1])
+
+
+def test_points_balance_counts_every_ledger_entry_of_the_order(session_factory, sound):
+    """A stray entry under another reason still changes the customer's balance."""
+    execute(
+        session_factory,
+        insert(PointsEntry).values(
+            order_id=2, customer_id=1, reason="goodwill", points=5, created_at=utcnow()
+        ),
+    )
+    assert fired(session_factory) == {(POINTS_BALANCE, 2)}
+
+
+def test_scheduled_shipment_of_an_order_out_of_stock_is_found(session_factory, sound):
+    execute(
+        session_factory,
+        insert(Shipment).values(
+            order_id=4, ship_mode="SHIP", status="scheduled", created_at=utcnow()
+        ),
+    )
+    assert fired(session_factory) == {(ONE_SHIPMENT, 4), (NO_SHIPMENT_UNLESS_COMPLETED, 4)}
+
+
+def test_an_order_in_an_unknown_state_is_found(session_factory, sound):
+    execute(session_factory, update(Order).where(Order.id == 2).values(status="shipped?"))
+    assert (ONE_FINAL_STATE, 2) in fired(session_factory)
 
 
 def test_second_notification_of_a_kind_is_found_without_the_unique_index(session_factory, sound):
