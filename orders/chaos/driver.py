@@ -40,6 +40,7 @@ from orders.chaos.setup import ChaosOptions, ChaosServices
 from orders.chaos.summary import RunFacts, summarize
 from orders.domain.models import Order
 from orders.domain.queries import totals
+from orders.sources.scarcity import make_scarce
 from orders.worker.faults import FaultStore
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue.cluster import clients_running
@@ -138,6 +139,10 @@ class ChaosRun:
 
         The worker processes are stopped on the way out (also on an exception).
         """
+        if self.options.source == "tpch":
+            with UnitOfWork(self.app.session_factory) as uow:
+                make_scarce(uow.session, self.options.orders, self.options.out_of_stock_share)
+                uow.commit()
         self.pool.start_all()
         try:
             self.warmup_seconds = self._wait_for_workers()

@@ -69,6 +69,8 @@ class ChaosOptions:
         settle_timeout: seconds to wait for quiescence once the faults stop.
         redrive: redrive the DLQ once after quiescence, then wait again.
         seed: seed of the run's random choices (None: random).
+        out_of_stock_share: share of the TPC-H orders made to run out of stock
+            (``orders.sources.scarcity``), 0..1; 0 leaves the stock alone.
     """
 
     orders: int = 1200
@@ -99,6 +101,7 @@ class ChaosOptions:
     settle_timeout: float = 120.0
     redrive: bool = True
     seed: int | None = None
+    out_of_stock_share: float = 0.05
 
     def __post_init__(self) -> None:
         if self.appendfsync not in APPENDFSYNC:
@@ -112,6 +115,8 @@ class ChaosOptions:
             raise ValueError(f"unknown step(s): {', '.join(sorted(unknown))}")
         if self.orders < 1 or self.rate <= 0:
             raise ValueError("orders must be >= 1 and rate > 0")
+        if not 0.0 <= self.out_of_stock_share <= 1.0:
+            raise ValueError("out_of_stock_share must be within 0..1")
 
     @property
     def window_seconds(self) -> float:

@@ -120,6 +120,15 @@ def chaos(
         float, typer.Option(min=0.1, max=10_000.0, help="Orders placed per second.")
     ] = 30.0,
     source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
+    out_of_stock_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of the TPC-H orders made to run out of stock (parts they need are "
+            "emptied before the run).",
+        ),
+    ] = 0.05,
     workers_per_step: Annotated[
         int, typer.Option(min=1, max=16, help="Worker processes per step.")
     ] = 2,
@@ -239,6 +248,7 @@ def chaos(
         orders=orders,
         rate=rate,
         source=source,
+        out_of_stock_share=out_of_stock_share,
         workers_per_step=workers_per_step,
         concurrency=concurrency,
         kill_every=kill_every,

@@ -16,7 +16,9 @@ from orders.cli.context import emit_json, handle_errors, make_app
 from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import STEPS
+from orders.sources.scarcity import Scarcity, make_scarce
 from reliable_queue import stats
+from workflows.uow import UnitOfWork
 
 
 def _progress_table(p: Progress, retried_before: dict[str, int]) -> Table:
@@ -44,6 +46,8 @@ def _progress_table(p: Progress, retried_before: dict[str, int]) -> Table:
 
 def _place(app: App, options: DemoOptions, on_placed: Any) -> list[int]:
     placed: list[int] = []
+    if options.source == "tpch":
+        scarce(app, options.orders, options.out_of_stock_share)
 
     def batch(orders: list[Any]) -> None:
         placed.extend(o.order_id for o in orders)
@@ -163,6 +167,15 @@ def demo(
             help="Stop when no step finished for this long with work pending, and say why.",
         ),
     ] = 30.0,
+    out_of_stock_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of the TPC-H orders made to run out of stock (parts they need are "
+            "emptied before the run).",
+        ),
+    ] = 0.05,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Run TPC-H orders through stock, notification, points and logistics, with failures injected.
@@ -187,6 +200,7 @@ def demo(
         rate,
         batch_size=batch_size,
         stall_seconds=stall_seconds,
+        out_of_stock_share=out_of_stock_share,
     )
     retried_before = {s: stats(app.queues[s]).counters.get("retried", 0) for s in STEPS}
     log_dir = demo_log_dir(app)
@@ -208,6 +222,18 @@ def demo(
     if not report.ok:
         err_console.print(Text(f"worker logs of this run: {log_dir}"), highlight=False)
     raise typer.Exit(0 if report.ok else 1)
+
+
+def scarce(app: App, orders: int, share: float) -> Scarcity:
+    """Empty parts so that about ``share`` of the next ``orders`` TPC-H orders run short.
+
+    Returns:
+        What was emptied (``orders.sources.scarcity.Scarcity``).
+    """
+    with UnitOfWork(app.session_factory) as uow:
+        result = make_scarce(uow.session, orders, share)
+        uow.commit()
+    return result
 
 
 def _ensure_tpch(app: App) -> None:

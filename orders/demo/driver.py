@@ -46,6 +46,8 @@ class DemoOptions:
         rate: orders placed per second (None: as fast as possible).
         stall_seconds: stop when no step finished for this long with work pending,
             and say why (``orders.demo.stall``).
+        out_of_stock_share: share of the TPC-H orders made to run out of stock
+            (``orders.sources.scarcity``), 0..1; 0 leaves the stock alone.
     """
 
     orders: int = 2000
@@ -57,6 +59,7 @@ class DemoOptions:
     rate: float | None = None
     batch_size: int = 20
     stall_seconds: float = 30.0
+    out_of_stock_share: float = 0.05
 
 
 @dataclass

@@ -37,6 +37,8 @@ def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
     assert report["orders_placed"] == 200
     # every order is accounted for: completed, out of stock, or blocked with a reason
     assert report["completed"] + report["out_of_stock"] + report["blocked"] == 200
+    # about 5% of the TPC-H orders are made to run out of stock (--out-of-stock-share)
+    assert 5 <= report["out_of_stock"] <= 25
     assert sum(report["blocked_reasons"].values()) == report["blocked"]
     # the injected transient failures really happened and were retried
     assert report["retries_per_step"]["notification"] > 0

@@ -8,12 +8,15 @@ import pytest
 from sqlalchemy import func, select
 
 from orders.app.placement import place
-from orders.domain.handlers import StepRequest, handle_step
-from orders.domain.invariants import check_invariants
-from orders.domain.models import Inventory, Order, OrderLine, StreamCursor
-from orders.domain.steps import STEPS
+from orders.domain.handlers import StepRequest, handle_step, handle_steps
+from orders.domain.invariants import check_invariants, check_stock_conservation
+from orders.domain.models import Inventory, Order, OrderLine, OrderStatus, StreamCursor
+from orders.domain.steps import STEPS, STOCK
 from orders.sources.drafts import TPCH
+from orders.sources.scarcity import Scarcity, make_scarce
 from orders.sources.tpch import load_tpch
+from workflows.tracker import StepRun
+from workflows.uow import UnitOfWork
 
 
 @pytest.fixture
@@ -74,3 +77,31 @@ def test_tpch_orders_flow_through_every_step_with_invariants_holding(session_fac
     with session_factory() as session:
         assert check_invariants(session) == []
         assert set(session.scalars(select(Order.status))) == {"completed"}
+
+
+def test_scarcity_makes_about_the_share_of_the_coming_orders_run_out_of_stock(
+    session_factory, loaded
+):
+    with UnitOfWork(session_factory) as uow:
+        scarce = make_scarce(uow.session, 400, 0.05)
+        uow.commit()
+    assert scarce.coming == 400
+    assert 20 <= scarce.orders_short <= 30 and scarce.parts
+    with session_factory() as session:
+        assert check_stock_conservation(session) == []  # initial lowered with on hand
+    placed = place(session_factory, 400, source=TPCH)
+    runs = [StepRun(p.workflow_id, STOCK, p.order_id) for p in placed.orders]
+    for start in range(0, len(runs), 100):
+        handle_steps(session_factory, runs[start : start + 100])
+    with session_factory() as session:
+        short = session.scalar(select(func.count()).where(Order.status == OrderStatus.OUT_OF_STOCK))
+        assert check_stock_conservation(session) == []
+    assert short == scarce.orders_short
+
+
+def test_scarcity_of_zero_changes_nothing(session_factory, loaded):
+    with session_factory() as session:
+        before = session.scalar(select(func.sum(Inventory.on_hand)))
+        assert make_scarce(session, 400, 0.0) == Scarcity((), 0, 0)
+        session.commit()
+        assert session.scalar(select(func.sum(Inventory.on_hand))) == before
