@@ -63,6 +63,11 @@ def world(
     done, blocked, waiting = placed
     for step in STEPS:
         handle_step(app.session_factory, StepRequest(done.workflow_id, done.order_id, step))
+    # stock first: the blocked order's logistics job is published once its stock is done
+    stocked = handle_step(
+        app.session_factory, StepRequest(blocked.workflow_id, blocked.order_id, "stock")
+    )
+    publish_steps(app.session_factory, app.publisher, list(stocked.released))
     logistics = app.queues[LOGISTICS]
     fetched = logistics.fetch(3, worker_id="test-worker").jobs
     dead_key = f"{blocked.workflow_id}:{LOGISTICS}"
