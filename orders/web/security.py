@@ -257,14 +257,23 @@ class Guard:
     def check_same_origin(self, conn: HTTPConnection) -> None:
         """Refuse a request whose browser says it came from another site.
 
+        Every page is served with ``Referrer-Policy: no-referrer``, under which a
+        browser sends ``Origin: null`` even on a same-origin form post (Fetch
+        standard, "serializing a request origin"). Such a post is accepted only
+        when the browser's own ``Sec-Fetch-Site`` header (which page scripts
+        cannot set) says ``same-origin``.
+
         Raises:
             Refused: ``Sec-Fetch-Site`` is cross-site / same-site, or ``Origin``
-                differs from this server's scheme and host.
+                differs from this server's scheme and host (``null`` without
+                ``Sec-Fetch-Site: same-origin`` included).
         """
         site = conn.headers.get("sec-fetch-site")
         if site is not None and site not in ("same-origin", "none"):
             raise Refused(f"cross-site request refused (Sec-Fetch-Site: {site})")
         origin = conn.headers.get("origin")
+        if origin == "null" and site == "same-origin":
+            return
         if origin is not None:
             expected = f"{conn.url.scheme}://{conn.headers.get('host', '')}"
             if origin != expected:

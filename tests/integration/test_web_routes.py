@@ -316,6 +316,33 @@ def test_csrf_missing_wrong_or_cross_site_is_refused(client: TestClient, world: 
     assert dlq_size(world) == 1
 
 
+def test_origin_null_is_accepted_only_with_a_same_origin_fetch_site(
+    client: TestClient, world: World
+) -> None:
+    """Pages say Referrer-Policy: no-referrer, so a browser's own same-origin form
+    post carries ``Origin: null``; only its Sec-Fetch-Site tells it from a sandbox."""
+    null_alone = client.post("/login", data={"token": TOKEN}, headers={"Origin": "null"})
+    assert null_alone.status_code == 403 and "cross-site" in null_alone.text
+    browser_login = client.post(
+        "/login",
+        data={"token": TOKEN, "next": "/dlq"},
+        headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"},
+        follow_redirects=False,
+    )
+    assert browser_login.status_code == 303 and browser_login.headers["location"] == "/dlq"
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/dlq").text)
+    assert found
+    csrf = found.group(1)
+    form = {"ids": world.dead_job, "scope": "selected", "csrf": csrf, "dry_run": "1"}
+    sandboxed = client.post("/dlq/redrive", data=form, headers={"Origin": "null"})
+    assert sandboxed.status_code == 403
+    same_site = client.post(
+        "/dlq/redrive", data=form, headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+    )
+    assert same_site.status_code == 200 and "Would redrive <b>1</b>" in same_site.text
+    assert dlq_size(world) == 1
+
+
 def test_redrive_dry_run_changes_nothing_then_redrive_replays_the_job(
     client: TestClient, world: World
 ) -> None:
