@@ -12,11 +12,9 @@
 --   wait_ms: -1 when jobs were returned or nothing is pending; otherwise ms until
 --   the next delayed job is due or the next lease expires. A 'QUEUE_CORRUPT' /
 --   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type or a bad count.
--- A suspect (a job lost with its worker and not run since) is leased alone.
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
---          delivery, -1 for a reaped job not charged), seq,
---          stats reaped / orphaned / dead / dlq_dropped.
+--          delivery), seq, stats reaped / orphaned / dead / dlq_dropped.
 -- @include _common.lua
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -34,12 +32,7 @@ end
 -- validated: no command below can fail
 local now = now_ms()
 
--- 1. reap. A job lost with its worker is charged the attempt only when it ran alone
--- (it was already a suspect: its last failure a lease expiry). A job lost in a batch,
--- or lost for the first time, is not charged (its delivery is taken back): it may
--- never have started, and the culprit is not known. Either way it becomes a suspect,
--- which fetch leases alone, so a repeated crash narrows to the one job that causes it.
--- At max attempts a charged job is dead (worker_lost).
+-- 1. reap: a lost worker counts as an attempt; at max attempts the job is dead.
 local expired = {}
 if reap_limit > 0 then
   expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
@@ -49,33 +42,22 @@ local dead_any = false
 if reaped > 0 then
   local atts = chunked_read('HMGET', K_ATTEMPTS, expired)
   local recs = chunked_read('HMGET', K_JOBS, expired)
-  local infos = chunked_read('HMGET', K_INFO, expired)
   chunked('ZREM', K_ACTIVE, expired)
   chunked('HDEL', K_LEASES, expired)
-  local back, aargs = {}, {}
+  local back = {}
   for i, id in ipairs(expired) do
     local att = tonumber(atts[i]) or 0
-    local alone = is_suspect(infos[i])
-    if alone and att >= math.max(max_attempts_in(recs[i], default_max), 1) then
+    if att >= math.max(max_attempts_in(recs[i], default_max), 1) then
       local info = cjson.encode({reason = 'worker_lost', attempts = att,
-        error = 'lease expired without ack ' .. att .. ' time(s) while the job ran alone: '
-          .. 'the job is taken to cause the loss of its worker'})
+        error = 'lease expired without ack ' .. att .. ' time(s): the worker was lost'})
       to_dead(id, 'worker_lost', info, now)
       dead_any = true
     else
-      local note = 'lease expired without ack while the job ran alone: the attempt counts'
-      if not alone then
-        att = math.max(att - 1, 0)
-        aargs[#aargs + 1] = id
-        aargs[#aargs + 1] = att
-        note = 'lease expired without ack: not counted as an attempt; the job runs alone next'
-      end
       redis.call('HSET', K_INFO, id, cjson.encode({reason = 'lease_expired', attempts = att,
-        error = note}))
+        error = 'lease expired without ack: the job is handed out again'}))
       back[#back + 1] = id
     end
   end
-  if #aargs > 0 then chunked('HSET', K_ATTEMPTS, aargs) end
   if #back > 0 then push_head(back) end
   redis.call('HINCRBY', K_STATS, 'reaped', reaped)
 end
@@ -105,21 +87,6 @@ if not ids then
   end
   out[1] = wait
   return out
-end
--- a suspect (lost with a worker, not run since) is leased alone: the batch ends
--- before the first suspect that is not its first job; the rest go back to the head
-local infos = chunked_read('HMGET', K_INFO, ids)
-for i = 1, #ids do
-  if infos[i] and is_suspect(infos[i]) then
-    local cut = (i == 1) and 2 or i
-    if cut <= #ids then
-      local rest = {}
-      for j = cut, #ids do rest[#rest + 1] = ids[j] end
-      for j = #ids, cut, -1 do ids[j] = nil end
-      push_head(rest)
-    end
-    break
-  end
 end
 -- ids that cannot be job ids (not UTF-8, too long) are isolated: never leased
 local good, invalid = {}, {}
