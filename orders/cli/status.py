@@ -103,14 +103,12 @@ def _overview(app: App, as_json: bool) -> None:
     console.print(orders)
     steps = compact_table(
         "steps (database) and their queues (Redis)",
-        "pending = not yet started; retried = retries since the queue was created; "
-        "t/o = attempts past their time limit",
+        "pending = not yet started; retried = retries since the queue was created",
     )
     for col in ("step", "done", "failed", "dead", "pending", "ready", "delayed", "active"):
         steps.add_column(col, justify="left" if col == "step" else "right", no_wrap=True)
     steps.add_column("DLQ", justify="right")
     steps.add_column("retried", justify="right")
-    steps.add_column("t/o", justify="right")
     for step in STEPS:
         st, q = t.steps_by_state.get(step, {}), queues[step]
         steps.add_row(
@@ -124,9 +122,15 @@ def _overview(app: App, as_json: bool) -> None:
             str(q["active"]),
             str(q["dead"]),
             str(q["counters"].get("retried", 0)),
-            str(q["counters"].get("timed_out", 0)),
         )
     console.print(steps)
+    timed_out = {step: queues[step]["counters"].get("timed_out", 0) for step in STEPS}
+    if any(timed_out.values()):
+        console.print(
+            "attempts past their time limit (timed_out): "
+            + ", ".join(f"{step} {n}" for step, n in timed_out.items() if n),
+            highlight=False,
+        )
     unpublishable = sum(st.get("unpublishable", 0) for st in t.steps_by_state.values())
     if unpublishable:
         console.print(
