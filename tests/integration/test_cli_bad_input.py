@@ -59,6 +59,10 @@ def test_dead_letter_text_is_shown_as_stored_not_as_markup(
     cli_env: dict[str, str], key_prefix: str
 ) -> None:
     env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    # dlq commands bind the Redis namespace to the database's id: a configured
+    # database (the PostgreSQL pass) must be migrated first
+    upgraded = run(env, "db", "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
     started = run(env, "services", "status", "--json")
     url = env.get("ORDERS_REDIS_URL") or json.loads(started.stdout)["embedded_url"]
     if not env.get("ORDERS_REDIS_URL"):
@@ -80,6 +84,7 @@ def test_redrive_of_an_id_not_in_any_dlq_names_it_and_fails(
     cli_env: dict[str, str], key_prefix: str
 ) -> None:
     env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    assert run(env, "db", "upgrade").returncode == 0  # a configured database starts empty
     proc = run(env, "dlq", "redrive", "no-such-job")
     assert proc.returncode == 1
     assert "not in any dead-letter queue: no-such-job" in proc.stderr
