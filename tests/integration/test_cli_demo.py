@@ -117,6 +117,10 @@ def test_explain_shows_a_job_and_refuses_an_unknown_id(
     from reliable_queue import Queue
 
     env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    upgraded = subprocess.run(  # a configured database starts empty
+        [*orders_command(), "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
     proc = subprocess.run(
         [*orders_command(), "services", "start"],
         env=env,

@@ -39,7 +39,7 @@ def env(cli_env: dict[str, str], key_prefix: str) -> dict[str, str]:
 @pytest.fixture
 def dead_job(env: dict[str, str]) -> str:
     """A dead letter on points with a hostile error and payload; its id."""
-    app = app_for(env, migrate=False)
+    app = app_for(env, migrate=True)  # a configured database starts empty
     try:
         queue = app.queues["points"]
         job_id = queue.enqueue("orders.points", {"order_id": 7, "name": "注文 🍣 \x1b[2J"})
@@ -81,7 +81,7 @@ def test_dead_letter_views_show_hostile_text_safely_on_a_cp1252_pipe(
 
 
 def test_order_status_shows_job_ids_and_a_hostile_error_safely(env: dict[str, str]) -> None:
-    app = app_for(env, migrate=False)
+    app = app_for(env, migrate=True)  # a configured database starts empty
     try:  # one order, its stock step queued (no worker runs it), one step failed
         load_tpch(app.session_factory, Path(env["ORDERS_DATA_DIR"]), scale=0.001)
         [order_id] = place_paced(app, 1, source="random").order_ids
