@@ -254,6 +254,10 @@ class Queue:
     def fetch_calls(self, count: int, lease_seconds: float, worker_id: str) -> list[Call]:
         """The script calls that lease up to ``count`` jobs (``ceil(count / SCRIPT_BATCH)``).
 
+        Send the first call alone and the others only if it came back full
+        (:meth:`fetch_needs_rest`): a first call that leased a suspect (a job lost
+        with its worker) leased it alone, and the later calls must not add to it.
+
         Raises:
             QueueLimitError: ``count`` outside ``1..MAX_FETCH``.
         """
@@ -263,6 +267,20 @@ class Queue:
         return [
             self.fetch_call(n, lease_seconds, worker_id, reap=i == 0) for i, n in enumerate(sizes)
         ]
+
+    @staticmethod
+    def fetch_needs_rest(calls: Sequence[Call], first: FetchResult) -> bool:
+        """Whether the later calls of a split fetch should be sent after ``first``.
+
+        Args:
+            calls: the fetch's calls, from :meth:`fetch_calls`.
+            first: the parsed reply of ``calls[0]``.
+
+        Returns:
+            True when there are later calls and the first one leased its full count;
+            a short first call means the line ran out or stopped at a suspect.
+        """
+        return len(calls) > 1 and len(first.jobs) == int(calls[0].args[0])
 
     def parse_fetch(self, reply: Sequence[Any]) -> FetchResult:
         """Turn a fetch script reply into a :class:`FetchResult`.
@@ -281,7 +299,11 @@ class Queue:
 
     def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
         """Merge the replies of :meth:`fetch_calls` into one :class:`FetchResult`."""
-        parts = [self.parse_fetch(r) for r in replies]
+        return self.merge_fetches([self.parse_fetch(r) for r in replies])
+
+    @staticmethod
+    def merge_fetches(parts: Sequence[FetchResult]) -> FetchResult:
+        """One :class:`FetchResult` from the parsed parts of a split fetch, in order."""
         jobs = [j for p in parts for j in p.jobs]
         waits = [p.wait_seconds for p in parts if p.wait_seconds is not None]
         wait = None if jobs or not waits else min(waits)
@@ -296,8 +318,9 @@ class Queue:
 
         Args:
             count: most jobs to lease, ``1..MAX_FETCH`` (10,000); more than
-                ``SCRIPT_BATCH`` (500) are leased by several script calls sent in
-                one round trip, each atomic.
+                ``SCRIPT_BATCH`` (500) are leased by several script calls, each
+                atomic: the first, then the rest in one more round trip if the first
+                came back full (a suspect is leased alone, ADR 0002).
             lease_seconds: lease length (default ``settings.lease_seconds``).
             worker_id: recorded in each lease token (shown by ``explain``).
 
@@ -307,9 +330,11 @@ class Queue:
                 will be reaped when its lease expires).
         """
         calls = self.fetch_calls(count, lease_seconds or self.settings.lease_seconds, worker_id)
-        if len(calls) == 1:
-            return self.parse_fetch(self._run(calls[0]))
-        return self.parse_fetches(self.scripts.run_many(calls))
+        first = self.parse_fetch(self._run(calls[0]))
+        if not self.fetch_needs_rest(calls, first):
+            return first
+        rest = [self.parse_fetch(r) for r in self.scripts.run_many(calls[1:])]
+        return self.merge_fetches([first, *rest])
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block on the wake-up list up to ``timeout`` seconds (no polling).

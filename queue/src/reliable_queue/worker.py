@@ -37,7 +37,7 @@ from .execution import (
     run_prepared,
 )
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
-from .job import RawJob
+from .job import FetchResult, RawJob
 from .limits import MAX_FETCH
 from .policy import should_retry, time_limit_of
 from .queue import Queue
@@ -333,11 +333,13 @@ class Worker:
         backoff = 0.05
         lease = self.settings.lease_seconds
         while True:
-            fetches = (
+            parts = (
                 []
                 if self.stopping.is_set() or run.abandoned.is_set()
                 else queue.fetch_calls(self.batch_size, lease, self.worker_id)
             )
+            # a split fetch sends its later calls only after a full first call
+            fetches = parts[:1]
             calls = pending + fetches
             if not calls:
                 return
@@ -379,6 +381,8 @@ class Worker:
                 self.stopping.wait(backoff)
                 continue
             result = queue.parse_fetches(fetched)
+            if queue.fetch_needs_rest(parts, result):
+                result = self._fetch_rest(queue, parts[1:], result)
             if result.reaped:
                 self.counters.add("reaped", result.reaped)
             if not result.jobs:
@@ -403,6 +407,23 @@ class Worker:
                     except (QueueConnectionError, redis.RedisError, ReplicationTimeoutError):
                         pass  # their leases expire and are reaped
                 return
+
+    def _fetch_rest(self, queue: Queue, calls: list[Call], first: FetchResult) -> FetchResult:
+        """Send the later calls of a split fetch; on trouble keep what the first leased.
+
+        A later call that ran but whose reply was lost leaves its jobs active: their
+        leases expire and they are reaped.
+        """
+        try:
+            replies = queue.scripts.run_many(calls, partial=True)
+        except ReplicationTimeoutError as exc:
+            replies = list(exc.replies or [])
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning("queue %s: rest of a split fetch failed: %s", queue.name, exc)
+            return first
+        ok = [r for r in replies if r is not None and not isinstance(r, Exception)]
+        rest = [queue.parse_fetch(r) for r in ok]
+        return queue.merge_fetches([first, *rest])
 
     def _run_batch(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
         self.book.add(queue, [j.lease for j in jobs], run)

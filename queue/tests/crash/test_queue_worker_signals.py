@@ -50,7 +50,10 @@ def test_second_signal_exits_at_once_and_the_lease_is_reaped_later(
     assert time.monotonic() - sent < 3.0  # not the 10 s grace: at once, allowing a loaded machine
     assert explain(queue, job_id).state == "active" and effects(effects_db) == []
     job = wait_until(lambda: queue.fetch(1).jobs, timeout=10)[0]
-    assert (job.job_id, job.attempt) == (job_id, 2)
+    # a first loss with the worker is not charged (ADR 0002): the same attempt again,
+    # under a fresh lease; the job is now a suspect
+    assert (job.job_id, job.attempt) == (job_id, 1)
+    assert explain(queue, job_id).last_failure["reason"] == "lease_expired"
 
 
 def test_jobs_still_running_after_the_grace_period_are_handed_back(

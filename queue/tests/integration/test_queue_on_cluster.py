@@ -64,7 +64,7 @@ def test_retry_and_reaped_lease_on_cluster(cq):
     time.sleep(0.4)  # let the lease expire without an ack
     third = wait_until(lambda: queue.fetch(1).jobs, timeout=5)
 
-    assert third[0].attempt == 3
+    assert third[0].attempt == 2  # a first loss of the worker is not charged
     assert queue.ack([again[0].lease]).refused == [job_id]  # the stale token is fenced off
     assert stats(queue).counters["reaped"] == 1
 

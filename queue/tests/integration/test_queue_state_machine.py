@@ -7,6 +7,12 @@ worker) / SCRIPT FLUSH / a wrong-type key planted in the way of a write; after e
 step the audit finds nothing, each job sits in exactly the structure the model says,
 and the counters agree.
 
+The model states the rule for jobs lost with their worker (ADR 0002): every delivery
+counts an attempt at fetch; a reaped job that was a *suspect* keeps the charge (and at
+max attempts is dead, ``worker_lost``), any other reaped job gets the attempt back and
+becomes a suspect. A nack, dead letter, redrive or replay ends suspicion; a release
+keeps it. A fetch leases a suspect only as its one job (see ``expected_fetch``).
+
 CI runs a fixed, small example budget. A longer run:
 
     QUEUE_STATEFUL_EXAMPLES=2000 uv run pytest \
@@ -31,6 +37,7 @@ from hypothesis.stateful import (
 )
 
 from reliable_queue import EnqueueRequest, Lease, Queue, QueueDataError, QueueSettings, audit, stats
+from reliable_queue.limits import SCRIPT_BATCH
 
 #: Examples per run; CI keeps the default small, a longer run sets the variable.
 EXAMPLES = int(os.environ.get("QUEUE_STATEFUL_EXAMPLES", "40"))
@@ -46,6 +53,7 @@ class Job:
     max_attempts: int
     token: str | None = None
     expired: bool = False
+    suspect: bool = False  # lost with a worker and not settled since: leased alone
 
 
 # 40 examples take 12-60 s on 2 cores; a loaded machine has taken over 120 s
@@ -96,11 +104,38 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             for job_id, job in self.jobs.items():
                 if job.state == "active" and job.expired:
                     self.counters["reaped"] += 1
-                    if job.attempts >= max(job.max_attempts, 1):
+                    if job.suspect and job.attempts >= max(job.max_attempts, 1):
                         self.leave_active(job_id, "dead")
                         self.counters["dead"] += 1
                     else:
+                        if not job.suspect:  # not charged: it may never have started
+                            job.attempts = max(job.attempts - 1, 0)
+                        job.suspect = True
                         self.leave_active(job_id, "ready")
+
+        def expected_fetch(self, line: list[str], count: int) -> list[str]:
+            """The ids one fetch of ``count`` leases from ``line`` (head first).
+
+            The fetch is ``ceil(count / SCRIPT_BATCH)`` script calls. The first pops up to
+            its count and ends before the first suspect, or leases a suspect at its head
+            alone; the others are sent only if the first came back full, and end before
+            any suspect. So a fetch holds at most one suspect, and only as its one job.
+            """
+            sizes = [min(SCRIPT_BATCH, count - i) for i in range(0, count, SCRIPT_BATCH)]
+            got: list[str] = []
+            for part, n in enumerate(sizes):
+                take: list[str] = []
+                for job_id in line[:n]:
+                    if self.jobs[job_id].suspect:
+                        if part == 0 and not take:
+                            take.append(job_id)
+                        break
+                    take.append(job_id)
+                line = line[len(take) :]
+                got += take
+                if part == 0 and len(take) < n:
+                    break
+            return got
 
         def pick(self, data, state: str) -> str:
             return data.draw(st.sampled_from(self.in_state(state)))
@@ -144,11 +179,12 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
         )
         def fetch(self, count, tiny):
             self.reap_model()
-            ready = set(self.in_state("ready"))
+            self.queue.reap()
+            ready = client.lrange(self.queue.keys.key("ready"), 0, -1)
+            line = [r.decode() for r in reversed(ready)]  # the head (next to pop) first
             result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG)
-            assert len(result.jobs) == min(count, len(ready))
+            assert [raw.job_id for raw in result.jobs] == self.expected_fetch(line, count)
             for raw in result.jobs:
-                assert raw.job_id in ready
                 job = self.jobs[raw.job_id]
                 job.attempts += 1
                 assert raw.attempt == job.attempts
@@ -179,6 +215,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             job_id = self.pick(data, "active")
             lease = Lease(job_id, self.jobs[job_id].token)
             assert self.queue.nack(lease, delay=LONG if delayed else 0) is True
+            self.jobs[job_id].suspect = False
             self.leave_active(job_id, "delayed" if delayed else "ready")
             self.counters["retried"] += 1
 
@@ -187,6 +224,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
         def dead(self, data):
             job_id = self.pick(data, "active")
             assert self.queue.dead(Lease(job_id, self.jobs[job_id].token), "error") is True
+            self.jobs[job_id].suspect = False
             self.leave_active(job_id, "dead")
             self.counters["dead"] += 1
 
@@ -212,7 +250,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             job_id = self.pick(data, "dead")
             assert self.queue.dead_letters.redrive(ids=[job_id]).redriven == [job_id]
             job = self.jobs[job_id]
-            job.state, job.attempts = "ready", 0
+            job.state, job.attempts, job.suspect = "ready", 0, False
             self.counters["redriven"] += 1
 
         @precondition(lambda self: self.in_state("dead"))
@@ -229,7 +267,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             job_id = self.pick(data, "done")
             assert self.queue.replay([job_id]) == ([job_id], [])
             job = self.jobs[job_id]
-            job.state, job.attempts = "ready", 0
+            job.state, job.attempts, job.suspect = "ready", 0, False
             self.counters["replayed"] += 1
 
         @rule()

@@ -163,6 +163,15 @@ local function to_dead(id, reason, info_json, now)
   redis.call('HINCRBY', K_STATS, 'dead:' .. reason, 1)
 end
 
+-- Was this job lost with its worker and not run since (its last failure a
+-- lease expiry)? Such a suspect is leased alone until it settles (nack/ack/dead).
+-- `info` is the job's failure-info text or nil/false; bounded work per call.
+local function is_suspect(info)
+  if not info or not string.find(info, 'lease_expired', 1, true) then return false end
+  local ok, data = pcall(cjson.decode, info)
+  return ok and type(data) == 'table' and data['reason'] == 'lease_expired'
+end
+
 -- Max attempts of a job from its record text; the default when it is unreadable.
 local function max_attempts_in(rec, default)
   if not rec then return default end

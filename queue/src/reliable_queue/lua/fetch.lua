@@ -5,16 +5,19 @@
 -- ARGV[3] worker id        recorded in the lease token
 -- ARGV[4] reap limit       expired leases reclaimed per call (0..MAX_BATCH; 0 = no
 --                          reaping: the later calls of a split fetch, which must not
---                          reap the leases the first call just gave out)
+--                          reap the leases the first call just gave out, and which
+--                          lease no suspect)
 -- ARGV[5] default max attempts (for records that cannot be read)
 -- ARGV[6] dlq max size     ARGV[7] dlq max age ms
 -- Returns: {wait_ms, reaped, reap_more, id1, token1, attempt1, record1, id2, ...}
 --   wait_ms: -1 when jobs were returned or nothing is pending; otherwise ms until
 --   the next delayed job is due or the next lease expires. A 'QUEUE_CORRUPT' /
 --   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type or a bad count.
+-- A suspect (a job lost with its worker and not run since) is leased alone (ADR 0002).
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
---          delivery), seq, stats reaped / orphaned / dead / dlq_dropped.
+--          delivery, -1 for a reaped job not charged), seq,
+--          stats reaped / orphaned / dead / dlq_dropped.
 -- @include _common.lua
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -32,7 +35,12 @@ end
 -- validated: no command below can fail
 local now = now_ms()
 
--- 1. reap: a lost worker counts as an attempt; at max attempts the job is dead.
+-- 1. reap. A job lost with its worker is charged the attempt only when it ran alone
+-- (it was already a suspect: its last failure a lease expiry). A job lost in a batch,
+-- or lost for the first time, is not charged (its delivery is taken back): it may
+-- never have started, and the culprit is not known. Either way it becomes a suspect,
+-- which fetch leases alone, so a repeated crash narrows to the one job that causes it.
+-- At max attempts a charged job is dead (worker_lost).
 local expired = {}
 if reap_limit > 0 then
   expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
@@ -42,22 +50,33 @@ local dead_any = false
 if reaped > 0 then
   local atts = chunked_read('HMGET', K_ATTEMPTS, expired)
   local recs = chunked_read('HMGET', K_JOBS, expired)
+  local infos = chunked_read('HMGET', K_INFO, expired)
   chunked('ZREM', K_ACTIVE, expired)
   chunked('HDEL', K_LEASES, expired)
-  local back = {}
+  local back, aargs = {}, {}
   for i, id in ipairs(expired) do
     local att = tonumber(atts[i]) or 0
-    if att >= math.max(max_attempts_in(recs[i], default_max), 1) then
+    local alone = is_suspect(infos[i])
+    if alone and att >= math.max(max_attempts_in(recs[i], default_max), 1) then
       local info = cjson.encode({reason = 'worker_lost', attempts = att,
-        error = 'lease expired without ack ' .. att .. ' time(s): the worker was lost'})
+        error = 'lease expired without ack ' .. att .. ' time(s) while the job ran alone: '
+          .. 'the job is taken to cause the loss of its worker'})
       to_dead(id, 'worker_lost', info, now)
       dead_any = true
     else
+      local note = 'lease expired without ack while the job ran alone: the attempt counts'
+      if not alone then
+        att = math.max(att - 1, 0)
+        aargs[#aargs + 1] = id
+        aargs[#aargs + 1] = att
+        note = 'lease expired without ack: not counted as an attempt; the job runs alone next'
+      end
       redis.call('HSET', K_INFO, id, cjson.encode({reason = 'lease_expired', attempts = att,
-        error = 'lease expired without ack: the job is handed out again'}))
+        error = note}))
       back[#back + 1] = id
     end
   end
+  if #aargs > 0 then chunked('HSET', K_ATTEMPTS, aargs) end
   if #back > 0 then push_head(back) end
   redis.call('HINCRBY', K_STATS, 'reaped', reaped)
 end
@@ -87,6 +106,23 @@ if not ids then
   end
   out[1] = wait
   return out
+end
+-- a suspect (lost with a worker, not run since) is leased alone: the batch ends
+-- before the first suspect that is not its first job; the rest go back to the head.
+-- A later call of a split fetch (reap limit 0) never leases a suspect: its fetch
+-- already holds jobs (the caller sends it only after a full first call).
+local infos = chunked_read('HMGET', K_INFO, ids)
+for i = 1, #ids do
+  if infos[i] and is_suspect(infos[i]) then
+    local cut = (i == 1 and reap_limit > 0) and 2 or i
+    if cut <= #ids then
+      local rest = {}
+      for j = cut, #ids do rest[#rest + 1] = ids[j] end
+      for j = #ids, cut, -1 do ids[j] = nil end
+      push_head(rest)
+    end
+    break
+  end
 end
 -- ids that cannot be job ids (not UTF-8, too long) are isolated: never leased
 local good, invalid = {}, {}
