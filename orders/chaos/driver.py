@@ -33,20 +33,22 @@ from orders.chaos.observe import (
     queue_snapshots,
     unsettled_orders,
 )
+from orders.chaos.poison import PoisonJob, PoisonOutcome
 from orders.chaos.pool import WorkerPool
 from orders.chaos.redis_crash import AofHistory, RedisCrasher
 from orders.chaos.report import ChaosReport
-from orders.chaos.setup import ChaosOptions, ChaosServices
+from orders.chaos.setup import ChaosOptions, ChaosServices, handler_faults
 from orders.chaos.summary import RunFacts, summarize
 from orders.domain.models import Order
 from orders.domain.queries import totals
 from orders.sources.scarcity import make_scarce
-from orders.worker.faults import FaultStore
+from orders.worker.faults import FaultConfig, FaultStore
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue.cluster import clients_running
 from workflows.uow import UnitOfWork
 
 TICK = 0.1  # seconds between two turns of the driver loop
+FAULT_CACHE_SECONDS = 1.5  # workers re-read their fault configs at most once a second
 
 
 class Periodic:
@@ -123,6 +125,13 @@ class ChaosRun:
                 clock=clock,
             )
         self.first_order_id = self._next_order_id()
+        self.poison: PoisonJob | None = None
+        if options.poison_step is not None:
+            self.poison = PoisonJob(
+                self.app, options.poison_step, options.poison_attempts, self.first_order_id
+            )
+        self.poison_outcome: PoisonOutcome | None = None
+        self._poison_armed = self.poison is not None
         self.started = 0.0
         self.warmup_seconds = 0.0
         self.lost_increments: dict[str, dict[str, int]] = {}
@@ -150,6 +159,11 @@ class ChaosRun:
             faults_end = self._chaos_window()
             quiet_at = self._settle(faults_end)
             redriven = 0
+            if self.poison is not None:
+                self.poison_outcome = self._try(self.poison.outcome)
+                self._disarm_poison()
+                if quiet_at is not None and self.options.redrive:
+                    self.sleep(FAULT_CACHE_SECONDS)  # the redriven poison job runs clean
             if quiet_at is not None and self.options.redrive:
                 redriven = self._redrive()
                 if redriven:
@@ -209,6 +223,7 @@ class ChaosRun:
                     self._try(self.replayer.replay)
                 if evictions.due(now):
                     self._try(self.evictor.evict)
+            self._tend_poison()
             self.pool.poll()
             self._progress("chaos")
             if placed >= o.orders and not (self.crasher and self.crasher.down):
@@ -240,11 +255,38 @@ class ChaosRun:
         busy = self._try(lambda: lease_holders(self.app)) or set()
         self.pool.sigterm_busy(busy)
 
+    def _tend_poison(self) -> None:
+        """Plant the poison job (again, if Redis lost it) until it is dead-lettered."""
+        if self.poison is None or not self._poison_armed:
+            return
+        self._try(self.poison.tick)
+        if self._try(self.poison.settled):
+            self._disarm_poison()
+
+    def _disarm_poison(self) -> None:
+        """Take the poison key out of the workers' fault config (so a redrive runs clean)."""
+        if not self._poison_armed or self.options.poison_step is None:
+            return
+        step = self.options.poison_step
+        store = FaultStore(self.app.redis, self.app.settings.queue_prefix)
+        try:
+            config = store.all().get(step)
+            if config is not None:
+                store.set(step, config.model_copy(update={"poison_key": None}))
+        except TRANSIENT:
+            return  # tried again on the next turn
+        self._poison_armed = False
+
     def _clear_faults(self) -> None:
+        """Stop every handler fault; the poison job stays armed until it is dead-lettered."""
         deadline = self.clock() + 30.0
         while True:
             try:
-                FaultStore(self.app.redis, self.app.settings.queue_prefix).clear()
+                store = FaultStore(self.app.redis, self.app.settings.queue_prefix)
+                store.clear()
+                if self._poison_armed and self.options.poison_step is not None:
+                    poison = handler_faults(self.options)[self.options.poison_step]
+                    store.set(self.options.poison_step, FaultConfig(poison_key=poison.poison_key))
                 return
             except TRANSIENT:
                 if self.clock() > deadline:
@@ -260,6 +302,7 @@ class ChaosRun:
         deadline = since + self.options.settle_timeout
         while self.clock() < deadline:
             self.pool.poll()
+            self._tend_poison()
             self._progress("settling")
             if self._quiet():
                 return self.clock()
@@ -349,4 +392,5 @@ class ChaosRun:
             quiet_at=quiet_at,
             ended=self.clock(),
             redriven=redriven,
+            poison=self.poison_outcome,
         )

@@ -12,11 +12,15 @@ from typing import Any
 QUEUE_DRAINED = "queue_drained"
 NO_ORPHAN_LEASE = "no_orphaned_lease"
 QUIESCENCE = "quiescence"
+POISON_ISOLATED = "poison_dies_alone"
+HANG_TIMED_OUT = "hung_run_timed_out"
 
 QUEUE_INVARIANTS: dict[str, str] = {
     QUEUE_DRAINED: "no job left ready, delayed or active once the run is quiet",
     NO_ORPHAN_LEASE: "the lease table holds exactly the active jobs",
     QUIESCENCE: "the system went quiet before the settle timeout",
+    POISON_ISOLATED: "the poison job is dead-lettered as worker_lost, and no other job is",
+    HANG_TIMED_OUT: "a run hung past its time limit failed as timed_out",
 }
 """Queue-level invariant name -> what it states."""
 
@@ -92,6 +96,39 @@ def queue_findings(snapshots: list[QueueSnapshot]) -> list[Finding]:
                     queue=s.queue,
                 )
             )
+    return found
+
+
+def isolation_findings(
+    poison: Any, *, poison_enabled: bool, hangs: int, timed_out: int
+) -> list[Finding]:
+    """The fairness checks: the poison job died alone; a hung run was timed out.
+
+    Args:
+        poison: the poison job's outcome (``orders.chaos.poison.PoisonOutcome``:
+            ``reason``, ``attempts``, ``others_lost``), None when unknown.
+        poison_enabled: the run planted a poison job.
+        hangs: runs that hung past their time limit.
+        timed_out: attempts the queues failed as ``timed_out``.
+
+    Returns:
+        One finding per broken rule.
+    """
+    found = []
+    if poison_enabled:
+        if poison is None or poison.reason != "worker_lost":
+            where = "never read" if poison is None else f"ended as {poison.reason or 'not dead'}"
+            found.append(Finding(POISON_ISOLATED, f"the poison job {where}"))
+        elif poison.others_lost:
+            shown = ", ".join(poison.others_lost[:5])
+            found.append(
+                Finding(
+                    POISON_ISOLATED,
+                    f"{len(poison.others_lost)} other job(s) dead-lettered as worker_lost: {shown}",
+                )
+            )
+    if hangs and not timed_out:
+        found.append(Finding(HANG_TIMED_OUT, f"{hangs} hung run(s), none failed as timed_out"))
     return found
 
 

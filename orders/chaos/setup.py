@@ -21,7 +21,8 @@ from typing import Any
 
 from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
-from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS
+from orders.chaos.poison import POISON_KEY
+from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue.embedded import EmbeddedRedis
@@ -71,6 +72,16 @@ class ChaosOptions:
         seed: seed of the run's random choices (None: random).
         out_of_stock_share: share of the TPC-H orders made to run out of stock
             (``orders.sources.scarcity``), 0..1; 0 leaves the stock alone.
+        batch_size: jobs leased per fetch per worker lane (``orders worker
+            --batch-size``).
+        poison_step: step that gets a poison job, whose every run kills its worker
+            process (``orders.chaos.poison``; None: off).
+        poison_attempts: max attempts of the poison job.
+        hang_step / hang_rate / hang_ms: share of the runs of this step (None: off)
+            that hang ``hang_ms`` milliseconds with their lease still extended; only
+            the time limit ends them.
+        time_limit: the workers' step time limit (``ORDERS_STEP_TIME_LIMIT_SECONDS``),
+            seconds; the hang must outlast it.
     """
 
     orders: int = 1200
@@ -102,6 +113,13 @@ class ChaosOptions:
     redrive: bool = True
     seed: int | None = None
     out_of_stock_share: float = 0.05
+    batch_size: int = 1
+    poison_step: str | None = NOTIFICATION
+    poison_attempts: int = 3
+    hang_step: str | None = STOCK
+    hang_rate: float = 0.01
+    hang_ms: int = 6000
+    time_limit: float = 3.0
 
     def __post_init__(self) -> None:
         if self.appendfsync not in APPENDFSYNC:
@@ -109,14 +127,20 @@ class ChaosOptions:
         unknown = {
             s for s in (*self.fail_steps, *self.slow_steps, *self.replay_steps) if s not in STEPS
         }
-        if self.crash_once_step is not None and self.crash_once_step not in STEPS:
-            unknown.add(self.crash_once_step)
+        for one in (self.crash_once_step, self.poison_step, self.hang_step):
+            if one is not None and one not in STEPS:
+                unknown.add(one)
         if unknown:
             raise ValueError(f"unknown step(s): {', '.join(sorted(unknown))}")
         if self.orders < 1 or self.rate <= 0:
             raise ValueError("orders must be >= 1 and rate > 0")
         if not 0.0 <= self.out_of_stock_share <= 1.0:
             raise ValueError("out_of_stock_share must be within 0..1")
+        if self.batch_size < 1 or self.poison_attempts < 1 or self.time_limit < 0:
+            raise ValueError("batch_size and poison_attempts must be >= 1, time_limit >= 0")
+        hang = self.hang_step is not None and self.hang_ms > 0 and self.hang_rate > 0
+        if hang and not 0 < self.time_limit * 1000 < self.hang_ms:
+            raise ValueError("a hang needs a time limit (> 0) shorter than hang_ms")
 
     @property
     def window_seconds(self) -> float:
@@ -136,7 +160,8 @@ class ChaosOptions:
 
 
 def handler_faults(options: ChaosOptions) -> dict[str, FaultConfig]:
-    """The per-step fault configs the workers apply (transient, slow, crash once)."""
+    """The per-step fault configs the workers apply (transient, slow, crash once,
+    the poison job's key, one hang)."""
     faults: dict[str, FaultConfig] = {}
     for step in STEPS:
         config = FaultConfig(
@@ -144,6 +169,9 @@ def handler_faults(options: ChaosOptions) -> dict[str, FaultConfig]:
             slow_rate=options.slow_rate if step in options.slow_steps else 0.0,
             slow_ms=options.slow_ms if step in options.slow_steps else 0,
             crash_once=step == options.crash_once_step,
+            poison_key=POISON_KEY if step == options.poison_step else None,
+            hang_rate=options.hang_rate if step == options.hang_step else 0.0,
+            hang_ms=options.hang_ms if step == options.hang_step else 0,
         )
         if config.active:
             faults[step] = config
@@ -162,7 +190,7 @@ def worker_env(
 
     Explicit URLs (no worker starts Redis itself), a short lease, a fast relay
     sweep that re-publishes lost steps after ``options.republish_after`` seconds,
-    short retry backoffs.
+    short retry backoffs, the run's step time limit.
     """
     env = dict(base)
     env.update(
@@ -175,6 +203,7 @@ def worker_env(
         ORDERS_RELAY_SWEEP_INTERVAL_SECONDS=str(options.sweep_interval),
         ORDERS_BACKOFF_BASE_SECONDS="0.2",
         ORDERS_BACKOFF_MAX_SECONDS="3.0",
+        ORDERS_STEP_TIME_LIMIT_SECONDS=str(options.time_limit),
     )
     return env
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from orders.app.bootstrap import App
 from orders.chaos.observe import counter_snapshot, queue_snapshots
+from orders.chaos.poison import PoisonOutcome
 from orders.chaos.redis_crash import RedisCrashCounts
 from orders.chaos.report import (
     QUEUE_INVARIANTS,
@@ -13,6 +14,7 @@ from orders.chaos.report import (
     ChaosReport,
     FaultTally,
     Finding,
+    isolation_findings,
     missing_faults,
     queue_findings,
 )
@@ -42,6 +44,8 @@ class RunFacts:
         started / faults_end / quiet_at / ended: placing began, faults stopped,
             quiescence (None: never), report time.
         redriven: dead letters redriven after quiescence.
+        poison: where the poison job ended, read before the redrive (None: no
+            poison job, or Redis was unreachable).
     """
 
     first_order_id: int
@@ -58,6 +62,7 @@ class RunFacts:
     quiet_at: float | None = None
     ended: float = 0.0
     redriven: int = 0
+    poison: PoisonOutcome | None = None
 
 
 def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) -> list[FaultTally]:
@@ -87,7 +92,16 @@ def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) ->
                    total(counters, "injected:slow")),
         FaultTally("crash_once", o.crash_once_step is not None,
                    f"the {o.crash_once_step} handler kills its process once",
-                   max(total(counters, "injected:crash"), w.get("died_unprompted", 0))),
+                   max(total(counters, "injected:crash"),
+                       w.get("died_unprompted", 0) - total(counters, "injected:poison"))),
+        FaultTally("poison_job", o.poison_step is not None,
+                   f"a {o.poison_step} job kills its process at every run, max "
+                   f"{o.poison_attempts} attempts, batch size {o.batch_size}",
+                   total(counters, "injected:poison")),
+        FaultTally("hung_handler", o.hang_step is not None and o.hang_ms > 0 and o.hang_rate > 0,
+                   f"{o.hang_rate:.0%} of runs of {o.hang_step} hang {o.hang_ms} ms, "
+                   f"time limit {o.time_limit:g}s",
+                   total(counters, "injected:hang")),
         FaultTally("replay", o.replay_every > 0 and o.replay_count > 0,
                    f"{o.replay_count} finished job(s) every {o.replay_every:g}s",
                    facts.replayed),
@@ -123,6 +137,13 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
 
     tallies = fault_tallies(o, facts, counters)
     findings += missing_faults(tallies)
+    hung = next(t for t in tallies if t.kind == "hung_handler")
+    findings += isolation_findings(
+        facts.poison if o.poison_step is not None else None,
+        poison_enabled=o.poison_step is not None,
+        hangs=hung.count if hung.enabled else 0,
+        timed_out=queue_total("timed_out"),
+    )
     with UnitOfWork(app.session_factory) as uow:
         t = totals(uow.session, first_order_id=facts.first_order_id)
     by_status = t.orders_by_status
@@ -157,6 +178,8 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
             "published_by_sweep": counters.get("sweep:published", 0),
             "publish_failures_at_placement": facts.publish_failures,
             "replayed": queue_total("replayed"),
+            "dead_lettered_worker_lost": queue_total("dead:worker_lost"),
+            "timed_out": queue_total("timed_out"),
             "per_step": {
                 s: {
                     "applied": applied.get(s, 0),

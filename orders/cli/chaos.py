@@ -133,6 +133,9 @@ def chaos(
         int, typer.Option(min=1, max=16, help="Worker processes per step.")
     ] = 2,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker.")] = 2,
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=1000, help="Jobs leased per fetch per worker lane.")
+    ] = 1,
     kill_every: Annotated[
         float,
         typer.Option(
@@ -184,6 +187,35 @@ def chaos(
     crash_once: Annotated[
         str, typer.Option(help="Step whose handler kills its own process once ('' : off).")
     ] = "logistics",
+    poison: Annotated[
+        str,
+        typer.Option(
+            help="Step that gets a poison job, whose every run kills its worker process "
+            "('': off). It must be dead-lettered as worker_lost, and no other job.",
+        ),
+    ] = "notification",
+    poison_attempts: Annotated[
+        int, typer.Option(min=1, max=100, help="Max attempts of the poison job.")
+    ] = 3,
+    hang: Annotated[
+        str,
+        typer.Option(
+            help="Step some of whose runs hang past the time limit with their lease kept "
+            "alive ('': off). They must fail as timed_out and be retried."
+        ),
+    ] = "stock",
+    hang_rate: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of that step's runs that hang.")
+    ] = 0.01,
+    hang_ms: Annotated[
+        int, typer.Option(min=1, max=MAX_SECONDS, help="Length of that hang, ms.")
+    ] = 6000,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            min=0.1, max=MAX_SECONDS, help="The workers' step time limit for the run, seconds."
+        ),
+    ] = 3.0,
     replay_every: Annotated[
         float,
         typer.Option(max=MAX_SECONDS, min=0, help="Replay finished jobs every S seconds (0: off)."),
@@ -244,6 +276,8 @@ def chaos(
         raise typer.BadParameter("use tpch or random", param_hint="--source")
     if appendfsync not in ("everysec", "always"):
         raise typer.BadParameter("use everysec or always", param_hint="--appendfsync")
+    if hang and hang_ms <= time_limit * 1000:
+        raise typer.BadParameter("a hang must outlast the time limit", param_hint="--hang-ms")
     options = ChaosOptions(
         orders=orders,
         rate=rate,
@@ -251,6 +285,7 @@ def chaos(
         out_of_stock_share=out_of_stock_share,
         workers_per_step=workers_per_step,
         concurrency=concurrency,
+        batch_size=batch_size,
         kill_every=kill_every,
         term_every=term_every,
         redis_kill_every=redis_kill_every,
@@ -263,6 +298,12 @@ def chaos(
         slow_ms=slow_ms,
         slow_steps=_steps(slow_steps, "--slow-steps"),
         crash_once_step=(_steps(crash_once, "--crash-once") or (None,))[0],
+        poison_step=(_steps(poison, "--poison") or (None,))[0],
+        poison_attempts=poison_attempts,
+        hang_step=(_steps(hang, "--hang") or (None,))[0],
+        hang_rate=hang_rate,
+        hang_ms=hang_ms,
+        time_limit=time_limit,
         replay_every=replay_every,
         replay_count=replay_count,
         replay_steps=_steps(replay_steps, "--replay-steps"),
@@ -290,7 +331,7 @@ def chaos(
                 env=services.env,
                 log_path=services.log_dir / name,
                 concurrency=concurrency,
-                extra=("--grace", str(WORKER_GRACE)),
+                extra=("--grace", str(WORKER_GRACE), "--batch-size", str(batch_size)),
             )
 
         pool = WorkerPool(

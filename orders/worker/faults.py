@@ -1,9 +1,10 @@
 """Injected failures per step, stored in Redis so running workers pick them up.
 
 ``orders inject STEP --fail-rate P [--permanent] [--crash-rate P] [--delay-ms D]``
-(and ``orders chaos``) writes a :class:`FaultConfig` into one Redis hash; every
-worker re-reads it at most once per second (:class:`FaultSource`) and applies it
-around each handler call (:class:`FaultMiddleware`). The decision itself
+(and ``orders chaos``, which also plants a poison job and a hung run) writes a
+:class:`FaultConfig` into one Redis hash; every worker re-reads it at most once
+per second (:class:`FaultSource`) and applies it around each handler call
+(:class:`FaultMiddleware`). The decision itself
 (:func:`decide`) is pure, with the randomness injected.
 """
 
@@ -47,6 +48,14 @@ class FaultConfig(BaseModel):
             job is reaped and delivered again while the stalled run goes on; that
             run's effect is then absorbed as a duplicate and its ack refused.
         slow_ms: length of such a stall, milliseconds.
+        poison_key: the idempotency key (prefix) of poison jobs: every run of one SIGKILLs
+            its process before the handler, as a native crash or an OOM kill would
+            (None: off). The queue must charge it alone and dead-letter it as
+            ``worker_lost``, never its batch-mates.
+        hang_rate: probability (0..1) that a run hangs ``hang_ms`` before the handler
+            with its lease still extended, as a call blocked on a lock would: only
+            the task's time limit ends it (the attempt fails as ``timed_out``).
+        hang_ms: length of such a hang, milliseconds.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -58,12 +67,23 @@ class FaultConfig(BaseModel):
     crash_once: bool = False
     slow_rate: float = Field(0.0, ge=0.0, le=1.0)
     slow_ms: int = Field(0, ge=0)
+    poison_key: str | None = None
+    hang_rate: float = Field(0.0, ge=0.0, le=1.0)
+    hang_ms: int = Field(0, ge=0)
 
     @property
     def active(self) -> bool:
         """True if this config injects anything."""
         slow = self.slow_rate and self.slow_ms
-        return bool(self.fail_rate or self.crash_rate or self.delay_ms or self.crash_once or slow)
+        return bool(
+            self.fail_rate
+            or self.crash_rate
+            or self.delay_ms
+            or self.crash_once
+            or slow
+            or self.poison_key
+            or (self.hang_rate and self.hang_ms)
+        )
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,7 @@ class Decision:
         fail / permanent: raise before the effect; permanent goes to the DLQ.
         crash_after: SIGKILL the process after the effect, before the ack.
         slow_seconds: stall before the handler with the lease left to expire, seconds.
+        hang_seconds: hang before the handler with the lease kept alive, seconds.
     """
 
     delay_seconds: float = 0.0
@@ -82,6 +103,7 @@ class Decision:
     permanent: bool = False
     crash_after: bool = False
     slow_seconds: float = 0.0
+    hang_seconds: float = 0.0
 
 
 def decide(config: FaultConfig | None, rng: random.Random) -> Decision:
@@ -91,12 +113,14 @@ def decide(config: FaultConfig | None, rng: random.Random) -> Decision:
     fail = rng.random() < config.fail_rate
     crash = (not fail) and rng.random() < config.crash_rate
     slow = bool(config.slow_rate and config.slow_ms) and rng.random() < config.slow_rate
+    hang = bool(config.hang_rate and config.hang_ms) and rng.random() < config.hang_rate
     return Decision(
         config.delay_ms / 1000.0,
         fail,
         fail and config.permanent,
         crash,
         config.slow_ms / 1000.0 if slow else 0.0,
+        config.hang_ms / 1000.0 if hang else 0.0,
     )
 
 
@@ -210,7 +234,8 @@ class FaultMiddleware:
     def before(self, ctx: JobContext) -> tuple[Decision, FaultConfig | None]:
         """Roll the dice for one run and apply what comes before the effect.
 
-        Sleeps for a slow or delayed run; raises for an injected failure.
+        Kills the process for a poison job (before its effect); sleeps for a hung
+        (lease kept), slow or delayed run; raises for an injected failure.
 
         Returns:
             The decision and the config it came from, for :meth:`after`.
@@ -221,7 +246,14 @@ class FaultMiddleware:
         """
         step = self.step_of(ctx)
         config = self.source.get(step)
+        key = ctx.idempotency_key or ""
+        if config is not None and config.poison_key and key.startswith(config.poison_key):
+            self.on_injected(step, "poison")
+            self.kill()
         decision = decide(config, self.rng)
+        if decision.hang_seconds:
+            self.on_injected(step, "hang")
+            time.sleep(decision.hang_seconds)
         if decision.slow_seconds:
             self.on_injected(step, "slow")
             self.stall(ctx)

@@ -22,6 +22,8 @@ EVERY_FAULT = (
     "transient_failure",
     "slow_handler",
     "crash_once",
+    "poison_job",
+    "hung_handler",
     "replay",
     "key_eviction",
 )
@@ -73,6 +75,10 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
     assert report["redis"]["restarts"] == report["redis"]["kills"] >= 1
     assert report["redis"]["aof_bytes_lost"] > 0
     assert report["workers"]["graceful_exits"] >= 1
+    # fair under failure: the poison job alone was dead-lettered as worker_lost (then
+    # redriven once the fault stopped), and the hung runs failed as timed_out
+    assert delivery["dead_lettered_worker_lost"] == 1 and orders["redriven"] >= 1
+    assert delivery["timed_out"] >= 1
 
 
 @pytest.mark.chaos
@@ -93,6 +99,8 @@ def test_with_appendfsync_always_a_redis_crash_loses_nothing_to_republish(
         "--fail-rate", "0",
         "--slow-rate", "0",
         "--crash-once", "",
+        "--poison", "",
+        "--hang", "",
         "--replay-every", "0",
         "--evict-every", "0",
         "--seed", "3",

@@ -8,13 +8,17 @@ import pytest
 
 from orders.chaos.driver import Periodic, due_orders
 from orders.chaos.observe import lost_increments
+from orders.chaos.poison import POISON_KEY, PoisonOutcome
 from orders.chaos.pool import lease_holder_pid
 from orders.chaos.redis_crash import AofHistory, aof_tail
 from orders.chaos.report import (
+    HANG_TIMED_OUT,
     NO_ORPHAN_LEASE,
+    POISON_ISOLATED,
     QUEUE_DRAINED,
     FaultTally,
     QueueSnapshot,
+    isolation_findings,
     missing_faults,
     queue_findings,
 )
@@ -89,6 +93,8 @@ def test_handler_faults_go_to_the_chosen_steps_only() -> None:
         slow_ms=3000,
         slow_steps=("points",),
         crash_once_step="logistics",
+        poison_step=None,
+        hang_step=None,
     )
     faults = handler_faults(options)
     assert set(faults) == {"notification", "points", "logistics"}
@@ -98,7 +104,9 @@ def test_handler_faults_go_to_the_chosen_steps_only() -> None:
 
 
 def test_no_handler_faults_when_all_are_off() -> None:
-    options = ChaosOptions(fail_rate=0, slow_rate=0, crash_once_step=None)
+    options = ChaosOptions(
+        fail_rate=0, slow_rate=0, crash_once_step=None, poison_step=None, hang_step=None
+    )
     assert handler_faults(options) == {}
 
 
@@ -196,6 +204,11 @@ def test_fault_tallies_count_the_driver_and_the_workers_and_skip_what_is_impossi
     counters = {"injected:fail:notification": 40, "injected:slow:points": 2}
 
     tallies = {t.kind: t for t in fault_tallies(options, facts, counters)}
+    poisoned = fault_tallies(
+        options,
+        RunFacts(first_order_id=1, workers={"died_unprompted": 5}),
+        {"injected:poison:notification": 4, "injected:hang:stock": 2},
+    )
 
     assert tallies["worker_sigkill"].count == 3
     assert tallies["transient_failure"].count == 40
@@ -203,3 +216,58 @@ def test_fault_tallies_count_the_driver_and_the_workers_and_skip_what_is_impossi
     assert tallies["crash_once"].count == 1  # its counter was lost, the pool saw the death
     assert tallies["replay"].count == 9
     assert tallies["redis_sigkill"].skipped and not tallies["redis_sigkill"].missing
+    assert tallies["poison_job"].missing and tallies["hung_handler"].missing
+    # the poison job's deaths are not the crash_once fault's
+    assert [(t.kind, t.count) for t in poisoned if t.count] == [
+        ("crash_once", 1),
+        ("poison_job", 4),
+        ("hung_handler", 2),
+    ]
+
+
+def test_the_poison_key_and_the_hang_go_to_their_steps_and_the_time_limit_to_the_workers(
+    tmp_path: Path,
+) -> None:
+    options = ChaosOptions(
+        fail_rate=0,
+        slow_rate=0,
+        crash_once_step=None,
+        poison_step="points",
+        hang_step="stock",
+        hang_rate=0.5,
+        hang_ms=4000,
+        time_limit=2.5,
+    )
+    faults = handler_faults(options)
+    assert set(faults) == {"points", "stock"}
+    assert faults["points"].poison_key == POISON_KEY and not faults["points"].hang_rate
+    assert (faults["stock"].hang_rate, faults["stock"].hang_ms) == (0.5, 4000)
+    assert faults["stock"].poison_key is None
+    env = worker_env({}, data_dir=tmp_path, redis_url="r", database_url="d", options=options)
+    assert env["ORDERS_STEP_TIME_LIMIT_SECONDS"] == "2.5"
+
+
+def test_a_hang_must_outlast_the_time_limit() -> None:
+    with pytest.raises(ValueError):
+        ChaosOptions(hang_ms=2000, time_limit=3.0)
+    with pytest.raises(ValueError):
+        ChaosOptions(time_limit=0)
+    assert ChaosOptions(hang_step=None, time_limit=0).time_limit == 0
+
+
+def test_the_poison_job_must_die_alone_and_a_hung_run_must_time_out() -> None:
+    def found(poison, **kw):
+        args = {"poison_enabled": True, "hangs": 0, "timed_out": 0} | kw
+        return [(f.invariant, f.detail) for f in isolation_findings(poison, **args)]
+
+    alone = PoisonOutcome(planted=1, reason="worker_lost", attempts=3)
+    assert found(alone) == []
+    assert found(PoisonOutcome(planted=1, reason="worker_lost", others_lost=["a", "b"])) == [
+        (POISON_ISOLATED, "2 other job(s) dead-lettered as worker_lost: a, b")
+    ]
+    never_dead = [(POISON_ISOLATED, "the poison job ended as not dead")]
+    assert found(PoisonOutcome(planted=1)) == never_dead
+    assert found(None) == [(POISON_ISOLATED, "the poison job never read")]
+    assert found(None, poison_enabled=False) == []
+    assert found(alone, hangs=2) == [(HANG_TIMED_OUT, "2 hung run(s), none failed as timed_out")]
+    assert found(alone, hangs=2, timed_out=2) == []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -137,3 +139,40 @@ def test_injected_failures_and_the_crash_once_are_counted() -> None:
 
     assert counted == [("points", "fail"), ("stock", "crash")]
     assert kills == [1]
+
+
+def test_a_poison_job_kills_its_process_before_the_handler_at_every_run() -> None:
+    counted: list[tuple[str, str]] = []
+    kills: list[int] = []
+    ran: list[str] = []
+    faults = middleware(
+        {"notification": FaultConfig(poison_key="chaos:poison")},
+        kill=lambda: kills.append(1),
+        on_injected=lambda step, kind: counted.append((step, kind)),
+    )
+    poison = dataclasses.replace(context("notification"), idempotency_key="chaos:poison:1")
+    other = dataclasses.replace(context("notification"), idempotency_key="7:notification")
+
+    faults(poison, {}, lambda: ran.append("poison"))  # kill() is a stub here: it returns
+    faults(other, {}, lambda: ran.append("other"))
+    faults(poison, {}, lambda: ran.append("poison"))
+
+    assert kills == [1, 1]
+    assert counted == [("notification", "poison"), ("notification", "poison")]
+    assert not FaultConfig().active and FaultConfig(poison_key="k").active
+
+
+def test_a_hung_run_sleeps_with_its_lease_kept_and_is_counted() -> None:
+    events: list[object] = []
+    faults = middleware(
+        {"stock": FaultConfig(hang_rate=1.0, hang_ms=20)},
+        stall=lambda ctx: events.append("stall"),  # a hang keeps its lease: no stall
+        on_injected=lambda step, kind: events.append((step, kind)),
+    )
+
+    began = time.monotonic()
+    assert faults(context("stock"), {}, lambda: events.append("handler") or "ok") == "ok"
+
+    assert time.monotonic() - began >= 0.02
+    assert events == [("stock", "hang"), "handler"]
+    assert not FaultConfig(hang_rate=0.5).active  # a rate without a length injects nothing
