@@ -32,6 +32,7 @@ QUEUE_COUNTERS: dict[str, tuple[str, str]] = {
     ),
     "succeeded": ("orderflow_jobs_succeeded", "Jobs acknowledged as done."),
     "retried": ("orderflow_jobs_retried", "Failed runs scheduled to run again."),
+    "timed_out": ("orderflow_jobs_timed_out", "Runs failed past their task's time limit."),
     "reaped": ("orderflow_jobs_reaped", "Expired leases taken back from lost workers."),
     "stale_refused": (
         "orderflow_stale_acks_refused",

@@ -30,6 +30,7 @@ class QueueView:
         name / task: queue name and the task its jobs run.
         ready / delayed / active / dead: jobs in each state now.
         succeeded / retried: lifetime counters.
+        timed_out: attempts failed past their time limit (lifetime counter).
         jobs_per_second: jobs acknowledged per second over the last 10 s (None: too early).
         retries_per_minute: retries scheduled per minute over the last minute.
         p50_seconds / p95_seconds: handler time over the last minute (None: no runs
@@ -50,6 +51,7 @@ class QueueView:
     p50_seconds: float | None
     p95_seconds: float | None
     orphans: int = 0
+    timed_out: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,4 +158,5 @@ class SystemView:
             p50_seconds=p50,
             p95_seconds=p95,
             orphans=s.orphans,
+            timed_out=s.counters.get("timed_out", 0),
         )

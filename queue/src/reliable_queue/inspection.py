@@ -31,6 +31,7 @@ COUNTERS = (
     "dlq_dropped",
     "orphaned",
     "orphans_repaired",
+    "timed_out",
 )
 
 
