@@ -9,15 +9,18 @@ from pydantic import BaseModel
 from queue_helpers import FAST, command_calls, running_worker, wait_until
 
 from reliable_queue import (
+    EnqueueRequest,
     JobContext,
     PermanentError,
     Queue,
     QueueSettings,
     RetryPolicy,
     TaskRegistry,
+    WorkerHooks,
     explain,
     stats,
 )
+from reliable_queue.limits import SCRIPT_BATCH
 
 
 class Note(BaseModel):
@@ -289,3 +292,40 @@ def test_retry_backoff_is_honoured_by_the_worker(redis_client, key_prefix, regis
 
     gaps = [b - a for a, b in zip(ran, ran[1:], strict=False)]
     assert 0.29 <= gaps[0] <= 0.6 and 0.59 <= gaps[1] <= 0.9
+
+
+def test_a_lane_with_a_split_fetch_runs_a_suspect_alone_then_full_batches(
+    redis_client, key_prefix, registry
+):
+    # a lane batch above SCRIPT_BATCH is several script calls: the later ones are
+    # sent only after a full first call, so a suspect never gets batch-mates
+    ran: list[str] = []
+    batches: list[list[str]] = []
+
+    @registry.task("t")
+    def handler(payload, ctx: JobContext):
+        ran.append(ctx.job_id)
+
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    n = SCRIPT_BATCH + 200
+    ids = queue.enqueue_many([EnqueueRequest("t", {"i": i}) for i in range(n)])
+    queue.fetch(1, lease_seconds=0.05)
+    time.sleep(0.1)
+    assert queue.reap() == 1  # ids[0] is a suspect at the head
+
+    hooks = WorkerHooks(after_fetch=lambda jobs: batches.append([j.job_id for j in jobs]))
+    with running_worker(
+        redis_client,
+        ["jobs"],
+        registry,
+        prefix=key_prefix,
+        settings=FAST,
+        batch_size=SCRIPT_BATCH + 100,
+        hooks=hooks,
+    ):
+        wait_until(lambda: stats(queue).counters["succeeded"] == n, timeout=30)
+
+    assert batches[0] == [ids[0]]
+    assert batches[1] == ids[1 : SCRIPT_BATCH + 101]  # the first call full, then the rest
+    assert batches[2] == ids[SCRIPT_BATCH + 101 :]
+    assert sorted(ran) == sorted(ids)
