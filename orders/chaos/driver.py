@@ -48,6 +48,7 @@ from reliable_queue.cluster import clients_running
 from workflows.uow import UnitOfWork
 
 TICK = 0.1  # seconds between two turns of the driver loop
+POISON_TEND_SECONDS = 0.5  # how often the driver looks after the poison job
 FAULT_CACHE_SECONDS = 1.5  # workers re-read their fault configs at most once a second
 
 
@@ -132,6 +133,7 @@ class ChaosRun:
             )
         self.poison_outcome: PoisonOutcome | None = None
         self._poison_armed = self.poison is not None
+        self._poison_next = -math.inf
         self.started = 0.0
         self.warmup_seconds = 0.0
         self.lost_increments: dict[str, dict[str, int]] = {}
@@ -257,8 +259,9 @@ class ChaosRun:
 
     def _tend_poison(self) -> None:
         """Plant the poison job (again, if Redis lost it) until it is dead-lettered."""
-        if self.poison is None or not self._poison_armed:
+        if self.poison is None or not self._poison_armed or self.clock() < self._poison_next:
             return
+        self._poison_next = self.clock() + POISON_TEND_SECONDS
         self._try(self.poison.tick)
         if self._try(self.poison.settled):
             self._disarm_poison()

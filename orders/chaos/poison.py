@@ -64,7 +64,7 @@ class PoisonJob:
         Raises:
             QueueError / redis.RedisError: Redis unreachable (the driver tries later).
         """
-        if self.job_ids and self.queue.locate(self.job_ids[-1]) != "nowhere":
+        if self.job_ids and self.queue.locate(self.job_ids[-1]) not in ("nowhere", "unknown"):
             return
         payload = self._done_step_payload()
         if payload is None:

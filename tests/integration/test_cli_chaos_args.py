@@ -19,6 +19,9 @@ def orders_command() -> list[str]:
     [
         (["--fail-steps", "shipping"], "unknown step"),
         (["--crash-once", "billing"], "unknown step"),
+        (["--poison", "billing"], "unknown step"),
+        (["--hang", "billing"], "unknown step"),
+        (["--hang-ms", "2000", "--time-limit", "3"], "outlast the time limit"),
         (["--appendfsync", "no"], "everysec or always"),
         (["--source", "nowhere"], "tpch or random"),
         (["--fail-rate", "2"], "fail-rate"),
@@ -49,3 +52,4 @@ def test_chaos_is_listed_in_the_help(cli_env: dict[str, str]) -> None:
     )
     assert proc.returncode == 0
     assert "--redis-kill-every" in proc.stdout and "--appendfsync" in proc.stdout
+    assert "--poison" in proc.stdout and "--time-limit" in proc.stdout
