@@ -60,6 +60,8 @@ def test_double_deductions_from_a_broken_build_fail_the_run_naming_the_orders(
         "--fail-rate", "0",
         "--slow-rate", "0",
         "--crash-once", "",
+        "--poison", "",
+        "--hang", "",
         "--replay-every", "0.5",
         "--replay-count", "10",
         "--replay-steps", "stock",
