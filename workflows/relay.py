@@ -14,7 +14,7 @@ queue that cannot be reached charges no row: everything stays pending.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -105,6 +105,7 @@ def publish_steps(
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    known: Mapping[int, StepMessage] | None = None,
 ) -> int:
     """Publish the given step rows that are still pending; mark them dispatched.
 
@@ -117,6 +118,9 @@ def publish_steps(
         step_ids: ids returned by ``workflows.outbox.add_workflows``.
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
+        known: row id -> message for rows whose message the caller already
+            holds (``workflows.outbox.initial_messages``); those rows are not
+            read back. Which rows are still pending is read either way.
 
     Returns:
         Number of steps published.
@@ -134,6 +138,7 @@ def publish_steps(
             lambda s, now, chunk=chunk: _pending(s, now, WorkflowStep.id.in_(chunk)),
             clock,
             policy or PublishPolicy(),
+            known,
         ).published
     return published
 
@@ -329,13 +334,21 @@ def _publish_where(
     load: Callable[[Session, datetime], list[int]],
     clock: Callable[[], datetime],
     policy: PublishPolicy,
+    known: Mapping[int, StepMessage] | None = None,
 ) -> _Published:
     now = clock()
     with UnitOfWork(session_factory) as uow:
         ids = load(uow.session, now)
     if not ids:
         return _Published()
-    steps, unreadable = _load_messages(session_factory, ids)
+    known = known or {}
+    unknown = [row_id for row_id in ids if row_id not in known]
+    steps, unreadable = _load_messages(session_factory, unknown) if unknown else ([], {})
+    if len(unknown) < len(ids):
+        steps = sorted(
+            [*steps, *((row_id, known[row_id]) for row_id in ids if row_id in known)],
+            key=lambda item: item[0],
+        )
     outcome = publish_isolated(publisher, steps)
     outcome.refused.update(unreadable)
     _mark_dispatched(session_factory, outcome, clock)

@@ -9,11 +9,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from orders.app.placement import place, place_orders
+from orders.app.placement import place, place_orders, write_orders
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import STEPS, task_name
-from orders.sources.drafts import RANDOM
+from orders.sources.drafts import RANDOM, random_drafts
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.relay import message_for, publish_pending, publish_steps
 from workflows.uow import UnitOfWork
 
 
@@ -119,3 +120,31 @@ def test_placing_two_thousand_orders_takes_seconds(session_factory, catalog, pub
     assert len(result.orders) == 2000
     assert len(set(publisher.keys())) == 2000  # the stock steps; the others wait
     assert elapsed < 20, f"placing 2,000 orders took {elapsed:.1f} s"
+
+
+def test_placement_publishes_the_messages_the_relay_would_read_from_the_rows(
+    session_factory, catalog, publisher
+):
+    """Placement publishes from what it wrote, without reading the rows back: the
+    messages must be exactly those of the committed rows."""
+    place(session_factory, 4, source=RANDOM, rng=random.Random(3), publisher=publisher)
+    with session_factory() as session:
+        rows = session.scalars(
+            select(WorkflowStep).where(WorkflowStep.step == "stock").order_by(WorkflowStep.id)
+        ).all()
+        expected = [message_for(row) for row in rows]
+    assert publisher.messages == expected
+
+
+def test_a_step_published_before_placement_publishes_it_is_not_published_again(
+    session_factory, catalog, publisher
+):
+    """The messages placement holds do not skip the check that a row is still pending."""
+    with UnitOfWork(session_factory) as uow:
+        drafts = random_drafts(uow.session, 2, random.Random(5))
+        placed, first = write_orders(uow.session, drafts)
+        uow.commit()
+    assert publish_pending(session_factory, publisher) == 2  # a sweep got there first
+    assert publish_steps(session_factory, publisher, list(first), known=first) == 0
+    assert len(publisher.messages) == 2
+    assert len(placed) == 2
