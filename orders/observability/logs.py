@@ -16,11 +16,10 @@ import datetime as dt
 import json
 import logging
 import sys
-from collections.abc import Callable
 from typing import IO, Any
 
 from orders.observability.urls import mask_urls_in
-from reliable_queue import JobContext
+from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 
 CONTEXT_FIELDS = ("job_id", "queue", "task", "attempt", "order_id")
 """Record attributes that describe the job being worked on, in output order."""
@@ -45,32 +44,48 @@ def _order_id(payload: Any) -> Any:
     return getattr(payload, "order_id", None)
 
 
-def job_log_context(ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
-    """Worker middleware: log lines written during this job carry its fields.
+class JobLogContext(BatchMiddleware):
+    """Worker middleware: log lines written during a job carry its fields.
 
-    Args:
-        ctx: the job's context (job id, queue, task, attempt).
-        payload: the validated payload; its ``order_id`` is added when it has one.
-        call_next: runs the rest of the chain.
-
-    Returns:
-        Whatever the handler returned; exceptions pass through unchanged.
+    Called as ``job_log_context(ctx, payload, call_next)`` around one job, the
+    fields are the job's ``job_id``, ``queue``, ``task``, ``attempt`` and the
+    payload's ``order_id`` when it has one. Around a batch of several jobs (one
+    handler call), they are ``queue``, ``task`` and ``job_ids`` (every job id of
+    the batch, in order). Exceptions pass through unchanged.
     """
-    fields: dict[str, Any] = {
-        "job_id": ctx.job_id,
-        "queue": ctx.queue,
-        "task": ctx.task,
-        "attempt": ctx.attempt,
-    }
-    order_id = _order_id(payload)
-    if order_id is not None:
-        fields["order_id"] = order_id
-    token = _current.set(fields)
-    _last.set(fields)
-    try:
-        return call_next()
-    finally:
-        _current.reset(token)
+
+    def around(self, items: Items, call_next: CallNext) -> Results:
+        """Run ``call_next(items)`` with the log fields of these jobs set for this thread."""
+        fields: dict[str, Any]
+        if len(items) == 1:
+            payload, ctx = items[0]
+            fields = {
+                "job_id": ctx.job_id,
+                "queue": ctx.queue,
+                "task": ctx.task,
+                "attempt": ctx.attempt,
+            }
+            order_id = _order_id(payload)
+            if order_id is not None:
+                fields["order_id"] = order_id
+        else:
+            first = items[0][1]
+            fields = {
+                "queue": first.queue,
+                "task": first.task,
+                "job_ids": [ctx.job_id for _, ctx in items],
+            }
+        token = _current.set(fields)
+        if len(items) == 1:
+            _last.set(fields)
+        try:
+            return call_next(items)
+        finally:
+            _current.reset(token)
+
+
+job_log_context = JobLogContext()
+"""The worker middleware instance (see :class:`JobLogContext`)."""
 
 
 class JobContextFilter(logging.Filter):

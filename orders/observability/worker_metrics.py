@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Histogram
 from sqlalchemy import select
 
 from orders.domain.steps import queue_name, task_name
-from reliable_queue import JobContext, RawJob
+from reliable_queue import RawJob
 from reliable_queue.codec import RecordDecodeError, decode_record
 from reliable_queue.execution import Dead, Outcome, Retry
+from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 from workflows.models import Workflow
 from workflows.tracker import StepResult
 from workflows.uow import SessionFactory
@@ -52,24 +52,66 @@ def error_kind(outcome: Retry | Dead) -> str:
     return outcome.reason if isinstance(outcome, Dead) else "error"
 
 
-def completion_seconds(session_factory: SessionFactory) -> Callable[[int], float | None]:
-    """A lookup: workflow id -> seconds from placement to completion (None if not done).
+def completion_seconds(
+    session_factory: SessionFactory,
+) -> Callable[[Sequence[int]], dict[int, float]]:
+    """A lookup: workflow ids -> seconds from placement to completion, in one query.
 
     The workflow row is written in the order's placement transaction, so its
     ``created_at`` is the placement time; ``finished_at`` is set by the commit
-    that completed it.
+    that completed it. Workflows not done (or unknown) are left out of the result.
     """
 
-    def lookup(workflow_id: int) -> float | None:
+    def lookup(workflow_ids: Sequence[int]) -> dict[int, float]:
+        if not workflow_ids:
+            return {}
         with session_factory() as session:
-            row = session.execute(
-                select(Workflow.created_at, Workflow.finished_at).where(Workflow.id == workflow_id)
-            ).one_or_none()
-        if row is None or row.finished_at is None:
-            return None
-        return max((row.finished_at - row.created_at).total_seconds(), 0.0)
+            rows = session.execute(
+                select(Workflow.id, Workflow.created_at, Workflow.finished_at).where(
+                    Workflow.id.in_(list(workflow_ids)), Workflow.finished_at.is_not(None)
+                )
+            ).all()
+        return {
+            row.id: max((row.finished_at - row.created_at).total_seconds(), 0.0) for row in rows
+        }
 
     return lookup
+
+
+class HandlerTiming(BatchMiddleware):
+    """Worker middleware: time each job's handler run; record first attempts' start latency.
+
+    Every job is observed once in each histogram, alone or in a batch. A job of
+    a batch (one handler call, one transaction) is observed with the time of that
+    call, which is how long the job took to run and commit.
+
+    Args:
+        metrics: the histograms to feed (``handler_seconds``, ``start_latency``)
+            and the wall clock (``metrics.clock``, epoch seconds).
+        timer: monotonic seconds for the run time (injected in tests).
+    """
+
+    def __init__(
+        self, metrics: WorkerMetrics, timer: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.metrics = metrics
+        self.timer = timer
+
+    def around(self, items: Items, call_next: CallNext) -> Results:
+        """Observe start latency per first attempt, run the rest, observe run time per job."""
+        now = self.metrics.clock()
+        for _, ctx in items:
+            if ctx.attempt == 1:
+                self.metrics.start_latency.labels(ctx.queue, ctx.task).observe(
+                    max(now - ctx.enqueued_at, 0.0)
+                )
+        started = self.timer()
+        try:
+            return call_next(items)
+        finally:
+            elapsed = self.timer() - started
+            for _, ctx in items:
+                self.metrics.handler_seconds.labels(ctx.queue, ctx.task).observe(elapsed)
 
 
 class WorkerMetrics:
@@ -78,7 +120,8 @@ class WorkerMetrics:
     Metric names (``queue`` and ``task`` labels unless said otherwise):
 
     - ``orderflow_job_handler_seconds`` (histogram): one handler run, middleware
-      and injected faults included, seconds.
+      and injected faults included, seconds; a job handled in a batch counts the
+      batch's handler call (every job of the batch is observed).
     - ``orderflow_job_start_latency_seconds`` (histogram): enqueue to the start
       of the first attempt, seconds (retries wait on purpose and are left out).
     - ``orderflow_jobs_failed_total`` (+ ``error``: exception class or DLQ reason):
@@ -89,15 +132,15 @@ class WorkerMetrics:
       completion of each order, seconds.
 
     Args:
-        completion: workflow id -> completion seconds (see :func:`completion_seconds`);
-            None records no completion times.
+        completion: workflow ids -> completion seconds of those done (see
+            :func:`completion_seconds`); None records no completion times.
         clock: wall clock, epoch seconds (compared with the producer's enqueue time).
     """
 
     def __init__(
         self,
         *,
-        completion: Callable[[int], float | None] | None = None,
+        completion: Callable[[Sequence[int]], dict[int, float]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.completion = completion
@@ -135,24 +178,14 @@ class WorkerMetrics:
             buckets=COMPLETION_BUCKETS,
             registry=None,
         )
+        self.middleware = HandlerTiming(self)
+        """The worker middleware feeding the two per-job histograms."""
 
     def declare(self, queue: str, task: str) -> None:
         """Create the ``queue``/``task`` series at zero, so they show before the first job."""
         self.handler_seconds.labels(queue, task)
         self.start_latency.labels(queue, task)
         self.duplicates.labels(queue, task)
-
-    def middleware(self, ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
-        """Worker middleware: time the run; record the first attempt's start latency."""
-        if ctx.attempt == 1:
-            self.start_latency.labels(ctx.queue, ctx.task).observe(
-                max(self.clock() - ctx.enqueued_at, 0.0)
-            )
-        started = time.perf_counter()
-        try:
-            return call_next()
-        finally:
-            self.handler_seconds.labels(ctx.queue, ctx.task).observe(time.perf_counter() - started)
 
     def on_outcome(self, job: RawJob, outcome: Outcome) -> None:
         """Worker ``on_outcome`` hook: count runs that failed (retry or dead letter)."""
@@ -164,17 +197,22 @@ class WorkerMetrics:
             task = "?"
         self.failed.labels(job.queue, task, error_kind(outcome)).inc()
 
-    def on_result(self, step: str, result: StepResult) -> None:
-        """Step-handler hook: count absorbed duplicates; time completed orders.
+    def on_results(self, step: str, results: Sequence[StepResult]) -> None:
+        """Step-handler hook, once per handler call: count absorbed duplicates; time
+        completed orders (one database read for the whole call).
 
-        Never raises: a failed completion lookup only loses that one sample.
+        Never raises: a failed completion lookup only loses those samples.
         """
-        if result.duplicate:
-            self.duplicates.labels(queue_name(step), task_name(step)).inc()
-        if result.workflow_done and self.completion is not None:
-            try:
-                seconds = self.completion(result.workflow_id)
-            except Exception:  # a metric must never fail the job
-                return
-            if seconds is not None:
-                self.order_completion.observe(seconds)
+        duplicates = sum(1 for result in results if result.duplicate)
+        if duplicates:
+            self.duplicates.labels(queue_name(step), task_name(step)).inc(duplicates)
+        done = [result.workflow_id for result in results if result.workflow_done]
+        if not done or self.completion is None:
+            return
+        try:
+            seconds = self.completion(done)
+        except Exception:  # a metric must never fail the job
+            return
+        for workflow_id in done:
+            if workflow_id in seconds:
+                self.order_completion.observe(seconds[workflow_id])

@@ -55,10 +55,11 @@ class WorkerObservability:
 
         return hook
 
-    def on_result(self, step: str, result: StepResult) -> None:
-        """Step-handler hook: duplicates absorbed and order completion times."""
+    def on_results(self, step: str, results: Sequence[StepResult]) -> None:
+        """Step-handler hook, once per handler call: duplicates absorbed and order
+        completion times."""
         if self.metrics is not None:
-            self.metrics.on_result(step, result)
+            self.metrics.on_results(step, results)
 
     def serve(self, app: App, host: str, port: int) -> int:
         """Serve ``/metrics`` of this data dir on ``host:port``; return the bound port.
@@ -100,7 +101,7 @@ def worker_observability(
     if record:
         enable_multiprocess(metrics_dir(app.settings))
         metrics = WorkerMetrics(
-            completion=lambda workflow_id: completion_seconds(app.session_factory)(workflow_id)
+            completion=lambda workflow_ids: completion_seconds(app.session_factory)(workflow_ids)
         )
         for step in steps:
             metrics.declare(queue_name(step), task_name(step))

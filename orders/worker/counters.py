@@ -14,6 +14,7 @@ Field names: ``applied:<step>``, ``duplicate:<step>``, ``injected:<kind>:<step>`
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import redis
 
@@ -45,6 +46,20 @@ class Counters:
             self.client.hincrby(self.key, field, n)
         except redis.RedisError as exc:
             log.warning("counter %s not recorded: %s", field, exc)
+
+    def add_many(self, counts: Mapping[str, int]) -> None:
+        """Add each ``counts[field]`` to its counter in one round trip (zeros skipped);
+        a Redis error is logged, never raised."""
+        nonzero = {field: n for field, n in counts.items() if n}
+        if not nonzero:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for field, n in nonzero.items():
+                pipe.hincrby(self.key, field, n)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("counters %s not recorded: %s", ", ".join(nonzero), exc)
 
     def read(self) -> dict[str, int]:
         """Every counter, by field name.

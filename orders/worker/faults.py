@@ -24,6 +24,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from reliable_queue import JobContext, PermanentError
+from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results, call_rest
 
 
 class InjectedFailure(RuntimeError):
@@ -193,8 +194,8 @@ class FaultSource:
         return self._cache.get(step)
 
 
-class FaultMiddleware:
-    """Worker middleware applying injected faults around a handler call.
+class FaultMiddleware(BatchMiddleware):
+    """Worker middleware applying injected faults around each job's handler run.
 
     Args:
         source: where configs come from.
@@ -225,11 +226,25 @@ class FaultMiddleware:
         self.stall = stall
         self.on_injected = on_injected
 
-    def __call__(self, ctx: JobContext, payload: Any, call_next: Callable[[], Any]) -> Any:
-        decision, config = self.before(ctx)
-        result = call_next()
-        self.after(ctx, decision, config)
-        return result
+    def around(self, items: Items, call_next: CallNext) -> Results:
+        """Apply the faults to each job: alone, or in a batch (one handler call).
+
+        Each job gets its own roll of the dice. A job failed before its effect is
+        left out of the handler call and fails alone; the crashes decided for jobs
+        that succeeded come after the call (their effects committed), before the acks.
+        """
+        errors: Results = [None] * len(items)
+        decided: list[tuple[int, JobContext, Decision, FaultConfig | None]] = []
+        for i, (_, ctx) in enumerate(items):
+            try:
+                decided.append((i, ctx, *self.before(ctx)))
+            except Exception as exc:  # an injected failure: this job only
+                errors[i] = exc
+        call_rest(items, errors, call_next)
+        for i, ctx, decision, config in decided:
+            if errors[i] is None:
+                self.after(ctx, decision, config)
+        return errors
 
     def before(self, ctx: JobContext) -> tuple[Decision, FaultConfig | None]:
         """Roll the dice for one run and apply what comes before the effect.

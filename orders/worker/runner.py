@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Sequence
 
@@ -30,6 +31,7 @@ def build_worker(
     batch_size: int = 1,
     grace_seconds: float = 10.0,
     observability: WorkerObservability | None = None,
+    fault_rng: random.Random | None = None,
 ) -> Worker:
     """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
 
@@ -47,21 +49,31 @@ def build_worker(
             1 runs one delivery per transaction and keeps slow jobs from holding others.
         grace_seconds: graceful-shutdown budget, seconds.
         observability: log context and metrics (default: log context only).
+        fault_rng: randomness of the injected faults (seed it in tests; default unseeded).
+
+    Metrics, the log context and injected faults are worker middleware: they see
+    every job, one at a time or in a batch.
     """
     if "engine" not in app.__dict__:  # one connection per lane, sized before first use
         app.pool_size = worker_pool_size(concurrency * len(steps))
     counters = Counters(app.redis, app.settings.queue_prefix)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
+        rng=fault_rng,
         on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
     )
     obs = observability or WorkerObservability()
 
-    def on_result(step: str, result: StepResult) -> None:
-        counters.add(f"{'duplicate' if result.duplicate else 'applied'}:{step}")
-        obs.on_result(step, result)
-        if result.released:
-            release(result.released)
+    def on_results(step: str, results: list[StepResult]) -> None:
+        """Once per handler call: one counters write, one metrics pass, one publish."""
+        duplicates = sum(1 for result in results if result.duplicate)
+        counters.add_many(
+            {f"duplicate:{step}": duplicates, f"applied:{step}": len(results) - duplicates}
+        )
+        obs.on_results(step, results)
+        released = [step_id for result in results for step_id in result.released]
+        if released:
+            release(released)
 
     def release(step_ids: Sequence[int]) -> None:
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
@@ -75,9 +87,8 @@ def build_worker(
     registry = build_registry(
         app.session_factory,
         app.settings,
-        on_result=on_result,
+        on_results=on_results,
         batch=batch_size > 1,
-        faults=faults,
     )
     worker = Worker(
         app.redis,

@@ -11,7 +11,6 @@ from orders.app.settings import Settings
 from orders.domain import handlers
 from orders.domain.errors import OrdersError
 from orders.domain.steps import STEPS, task_name
-from orders.worker.faults import FaultMiddleware
 from reliable_queue import (
     JobContext,
     PermanentError,
@@ -49,19 +48,21 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     )
 
 
-OnResult = Callable[[str, StepResult], None]
-"""Called with ``(step, result)`` after each run that reached the unit of work."""
+OnResults = Callable[[str, list[StepResult]], None]
+"""Called once per handler call with ``(step, results)``: the runs of that call that
+committed or were absorbed as duplicates (a single delivery gives a list of one), so
+counters, metrics and releases are written once per batch, not once per job."""
 
 
 def make_handler(
-    session_factory: SessionFactory, step: str, on_result: OnResult | None = None
+    session_factory: SessionFactory, step: str, on_results: OnResults | None = None
 ) -> Callable[[StepPayload, JobContext], str]:
     """The queue handler of one step: effect + completion in one unit of work.
 
     Args:
         session_factory: makes the sessions.
         step: the step this handler serves.
-        on_result: told of every run that committed or was absorbed as a duplicate
+        on_results: told of every run that committed or was absorbed as a duplicate
             (``result.duplicate``), e.g. to count them; must not raise.
 
     Raises (to the worker):
@@ -87,8 +88,8 @@ def make_handler(
             if getattr(exc, "retryable", False):
                 raise
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
-        if on_result is not None:
-            on_result(step, result)
+        if on_results is not None:
+            on_results(step, [result])
         return result.outcome
 
     return handle
@@ -106,13 +107,12 @@ def _as_job_error(exc: Exception) -> Exception:
 def make_batch_handler(
     session_factory: SessionFactory,
     step: str,
-    on_result: OnResult | None = None,
-    faults: FaultMiddleware | None = None,
+    on_results: OnResults | None = None,
 ) -> Callable[[list[tuple[StepPayload, JobContext]]], list[BaseException | None]]:
     """The batch handler of one step: every delivery of a fetched batch in one transaction.
 
-    Injected faults are applied per delivery (a failed one is left out of the
-    batch; a crash comes after the batch committed, before the acks). If the
+    The worker's middleware (metrics, injected faults) wraps the call and sees
+    each delivery; a delivery it failed never reaches this handler. If the
     batch transaction fails as a whole, its deliveries are run one by one, so a
     single bad delivery cannot fail its neighbours.
 
@@ -124,17 +124,10 @@ def make_batch_handler(
         errors: list[BaseException | None] = [None] * len(items)
         runs: list[StepRun] = []
         positions: list[int] = []
-        decided = []
         for i, (payload, ctx) in enumerate(items):
             if payload.step != step:
                 errors[i] = PermanentError(f"job for step {payload.step!r} arrived on {step!r}")
                 continue
-            if faults is not None:
-                try:
-                    decided.append((ctx, *faults.before(ctx)))
-                except Exception as exc:
-                    errors[i] = exc
-                    continue
             runs.append(
                 StepRun(
                     payload.workflow_id,
@@ -162,13 +155,14 @@ def make_batch_handler(
                     results.append(handlers.handle_step(session_factory, run))
                 except Exception as one:
                     results.append(one)
+        done: list[StepResult] = []
         for i, result in zip(positions, results, strict=True):
             if isinstance(result, Exception):
                 errors[i] = _as_job_error(result)
-            elif on_result is not None:
-                on_result(step, result)
-        for ctx, decision, config in decided:
-            faults.after(ctx, decision, config)  # type: ignore[union-attr]
+            else:
+                done.append(result)
+        if done and on_results is not None:
+            on_results(step, done)
         return errors
 
     return handle
@@ -177,27 +171,25 @@ def make_batch_handler(
 def build_registry(
     session_factory: SessionFactory,
     settings: Settings,
-    on_result: OnResult | None = None,
+    on_results: OnResults | None = None,
     *,
     batch: bool = False,
-    faults: FaultMiddleware | None = None,
 ) -> TaskRegistry:
     """A registry with the four step tasks (``orders.stock`` ...).
 
     Args:
-        on_result: see :func:`make_handler`.
+        on_results: see :func:`make_handler`.
         batch: register batch handlers (:func:`make_batch_handler`) that take a
-            fetched batch in one transaction; else one delivery per call.
-        faults: with ``batch``, the injected faults the batch handlers apply per
-            delivery (single-delivery handlers get them as worker middleware).
+            fetched batch in one transaction; else one delivery per call. Either
+            way the worker's middleware sees every delivery.
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in STEPS:
         if batch:
-            handler = make_batch_handler(session_factory, step, on_result, faults)
+            handler = make_batch_handler(session_factory, step, on_results)
         else:
-            handler = make_handler(session_factory, step, on_result)
+            handler = make_handler(session_factory, step, on_results)
         registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batch))
     return registry
 

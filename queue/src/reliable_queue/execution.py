@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from .codec import RecordDecodeError, decode_record
 from .errors import PermanentError, UnknownTaskError
 from .job import JobContext, Lease, RawJob
+from .middleware import call_batch
 from .policy import should_retry
 from .registry import TaskDefinition, TaskRegistry
 
@@ -161,7 +162,7 @@ def execute(
     if isinstance(item, Dead):
         return item
     if item.definition.batch:
-        return run_batch([item], rng)[0]
+        return run_batch([item], rng, middleware=middleware)[0]
     return run_prepared(item, middleware=middleware, rng=rng)
 
 
@@ -176,11 +177,18 @@ def run_prepared(
     return outcome_of(item, None, "", rng)
 
 
-def run_batch(items: Sequence[Prepared], rng: random.Random | None = None) -> list[Outcome]:
+def run_batch(
+    items: Sequence[Prepared],
+    rng: random.Random | None = None,
+    *,
+    middleware: Sequence[Middleware] = (),
+) -> list[Outcome]:
     """Run prepared jobs of ONE batch task through a single handler call.
 
     The handler returns one entry per item (None or the item's exception). If the
     handler itself raises, every item gets that exception (and is retried per policy).
+    ``middleware`` (:class:`~reliable_queue.middleware.BatchMiddleware`, outermost
+    first) wraps the call and sees every job: one it fails is left out of the call.
 
     Raises:
         ValueError: the items are not all of one batch task.
@@ -191,7 +199,11 @@ def run_batch(items: Sequence[Prepared], rng: random.Random | None = None) -> li
     if not definition.batch or any(i.definition is not definition for i in items):
         raise ValueError("run_batch takes jobs of one batch task")
     try:
-        results = list(definition.handler([(i.payload, i.ctx) for i in items]))  # type: ignore[arg-type]
+        results = call_batch(
+            definition.handler,  # type: ignore[arg-type]
+            [(i.payload, i.ctx) for i in items],
+            middleware,
+        )
         trace = ""
         if len(results) != len(items):
             raise RuntimeError(

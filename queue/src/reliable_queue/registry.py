@@ -30,7 +30,8 @@ class TaskDefinition:
         retry: retry policy for ordinary exceptions.
         batch: when True, ``handler`` is a :data:`BatchHandler` called once with
             every job of this task in a fetched batch (e.g. to handle them in one
-            database transaction); middleware does not wrap batch handlers.
+            database transaction); its middleware must be
+            :class:`~reliable_queue.middleware.BatchMiddleware`, which sees every job.
     """
 
     name: str

@@ -39,6 +39,7 @@ from .execution import (
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
 from .job import FetchResult, RawJob
 from .limits import MAX_FETCH
+from .middleware import BatchMiddleware
 from .policy import should_retry, time_limit_of
 from .queue import Queue
 from .registry import TaskRegistry
@@ -99,7 +100,10 @@ class Worker:
         settings: queue limits; ``lease_seconds`` is the lease length.
         grace_seconds: on SIGTERM/SIGINT, how long in-flight jobs may finish before
             the rest are handed back.
-        middleware: wrappers around each handler call.
+        middleware: wrappers around each handler call, outermost first; with batch
+            tasks in the registry each must be a
+            :class:`~reliable_queue.middleware.BatchMiddleware` (it then sees every
+            job of a batch, as it sees a single job).
         hooks: fault-injection points.
         rng: jitter source for retry backoff.
         worker_id: shown as lease owner (default :func:`default_worker_id`).
@@ -114,6 +118,11 @@ class Worker:
     handed back, and the old thread exits when the handler returns (its late ack is
     refused by the fencing token). So a hung run is released within its limit plus
     one heartbeat interval (a third of the lease).
+
+    Raises:
+        ValueError: ``concurrency`` or ``batch_size`` out of range, or no queue.
+        TypeError: a plain middleware with batch tasks in the registry (it could not
+            see their jobs one by one).
     """
 
     def __init__(
@@ -147,6 +156,10 @@ class Worker:
         self.batch_size = batch_size
         self.grace_seconds = grace_seconds
         self.middleware = list(middleware)
+        if any(d.batch for d in registry) and not all(
+            isinstance(m, BatchMiddleware) for m in self.middleware
+        ):
+            raise TypeError("a worker serving batch tasks takes only BatchMiddleware middleware")
         self.hooks = hooks or WorkerHooks()
         self.rng = rng or random.Random()
         self.worker_id = worker_id or default_worker_id()
@@ -472,7 +485,13 @@ class Worker:
             deadline = self._deadline(items[0])
             for i in items:
                 self.book.start(i.job.job_id, deadline, i)
-            outcomes.extend(zip([i.job for i in items], run_batch(items, self.rng), strict=True))
+            outcomes.extend(
+                zip(
+                    [i.job for i in items],
+                    run_batch(items, self.rng, middleware=self.middleware),
+                    strict=True,
+                )
+            )
         calls = self._settlements(queue, outcomes)
         if released:
             calls.extend(queue.release_calls([j.lease for j in released]))
