@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from orders.worker import defaults
+
 from . import report
 
 orderflow_app = typer.Typer(
@@ -125,13 +127,19 @@ def durability(
 def e2e(
     orders: Annotated[int, typer.Option(help="orders to place")] = 2000,
     databases: Annotated[str, typer.Option(help="sqlite,postgresql")] = "sqlite,postgresql",
-    concurrency: Annotated[int, typer.Option(help="lanes per worker (CLI default 2)")] = 2,
+    concurrency: Annotated[
+        int, typer.Option(help="lanes per worker (default: the CLI's)")
+    ] = defaults.CONCURRENCY,
     batch_sizes: Annotated[
         str,
         typer.Option(
-            help="jobs per fetch, one run each (CLI default 1; above 1 a batch is one transaction)"
+            help="jobs per fetch, one run each; 'default' is the CLI's default and is "
+            "recorded as the '<database> default' row (above 1 a batch is one transaction)"
         ),
-    ] = "1,20",
+    ] = "default,50",
+    metrics: Annotated[
+        bool, typer.Option(help="workers record metrics, as `orders worker` does by default")
+    ] = True,
     timeout: Annotated[float, typer.Option(help="bound per run, seconds")] = 300.0,
     save: Save = True,
 ) -> None:
@@ -139,10 +147,19 @@ def e2e(
     from .e2e import run_e2e
 
     rows = [
-        run_e2e(db.strip(), orders, concurrency, batch, timeout)
+        run_e2e(
+            db.strip(),
+            orders,
+            concurrency,
+            defaults.BATCH_SIZE if batch.strip() == "default" else int(batch),
+            timeout,
+            label="default" if batch.strip() == "default" else None,
+            metrics=metrics,
+        )
         for db in databases.split(",")
         if db.strip()
-        for batch in _ints(batch_sizes)
+        for batch in batch_sizes.split(",")
+        if batch.strip()
     ]
     report.show(
         report.generic_table(

@@ -69,7 +69,14 @@ def finished(app: Any, first_order: int) -> int:
 
 
 def run_e2e(
-    database: str, orders: int, concurrency: int, batch_size: int, timeout: float
+    database: str,
+    orders: int,
+    concurrency: int,
+    batch_size: int,
+    timeout: float,
+    *,
+    label: str | None = None,
+    metrics: bool = True,
 ) -> dict[str, Any]:
     """Place ``orders`` TPC-H orders and time them through every step.
 
@@ -79,6 +86,9 @@ def run_e2e(
         concurrency: lanes per worker process (one process per step).
         batch_size: jobs per fetch.
         timeout: bound on the run, seconds.
+        label: the variant's name after the database (default ``batch <size>``;
+            ``default`` for the row measured at the CLI's defaults).
+        metrics: workers record metrics in the data dir (``orders worker``'s default).
 
     Returns:
         A row with ``orders_per_second`` and DB transactions per order.
@@ -117,6 +127,7 @@ def run_e2e(
                     str(concurrency),
                     "--batch-size",
                     str(batch_size),
+                    *(["--metrics"] if metrics else []),
                 ],
                 worker_env,
                 data_dir / f"worker-{step}.log",
@@ -148,7 +159,7 @@ def run_e2e(
         "kind": "e2e",
         "library": "orderflow",
         "version": "app",
-        "variant": f"{database} batch {batch_size}",
+        "variant": f"{database} {label or f'batch {batch_size}'}",
         "mode": "outbox + idempotent handlers + unit of work per job (batch 1) or per batch",
         "n": orders,
         "enqueue_rate": None,
@@ -161,6 +172,7 @@ def run_e2e(
         "worker_processes": len(STEPS),
         "concurrency": concurrency,
         "batch_size": batch_size,
+        "worker_metrics": metrics,
         "db_commits_per_order": round((worker_commits + placement_commits[0]) / orders, 2),
         "worker_commits_per_order": round(worker_commits / orders, 2),
         "placement_commits": placement_commits[0],

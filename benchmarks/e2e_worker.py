@@ -1,6 +1,7 @@
 """An ``orders`` worker process that also counts its database commits.
 
-``python -m benchmarks.e2e_worker STEP [--concurrency C] [--batch-size B] [--no-sweep]``:
+``python -m benchmarks.e2e_worker STEP [--concurrency C] [--batch-size B] [--no-sweep]
+[--metrics]`` (the defaults are ``orders worker``'s, except metrics: pass ``--metrics``):
 exactly what ``orders worker`` runs (``orders.worker.runner.run_worker``), plus a
 SQLAlchemy ``commit`` listener that adds each commit to a Redis counter.
 """
@@ -13,6 +14,7 @@ import logging
 from sqlalchemy import event
 
 from orders.app.bootstrap import build
+from orders.worker import defaults
 from orders.worker.runner import run_worker
 
 COMMITS_KEY = "bench:e2e:commits"
@@ -31,9 +33,10 @@ def main() -> None:
     """Parse options, instrument the engine, serve until SIGTERM."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("steps", nargs="+")
-    parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=defaults.CONCURRENCY)
+    parser.add_argument("--batch-size", type=int, default=defaults.BATCH_SIZE)
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--metrics", action="store_true", help="record metrics (CLI default)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     app = build()
@@ -46,6 +49,7 @@ def main() -> None:
             batch_size=args.batch_size,
             sweep=not args.no_sweep,
             grace_seconds=5.0,
+            record_metrics=args.metrics,
         )
     finally:
         app.close()

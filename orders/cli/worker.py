@@ -8,6 +8,7 @@ import typer
 
 from orders.cli.context import fail, handle_errors, make_app, setup_logging
 from orders.domain.steps import STEPS
+from orders.worker import defaults
 from orders.worker.runner import run_worker
 
 
@@ -17,10 +18,17 @@ def worker(
         list[str] | None, typer.Argument(help=f"Steps to serve: {', '.join(STEPS)}.")
     ] = None,
     all_steps: Annotated[bool, typer.Option("--all", help="Serve every step.")] = False,
-    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Threads (lanes) per step.")] = 2,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=64, help="Threads (lanes) per step.")
+    ] = defaults.CONCURRENCY,
     batch_size: Annotated[
-        int, typer.Option(min=1, max=1000, help="Jobs leased per fetch per lane.")
-    ] = 1,
+        int,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Jobs leased per fetch per lane; above 1 a batch is one transaction.",
+        ),
+    ] = defaults.BATCH_SIZE,
     sweep: Annotated[bool, typer.Option(help="Also run the periodic outbox sweep.")] = True,
     grace: Annotated[
         float, typer.Option(min=0, max=3600.0, help="Seconds in-flight jobs get on SIGTERM.")

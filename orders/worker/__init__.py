@@ -5,7 +5,8 @@
 ``faults`` (injected failures read from Redis, applied around each handler),
 ``relay_loop`` (the periodic outbox sweep thread), ``counters`` (run counters
 in one Redis hash), ``reconcile`` (step rows brought in line with the DLQs)
-and ``procs`` (starting and stopping ``orders worker`` processes). It may
+``procs`` (starting and stopping ``orders worker`` processes) and ``defaults``
+(the default batch size and lanes of ``orders worker``). It may
 import ``orders.domain``, ``orders.app``, ``orders.observability`` (a worker
 serves its own ``/metrics``), ``workflows`` and ``reliable_queue``; never
 ``orders.cli``, ``orders.web`` or an experiment.

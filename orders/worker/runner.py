@@ -12,6 +12,7 @@ from orders.app.db import worker_pool_size
 from orders.app.eviction import check_key_eviction
 from orders.domain.steps import queue_name
 from orders.observability.worker_setup import WorkerObservability, worker_observability
+from orders.worker import defaults
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.relay_loop import SweepLoop
@@ -28,7 +29,7 @@ def build_worker(
     steps: Sequence[str],
     *,
     concurrency: int = 1,
-    batch_size: int = 1,
+    batch_size: int = defaults.BATCH_SIZE,
     grace_seconds: float = 10.0,
     observability: WorkerObservability | None = None,
     fault_rng: random.Random | None = None,
@@ -112,7 +113,7 @@ def run_worker(
     steps: Sequence[str],
     *,
     concurrency: int = 1,
-    batch_size: int = 1,
+    batch_size: int = defaults.BATCH_SIZE,
     sweep: bool = True,
     grace_seconds: float = 10.0,
     record_metrics: bool = False,
