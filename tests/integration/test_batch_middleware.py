@@ -69,7 +69,8 @@ def test_a_batch_of_ten_counts_every_job_and_faults_hit_single_jobs(
             worker.request_stop()
             worker.join(10)
 
-        failed = Counters(app.redis, key_prefix).read().get(f"injected:fail:{STOCK}", 0)
+        counted = Counters(app.redis, key_prefix).read()
+        failed = counted.get(f"injected:fail:{STOCK}", 0)
         dead = stats(queue).dead
         with app.session_factory() as session:
             statuses = session.scalars(
@@ -81,5 +82,6 @@ def test_a_batch_of_ten_counts_every_job_and_faults_hit_single_jobs(
     assert 0 < failed < BATCH  # the seeded dice fail some jobs of the batch, not all
     assert dead == failed  # each failed job alone went to the DLQ (permanent)
     assert statuses.count(StepStatus.DONE) == BATCH - failed  # its batch-mates committed
+    assert counted.get(f"applied:{STOCK}") == BATCH - failed  # counted once per batch
     assert observed(metrics.handler_seconds) == BATCH
     assert observed(metrics.start_latency) == BATCH
