@@ -20,6 +20,7 @@ from orders.app.placement import place
 from orders.app.settings import Settings
 from orders.domain.steps import STEPS, WORKFLOW_KIND
 from orders.sources.tpch import load_tpch
+from orders.worker.counters import Counters, total
 from workflows.models import Workflow, WorkflowStatus
 
 from .e2e_worker import COMMITS_KEY
@@ -153,6 +154,7 @@ def run_e2e(
             for p in procs:
                 stop_process(p)
         worker_commits = int(client.get(COMMITS_KEY) or 0)
+        counted = Counters(client, settings.queue_prefix).read()
         xact = pg_commits() - xact_before if database == "postgresql" else None
         app.close()
     row = {
@@ -177,15 +179,21 @@ def run_e2e(
         "worker_commits_per_order": round(worker_commits / orders, 2),
         "placement_commits": placement_commits[0],
         "pg_xact_commit_per_order": round(xact / orders, 2) if xact is not None else None,
+        # redeliveries absorbed by the handlers (a step run twice costs a second run)
+        "duplicate_runs": total(counted, "duplicate"),
+        "sweep_published": counted.get("sweep:published", 0),
         **env,
     }
     log.info(
-        "%s, batch %d: %d orders in %.1f s = %.0f orders/s, %.1f commits/order",
+        "%s, batch %d: %d orders in %.1f s (placing %.1f s) = %.0f orders/s, "
+        "%.1f commits/order, %d duplicate runs",
         database,
         batch_size,
         done,
         seconds,
+        placed_at,
         row["orders_per_second"],
         row["db_commits_per_order"],
+        row["duplicate_runs"],
     )
     return row
