@@ -135,7 +135,7 @@ def publish_steps(
         published += _publish_where(
             session_factory,
             publisher,
-            lambda s, now, chunk=chunk: _pending(s, now, WorkflowStep.id.in_(chunk)),
+            lambda s, now, chunk=chunk: _pending(s, now, WorkflowStep.id.in_(chunk), writer=True),
             clock,
             policy or PublishPolicy(),
             known,
@@ -177,8 +177,19 @@ def sweep(
     limit: int = 1000,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    settle_seconds: float = 0.0,
 ) -> SweepResult:
     """One periodic relay pass: publish pending steps, re-publish lost ones.
+
+    With ``settle_seconds`` above 0, a pending row the sweep sees for the first
+    time is left to the process that wrote it (placement, or the worker that
+    released it publishes it right after its commit): the sweep only notes it
+    (``next_publish_at`` = now + ``settle_seconds``) and publishes it on a later
+    pass if it is still pending then. Publishing a fresh row at once races its
+    writer: when the writer's job has already finished, the sweep's copy runs
+    the step a second time (absorbed, but paid for; under load a tenth of the
+    step runs). The writer's own publish (:func:`publish_steps`) is not held
+    back by the note.
 
     A step counts as lost when it was dispatched (or last failed) more than
     ``republish_after`` seconds ago, is not done or dead, and ``is_known``
@@ -197,6 +208,8 @@ def sweep(
         limit: most rows handled per category in one pass.
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
+        settle_seconds: how long a fresh pending row is left to its writer, seconds
+            (0: publish it at once).
 
     Returns:
         A ``SweepResult`` with the counts.
@@ -207,6 +220,8 @@ def sweep(
     """
     policy = policy or PublishPolicy()
     result = SweepResult()
+    if settle_seconds > 0:
+        _note_fresh(session_factory, clock(), settle_seconds, limit)
     first = _publish_where(
         session_factory, publisher, lambda s, now: _pending(s, now, limit=limit), clock, policy
     )
@@ -285,12 +300,50 @@ def _due(now: datetime) -> Any:
     return or_(WorkflowStep.next_publish_at.is_(None), WorkflowStep.next_publish_at <= now)
 
 
+def _note_fresh(
+    session_factory: SessionFactory, now: datetime, settle_seconds: float, limit: int
+) -> None:
+    """Give fresh pending rows (never refused, never noted) ``settle_seconds`` to their writer."""
+    fresh = (
+        select(WorkflowStep.id)
+        .where(
+            WorkflowStep.status == StepStatus.PENDING,
+            WorkflowStep.next_publish_at.is_(None),
+            WorkflowStep.publish_attempts == 0,
+        )
+        .order_by(WorkflowStep.id)
+        .limit(limit)
+    )
+    with UnitOfWork(session_factory) as uow:
+        ids = list(uow.session.scalars(fresh))
+        if not ids:
+            return
+        uow.session.execute(
+            update(WorkflowStep)
+            .where(
+                WorkflowStep.id.in_(ids),
+                WorkflowStep.status == StepStatus.PENDING,
+                WorkflowStep.next_publish_at.is_(None),
+            )
+            .values(next_publish_at=now + timedelta(seconds=settle_seconds)),
+            execution_options={"synchronize_session": False},
+        )
+        uow.commit()
+
+
 def _pending(
-    session: Session, now: datetime, *criteria: Any, limit: int | None = None
+    session: Session,
+    now: datetime,
+    *criteria: Any,
+    limit: int | None = None,
+    writer: bool = False,
 ) -> list[int]:
+    """Pending rows due for publishing; ``writer``: also those only noted by a sweep
+    (never refused), which their writer publishes at once."""
+    due = or_(_due(now), WorkflowStep.publish_attempts == 0) if writer else _due(now)
     query = (
         select(WorkflowStep.id)
-        .where(WorkflowStep.status == StepStatus.PENDING, _due(now), *criteria)
+        .where(WorkflowStep.status == StepStatus.PENDING, due, *criteria)
         .order_by(WorkflowStep.id)
     )
     if limit is not None:

@@ -34,6 +34,8 @@ def sweep_once(app: App) -> SweepResult:
         is_known=app.publisher.is_known,
         republish_after=app.settings.relay_republish_after_seconds,
         policy=app.publish_policy,
+        # a fresh pending step is its writer's to publish for one sweep interval
+        settle_seconds=app.settings.relay_sweep_interval_seconds,
     )
 
 

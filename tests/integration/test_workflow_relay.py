@@ -183,3 +183,38 @@ def test_sweep_does_not_republish_a_step_that_finished_while_it_was_checking(
     assert swept.checked == 3  # stock is done
     assert (swept.republished, swept.republished_keys) == (0, [])
     assert publisher.messages == []
+
+
+def test_a_settling_sweep_leaves_a_fresh_step_to_its_writer_then_publishes_it(
+    session_factory, catalog, publisher
+):
+    """Publishing a step its writer is about to publish races the writer (a step
+    already run would run again): the sweep takes over only after the settle time."""
+    place(session_factory, 2, source=RANDOM, rng=random.Random(6))  # writer "died"
+    now = utcnow()
+
+    def sweep_at(seconds: float):
+        return sweep(
+            session_factory,
+            publisher,
+            is_known=never_known,
+            republish_after=30,
+            clock=lambda: now + timedelta(seconds=seconds),
+            settle_seconds=2.0,
+        )
+
+    assert sweep_at(0).published == 0
+    assert sweep_at(1.0).published == 0  # still the writer's
+    assert publisher.keys() == []
+    assert sweep_at(2.5).published == 2
+    assert step_states(session_factory)[StepStatus.DISPATCHED] == 2
+
+
+def test_the_writer_publishes_a_step_a_settling_sweep_has_noted(
+    session_factory, catalog, publisher
+):
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(8))
+    sweep(session_factory, publisher, is_known=never_known, republish_after=30, settle_seconds=5)
+    step_ids = [s for order in result.orders for s in order.step_ids]
+    assert publish_steps(session_factory, publisher, step_ids) == 2  # not held back
+    assert len(publisher.keys()) == 2
