@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import Row, case, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
@@ -88,8 +88,9 @@ class SweepResult:
     republished_keys: list[str] = field(default_factory=list)
 
 
-def message_for(step: WorkflowStep) -> StepMessage:
-    """Build the queue message of a step row."""
+def message_for(step: WorkflowStep | Row[Any]) -> StepMessage:
+    """Build the queue message of a step row (an ORM row, or a plain row with
+    ``workflow_id``, ``step``, ``queue``, ``task`` and ``payload``)."""
     return StepMessage(
         queue=step.queue,
         task=step.task,
@@ -362,8 +363,17 @@ def _load_messages(
     """
     try:
         with UnitOfWork(session_factory) as uow:
-            rows = uow.session.scalars(
-                select(WorkflowStep).where(WorkflowStep.id.in_(ids)).order_by(WorkflowStep.id)
+            rows = uow.session.execute(  # plain rows: no ORM objects to build and track
+                select(
+                    WorkflowStep.id,
+                    WorkflowStep.workflow_id,
+                    WorkflowStep.step,
+                    WorkflowStep.queue,
+                    WorkflowStep.task,
+                    WorkflowStep.payload,
+                )
+                .where(WorkflowStep.id.in_(ids))
+                .order_by(WorkflowStep.id)
             ).all()
             return [(row.id, message_for(row)) for row in rows], {}
     except Exception:  # noqa: BLE001 - some row does not decode: read them one by one
