@@ -38,10 +38,14 @@ class StepGraph:
         after: step name -> names of the steps it waits for (all must succeed).
         halting: outcome words of a done step that mean it did not succeed; its
             dependents (and theirs) are skipped.
+        compensations: step name -> name of the step that undoes its effect
+            (see ``workflows.compensation``); a step without an entry has
+            nothing to undo.
     """
 
     after: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     halting: frozenset[str] = frozenset()
+    compensations: Mapping[str, str] = field(default_factory=dict)
 
     def waits(self, step: str) -> bool:
         """Return True when ``step`` has prerequisites (it starts ``waiting``)."""

@@ -99,6 +99,9 @@ class WorkflowStep(Base):
     the idempotency key is ``<workflow id>:<step>``. Completion is membership:
     the row's own status says done, unique per (workflow, step).
 
+    ``compensates`` names the step whose effect this row undoes (a
+    compensation, see ``workflows.compensation``); None for a forward step.
+
     ``publish_attempts`` counts failed publishes of this row (the queue refused
     it, not a queue that was down), ``next_publish_at`` holds the row back until
     its backoff has passed, ``publish_error`` is the last refusal's text.
@@ -129,6 +132,7 @@ class WorkflowStep(Base):
     publish_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     next_publish_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     publish_error: Mapped[str | None] = mapped_column(Text)
+    compensates: Mapped[str | None] = mapped_column(String(50))
 
     @property
     def idempotency_key(self) -> str:

@@ -225,7 +225,8 @@ def record_step_failure(
 ) -> bool:
     """Record a failed attempt (the queue will retry): attempts, last error, state.
 
-    A step already done or dead is left as it is.
+    A step already done, skipped or dead is left as it is (a late failure report
+    of a step skipped by a compensation must not reopen it).
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -248,7 +249,9 @@ def record_step_failure(
                 .where(
                     WorkflowStep.workflow_id == run.workflow_id,
                     WorkflowStep.step == run.step,
-                    WorkflowStep.status.not_in((StepStatus.DONE, StepStatus.DEAD)),
+                    WorkflowStep.status.not_in(
+                        (StepStatus.DONE, StepStatus.DEAD, StepStatus.SKIPPED)
+                    ),
                 )
                 .values(
                     status=StepStatus.FAILED,
@@ -283,7 +286,7 @@ def mark_step_dead(
     The step row becomes ``dead`` with ``outcome=reason`` and ``last_error``;
     the workflow row becomes ``blocked`` with ``blocked_step`` and
     ``blocked_reason``. A step already done is left done (its effect
-    committed) and nothing is blocked.
+    committed) and nothing is blocked; so is a skipped step (it never runs).
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -295,7 +298,7 @@ def mark_step_dead(
         clock: current time (timezone-aware).
 
     Returns:
-        True when the step was marked dead; False when it was already done.
+        True when the step was marked dead; False when it was already done or skipped.
 
     Raises:
         StepNotFound: no such workflow or step.
@@ -305,7 +308,7 @@ def mark_step_dead(
     def once() -> bool:
         with UnitOfWork(session_factory) as uow:
             workflow, row = load_step(uow.session, workflow_id, step)
-            if row.status == StepStatus.DONE:
+            if row.status in StepStatus.FINAL:
                 return False
             now = clock()
             row.status = StepStatus.DEAD

@@ -18,7 +18,7 @@ from orders.app.namespace import DatabaseLabel, bind_namespace
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
-from orders.domain.steps import STEPS, queue_name
+from orders.domain.steps import ALL_STEPS, queue_name
 from orders.observability.urls import mask_url
 from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
@@ -190,7 +190,7 @@ class App:
             self.bind_namespace()
         except (RedisError, QueueConnectionError, SQLAlchemyError):
             pass  # unreachable: every writer binds again before writing
-        return {step: self.queue(queue_name(step)) for step in STEPS}
+        return {step: self.queue(queue_name(step)) for step in ALL_STEPS}
 
     @cached_property
     def database_label(self) -> DatabaseLabel:

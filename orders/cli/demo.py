@@ -15,7 +15,7 @@ from orders.app.pacing import place_paced
 from orders.cli.context import emit_json, handle_errors, make_app
 from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from orders.sources.scarcity import Scarcity, make_scarce
 from reliable_queue import stats
 from workflows.uow import UnitOfWork
@@ -29,7 +29,7 @@ def _progress_table(p: Progress, retried_before: dict[str, int]) -> Table:
     )
     for col in ("step", "done", "retrying", "dead", "ready", "delayed", "active", "retried"):
         table.add_column(col, justify="left" if col == "step" else "right")
-    for step in STEPS:
+    for step in ALL_STEPS:
         s, q = p.steps.get(step, {}), p.queues.get(step, {})
         table.add_row(
             step,
@@ -110,7 +110,7 @@ def print_report(report: DemoReport) -> None:
     steps = Table(title="steps")
     for col in ("step", "retries", "dead-lettered", "latency p50 ms", "latency p95 ms"):
         steps.add_column(col, justify="right")
-    for step in STEPS:
+    for step in ALL_STEPS:
         lat = report.latency_ms.get(step, {})
         steps.add_row(
             step,
@@ -202,7 +202,7 @@ def demo(
         stall_seconds=stall_seconds,
         out_of_stock_share=out_of_stock_share,
     )
-    retried_before = {s: stats(app.queues[s]).counters.get("retried", 0) for s in STEPS}
+    retried_before = {s: stats(app.queues[s]).counters.get("retried", 0) for s in ALL_STEPS}
     log_dir = demo_log_dir(app)
     with Live(console=console, refresh_per_second=4, transient=as_json) as live:
         report = run_demo(

@@ -8,7 +8,7 @@ import typer
 
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from reliable_queue import DEAD_REASONS, DeadLetter, JobIdNotFoundError, Queue, find_job
 
 dlq = typer.Typer(
@@ -33,10 +33,10 @@ MAX_RATE = 10_000.0  # jobs per second a redrive may be paced at
 
 
 def _queues(step: str | None) -> list[Queue]:
-    if step is not None and step not in STEPS:
-        fail(f"unknown step {step!r}; choose from {', '.join(STEPS)}", code=2)
+    if step is not None and step not in ALL_STEPS:
+        fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
     app = make_app()
-    return [app.queues[s] for s in ([step] if step else STEPS)]
+    return [app.queues[s] for s in ([step] if step else ALL_STEPS)]
 
 
 def _check_reason(reason: str | None) -> None:

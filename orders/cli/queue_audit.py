@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from reliable_queue import audit as run_audit
 
 queue_cli = typer.Typer(help="Checks of the step queues' Redis structures.", no_args_is_help=True)
@@ -36,11 +36,11 @@ def audit(
     in two structures) and members without a record. Exit status 1 when something is
     found and left unrepaired, else 0. Workers run the same audit with repair every
     ten minutes."""
-    if step is not None and step not in STEPS:
-        fail(f"unknown step {step!r}; choose from {', '.join(STEPS)}", code=2)
+    if step is not None and step not in ALL_STEPS:
+        fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
     app = make_app()
     try:
-        reports = [run_audit(app.queues[s], repair=repair) for s in ([step] if step else STEPS)]
+        reports = [run_audit(app.queues[s], repair=repair) for s in ([step] if step else ALL_STEPS)]
     finally:
         app.close()
     if as_json:

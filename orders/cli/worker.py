@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from orders.cli.context import fail, handle_errors, make_app, setup_logging
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from orders.worker import defaults
 from orders.worker.runner import run_worker
 
@@ -15,7 +15,7 @@ from orders.worker.runner import run_worker
 @handle_errors
 def worker(
     steps: Annotated[
-        list[str] | None, typer.Argument(help=f"Steps to serve: {', '.join(STEPS)}.")
+        list[str] | None, typer.Argument(help=f"Steps to serve: {', '.join(ALL_STEPS)}.")
     ] = None,
     all_steps: Annotated[bool, typer.Option("--all", help="Serve every step.")] = False,
     concurrency: Annotated[
@@ -56,12 +56,12 @@ def worker(
     """
     if all_steps and steps:
         fail("give step names or --all, not both", code=2)
-    chosen = list(STEPS) if all_steps else list(steps or [])
+    chosen = list(ALL_STEPS) if all_steps else list(steps or [])
     if not chosen:
         fail("name at least one step, or use --all", code=2)
-    unknown = [s for s in chosen if s not in STEPS]
+    unknown = [s for s in chosen if s not in ALL_STEPS]
     if unknown:
-        fail(f"unknown step(s): {', '.join(unknown)}; choose from {', '.join(STEPS)}", code=2)
+        fail(f"unknown step(s): {', '.join(unknown)}; choose from {', '.join(ALL_STEPS)}", code=2)
     setup_logging(log_level)
     app = make_app()
     try:

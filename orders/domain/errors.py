@@ -17,6 +17,26 @@ class OrderNotFound(OrdersError):
     """A message names an order that does not exist."""
 
 
+class OrderNotCancellable(OrdersError):
+    """The order can no longer be cancelled: it completed (its shipment is dispatched)
+    or it ended out of stock.
+
+    Attributes:
+        order_id: the order.
+        status: its status (``completed`` or ``out_of_stock``).
+    """
+
+    def __init__(self, order_id: int, status: str) -> None:
+        why = (
+            "its shipment was dispatched when it completed"
+            if status == "completed"
+            else "it ended out of stock, nothing is left to undo"
+        )
+        super().__init__(f"order {order_id} is {status}: too late to cancel ({why})")
+        self.order_id = order_id
+        self.status = status
+
+
 class StreamNotLoaded(OrdersError):
     """The TPC-H order stream (or the catalog) is not loaded; run ``orders load-tpch``."""
 

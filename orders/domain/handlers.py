@@ -16,6 +16,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from orders.domain.batch_effects import BATCH_EFFECTS, complete_orders
+from orders.domain.compensations import COMPENSATING_EFFECTS
 from orders.domain.effects import EFFECTS
 from orders.domain.errors import OrderNotFound
 from orders.domain.models import Order, OrderStatus
@@ -88,7 +89,8 @@ def handle_step(
 
     Returns:
         ``StepResult``: ``outcome`` (``deducted``, ``out_of_stock``, ``sent``,
-        ``credited``, ``scheduled``, ``cancelled``...), ``duplicate`` (a
+        ``credited``, ``scheduled``, ``cancelled``, and the compensations'
+        ``returned``, ``reversed``...), ``duplicate`` (a
         redelivery absorbed, no effect), ``workflow_done``.
 
     Raises:
@@ -98,7 +100,7 @@ def handle_step(
         ConcurrencyConflict: kept losing races (retryable).
     """
     run = request.run() if isinstance(request, StepRequest) else request
-    effect = EFFECTS.get(run.step)
+    effect = EFFECTS.get(run.step) or COMPENSATING_EFFECTS.get(run.step)
     if effect is None:
         raise StepNotFound(f"no handler for step {run.step!r}")
 

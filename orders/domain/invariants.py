@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Join, Subquery, and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from orders.domain.compensations import ORDER_CANCELLED
 from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED, SCHEDULED, points_for
 from orders.domain.models import (
     Inventory,
@@ -25,8 +26,9 @@ from orders.domain.models import (
     PointsEntry,
     Shipment,
     StockDeduction,
+    StockReturn,
 )
-from orders.domain.steps import WORKFLOW_KIND
+from orders.domain.steps import ORDER_GRAPH, WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory
 
@@ -66,24 +68,32 @@ COMPLETION_TIME = "completion_after_steps"
 POINTS_BALANCE = "points_from_completed_orders_only"
 NO_SHIPMENT_UNLESS_COMPLETED = "no_scheduled_shipment_unless_completed"
 ONE_FINAL_STATE = "one_final_state_per_order"
+COMPENSATED = "compensations_done_once"
 
 INVARIANTS: dict[str, str] = {
-    SETTLED: "every placed order is completed, out of stock, or blocked by dead steps "
-    "with a reason",
-    CONSERVATION: "for every part, initial on hand = current on hand + sum of deductions",
+    SETTLED: "every placed order is completed, out of stock, cancelled, or blocked by dead "
+    "steps with a reason",
+    CONSERVATION: "for every part, initial on hand = current on hand + sum of deductions "
+    "- sum of returns",
     ONE_DEDUCTION: "exactly one deduction per (order, part) of a completed order; "
     "none for an order out of stock",
     ONE_SHIPMENT: "one shipment per completed order; none for an order out of stock",
     ONE_POINTS: "one points entry per completed order; none for an order out of stock",
     ONE_NOTIFICATION: "at most one notification per (order, kind); a completed order has "
-    "its confirmation, an order out of stock a cancellation notice and no confirmation",
+    "its confirmation, an order out of stock a cancellation notice and no confirmation, a "
+    "cancelled order a cancellation notice",
     COMPLETION_TIME: "a completed order's completion time is at or after every step's finish",
     POINTS_BALANCE: "per customer and order, net points = floor(total / 10) for a completed "
-    "order and 0 for any other (reversals are ledger entries, never deletes)",
+    "order and 0 for any other (reversals are ledger entries, never deletes); a cancelled "
+    "order blocked on a dead compensation is exempt",
     NO_SHIPMENT_UNLESS_COMPLETED: "no scheduled shipment for an order that ended without "
-    "completing (out of stock)",
+    "completing (out of stock, or cancelled and not blocked on a dead compensation)",
     ONE_FINAL_STATE: "each order is in exactly one known state, and a final one once its "
     "workflow is done",
+    COMPENSATED: "a cancelled order has one compensation per finished step that has one, "
+    "each done (or dead with a reason); stock returned once per (order, part) matching its "
+    "deduction, points reversed by one ledger entry; no compensation, return or reversal "
+    "for an order that was not cancelled",
 }
 """Invariant name -> what it states."""
 
@@ -93,6 +103,14 @@ def _order_workflows() -> Join:
         Workflow.__table__,
         and_(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == Order.id),
         isouter=True,
+    )
+
+
+def _blocked_cancellation() -> ColumnElement[bool]:
+    """A cancelled order whose workflow is blocked (a compensation is in the DLQ)."""
+    return and_(
+        Order.status == OrderStatus.CANCELLED,
+        func.coalesce(Workflow.status, "") == WorkflowStatus.BLOCKED,
     )
 
 
@@ -112,7 +130,7 @@ def check_settled(session: Session) -> list[Violation]:
                 Workflow.status.not_in((WorkflowStatus.DONE, WorkflowStatus.BLOCKED)),
                 and_(
                     Workflow.status == WorkflowStatus.DONE,
-                    Order.status.not_in((OrderStatus.COMPLETED, OrderStatus.OUT_OF_STOCK)),
+                    Order.status.not_in(OrderStatus.FINAL),
                 ),
                 and_(
                     Workflow.status != WorkflowStatus.DONE,
@@ -181,7 +199,7 @@ def check_settled(session: Session) -> list[Violation]:
 
 
 def check_stock_conservation(session: Session) -> list[Violation]:
-    """For every part: initial on hand = on hand + sum of deductions, and on hand >= 0.
+    """For every part: initial on hand = on hand + deductions - returns, and on hand >= 0.
 
     Returns:
         Violations of ``stock_conservation`` (naming the part).
@@ -191,21 +209,33 @@ def check_stock_conservation(session: Session) -> list[Violation]:
         .group_by(StockDeduction.part_id)
         .subquery()
     )
+    returned = (
+        select(StockReturn.part_id, func.sum(StockReturn.quantity).label("quantity"))
+        .group_by(StockReturn.part_id)
+        .subquery()
+    )
     total = func.coalesce(deducted.c.quantity, 0)
+    back = func.coalesce(returned.c.quantity, 0)
     rows = session.execute(
-        select(Inventory.part_id, Inventory.initial_on_hand, Inventory.on_hand, total)
+        select(Inventory.part_id, Inventory.initial_on_hand, Inventory.on_hand, total, back)
         .outerjoin(deducted, deducted.c.part_id == Inventory.part_id)
-        .where(or_(Inventory.initial_on_hand != Inventory.on_hand + total, Inventory.on_hand < 0))
+        .outerjoin(returned, returned.c.part_id == Inventory.part_id)
+        .where(
+            or_(
+                Inventory.initial_on_hand != Inventory.on_hand + total - back,
+                Inventory.on_hand < 0,
+            )
+        )
         .order_by(Inventory.part_id)
     ).all()
     found = [
         Violation(
             CONSERVATION,
             None,
-            f"initial {initial} != on hand {on_hand} + deducted {quantity}",
+            f"initial {initial} != on hand {on_hand} + deducted {quantity} - returned {back_}",
             part_id=part,
         )
-        for part, initial, on_hand, quantity in rows
+        for part, initial, on_hand, quantity, back_ in rows
     ]
     orphans = session.execute(
         select(StockDeduction.part_id, func.sum(StockDeduction.quantity))
@@ -385,6 +415,15 @@ def check_notifications(session: Session) -> list[Violation]:
             .order_by(Order.id)
         )
     ]
+    found += [
+        Violation(ONE_NOTIFICATION, order_id, "cancelled without a cancellation notice")
+        for (order_id,) in session.execute(
+            select(Order.id)
+            .outerjoin(cancelled, cancelled.c.order_id == Order.id)
+            .where(Order.status == OrderStatus.CANCELLED, cancelled.c.n.is_(None))
+            .order_by(Order.id)
+        )
+    ]
     return found
 
 
@@ -433,8 +472,9 @@ def check_points_balance(session: Session) -> list[Violation]:
     )
     rows = session.execute(
         select(Order.id, Order.customer_id, Order.status, Order.total_price, net.c.points)
+        .select_from(_order_workflows())
         .outerjoin(net, net.c.order_id == Order.id)
-        .where(Order.status != OrderStatus.PLACED)
+        .where(Order.status != OrderStatus.PLACED, ~_blocked_cancellation())
         .order_by(Order.id)
     ).all()
     found: list[Violation] = []
@@ -463,10 +503,12 @@ def check_no_shipment_unless_completed(session: Session) -> list[Violation]:
         )
         for order_id, status in session.execute(
             select(Order.id, Order.status)
+            .select_from(_order_workflows())
             .join(Shipment, Shipment.order_id == Order.id)
             .where(
                 Shipment.status == SCHEDULED,
                 Order.status.in_([s for s in OrderStatus.FINAL if s != OrderStatus.COMPLETED]),
+                ~_blocked_cancellation(),
             )
             .order_by(Order.id)
         )
@@ -498,6 +540,169 @@ def check_one_final_state(session: Session) -> list[Violation]:
     ]
 
 
+def check_compensations(session: Session) -> list[Violation]:
+    """Compensations of cancelled orders are done exactly once; nobody else has any.
+
+    For each order: every finished forward step whose definition names a
+    compensation has exactly one compensating step row, done — or dead (then
+    ``order_settled`` wants the workflow blocked with a reason). Counted, not
+    trusted to unique indexes: at most one stock return per (order, part), equal
+    to its deduction; at most one points reversal per order, equal to minus the
+    points credited; none of these for an order that was not cancelled.
+
+    Returns:
+        Violations of ``compensations_done_once``.
+    """
+    found: list[Violation] = []
+    rows = session.execute(
+        select(Order.id, Order.status, WorkflowStep.step, WorkflowStep.status,
+               WorkflowStep.outcome, WorkflowStep.compensates)
+        .select_from(_order_workflows())
+        .join(WorkflowStep, WorkflowStep.workflow_id == Workflow.id)
+        .order_by(Order.id, WorkflowStep.id)
+    ).all()  # fmt: skip
+    per_order: dict[int, tuple[str, list[tuple[str, str, str | None, str | None]]]] = {}
+    for order_id, order_status, step, status, outcome, compensates in rows:
+        per_order.setdefault(order_id, (order_status, []))[1].append(
+            (step, status, outcome, compensates)
+        )
+    for order_id, (order_status, steps) in per_order.items():
+        undo = [s for s in steps if s[3] is not None]
+        if order_status != OrderStatus.CANCELLED:
+            found += [
+                Violation(COMPENSATED, order_id, f"{order_status} order has compensation {s[0]}")
+                for s in undo
+            ]
+            continue
+        for step, status, outcome, _ in steps:
+            name = ORDER_GRAPH.compensations.get(step)
+            if name is None or status != StepStatus.DONE or outcome in ORDER_GRAPH.halting:
+                continue
+            mine = [s for s in undo if s[3] == step]
+            if len(mine) != 1:
+                found.append(
+                    Violation(COMPENSATED, order_id, f"step {step} has {len(mine)} compensations")
+                )
+            elif mine[0][1] not in (StepStatus.DONE, StepStatus.DEAD):
+                found.append(
+                    Violation(COMPENSATED, order_id, f"compensation {mine[0][0]} is {mine[0][1]}")
+                )
+    found += _check_returns(session)
+    found += _check_reversals(session)
+    return found
+
+
+def _check_returns(session: Session) -> list[Violation]:
+    found = [
+        Violation(COMPENSATED, order_id, f"{count} returns of part {part}", part_id=part)
+        for order_id, part, count in session.execute(
+            select(StockReturn.order_id, StockReturn.part_id, func.count())
+            .group_by(StockReturn.order_id, StockReturn.part_id)
+            .having(func.count() > 1)
+            .order_by(StockReturn.order_id, StockReturn.part_id)
+        )
+    ]
+    back = (
+        select(
+            StockReturn.order_id,
+            StockReturn.part_id,
+            func.sum(StockReturn.quantity).label("qty"),
+        )
+        .group_by(StockReturn.order_id, StockReturn.part_id)
+        .subquery()
+    )
+    taken = (
+        select(
+            StockDeduction.order_id,
+            StockDeduction.part_id,
+            func.sum(StockDeduction.quantity).label("qty"),
+        )
+        .group_by(StockDeduction.order_id, StockDeduction.part_id)
+        .subquery()
+    )
+    found += [
+        Violation(
+            COMPENSATED,
+            order_id,
+            f"{status} order: part {part} returned {got} of {want or 0} deducted",
+            part_id=part,
+        )
+        for order_id, part, got, want, status in session.execute(
+            select(back.c.order_id, back.c.part_id, back.c.qty, taken.c.qty, Order.status)
+            .join(Order, Order.id == back.c.order_id)
+            .outerjoin(
+                taken,
+                and_(taken.c.order_id == back.c.order_id, taken.c.part_id == back.c.part_id),
+            )
+            .where(
+                or_(
+                    Order.status != OrderStatus.CANCELLED,
+                    taken.c.qty.is_(None),
+                    taken.c.qty != back.c.qty,
+                )
+            )
+            .order_by(back.c.order_id, back.c.part_id)
+        )
+    ]
+    undo = aliased(WorkflowStep)
+    found += [
+        Violation(COMPENSATED, order_id, f"part {part} deducted and never returned", part_id=part)
+        for order_id, part in session.execute(
+            select(taken.c.order_id, taken.c.part_id)
+            .join(Order, Order.id == taken.c.order_id)
+            .join(
+                Workflow,
+                and_(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == Order.id),
+            )
+            .join(undo, and_(undo.workflow_id == Workflow.id, undo.compensates.is_not(None)))
+            .outerjoin(
+                back,
+                and_(back.c.order_id == taken.c.order_id, back.c.part_id == taken.c.part_id),
+            )
+            .where(
+                Order.status == OrderStatus.CANCELLED,
+                undo.step == ORDER_GRAPH.compensations.get("stock", ""),
+                undo.status == StepStatus.DONE,
+                back.c.qty.is_(None),
+            )
+            .order_by(taken.c.order_id, taken.c.part_id)
+        )
+    ]
+    return found
+
+
+def _check_reversals(session: Session) -> list[Violation]:
+    credited = (
+        select(PointsEntry.order_id, func.sum(PointsEntry.points).label("points"))
+        .where(PointsEntry.reason != ORDER_CANCELLED)
+        .group_by(PointsEntry.order_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(
+            PointsEntry.order_id,
+            Order.status,
+            func.count(),
+            func.sum(PointsEntry.points),
+            func.max(credited.c.points),
+        )
+        .join(Order, Order.id == PointsEntry.order_id)
+        .outerjoin(credited, credited.c.order_id == PointsEntry.order_id)
+        .where(PointsEntry.reason == ORDER_CANCELLED)
+        .group_by(PointsEntry.order_id, Order.status)
+        .order_by(PointsEntry.order_id)
+    ).all()
+    return [
+        Violation(
+            COMPENSATED,
+            order_id,
+            f"{status} order: {count} reversal(s) of {points} points for {credit or 0} credited",
+        )
+        for order_id, status, count, points, credit in rows
+        if status != OrderStatus.CANCELLED or count != 1 or points != -(credit or 0)
+    ]
+
+
 CHECKS: dict[str, Callable[[Session], list[Violation]]] = {
     SETTLED: check_settled,
     CONSERVATION: check_stock_conservation,
@@ -509,6 +714,7 @@ CHECKS: dict[str, Callable[[Session], list[Violation]]] = {
     POINTS_BALANCE: check_points_balance,
     NO_SHIPMENT_UNLESS_COMPLETED: check_no_shipment_unless_completed,
     ONE_FINAL_STATE: check_one_final_state,
+    COMPENSATED: check_compensations,
 }
 """Invariant name -> its check."""
 

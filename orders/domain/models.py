@@ -29,6 +29,7 @@ __all__ = [
     "Product",
     "Shipment",
     "StockDeduction",
+    "StockReturn",
     "StreamCursor",
     "TpchLineItem",
     "TpchOrder",
@@ -38,17 +39,20 @@ __all__ = [
 class OrderStatus:
     """Values of ``orders.status``.
 
-    placed: steps in progress; completed: every step done; out_of_stock: the
-    stock step found a part short (a business outcome, final). Whether an
-    order is blocked by a dead step is recorded on its workflow row.
+    placed: steps in progress; completed: every step done (its shipment is
+    dispatched: too late to cancel); out_of_stock: the stock step found a part
+    short (a business outcome, final); cancelled: called off by the customer
+    while placed, its finished steps undone by compensations. Whether an order
+    is blocked by a dead step is recorded on its workflow row.
     """
 
     PLACED = "placed"
     COMPLETED = "completed"
     OUT_OF_STOCK = "out_of_stock"
+    CANCELLED = "cancelled"
 
-    ALL = (PLACED, COMPLETED, OUT_OF_STOCK)
-    FINAL = (COMPLETED, OUT_OF_STOCK)
+    ALL = (PLACED, COMPLETED, OUT_OF_STOCK, CANCELLED)
+    FINAL = (COMPLETED, OUT_OF_STOCK, CANCELLED)
     """The states an order ends in; exactly one of them once its workflow is done."""
 
 
@@ -182,6 +186,22 @@ class StockDeduction(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class StockReturn(Base):
+    """Stock given back for one order and part (compensating a deduction); unique per
+    (order, part), so a redelivered compensation returns nothing twice."""
+
+    __tablename__ = "stock_returns"
+    __table_args__ = (
+        Index("uq_stock_returns_order_id_part_id", "order_id", "part_id", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    order_id: Mapped[int] = mapped_column(ForeignKey("orders.id"))
+    part_id: Mapped[int] = mapped_column(ForeignKey("products.id"))
+    quantity: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class Notification(Base):
     """A message sent about an order; unique per (order, kind)."""
 
@@ -196,7 +216,11 @@ class Notification(Base):
 
 
 class PointsEntry(Base):
-    """Loyalty points credited for an order; unique per (order, reason)."""
+    """Loyalty points credited for an order; unique per (order, reason).
+
+    A reversal is its own entry (reason ``order_cancelled``, negative points):
+    history is never deleted.
+    """
 
     __tablename__ = "points_ledger"
     __table_args__ = (Index("uq_points_ledger_order_id_reason", "order_id", "reason", unique=True),)
@@ -210,7 +234,11 @@ class PointsEntry(Base):
 
 
 class Shipment(Base):
-    """The one shipment of an order; ``status`` is scheduled or cancelled."""
+    """The one shipment of an order; ``status`` is scheduled or cancelled.
+
+    It is dispatched (handed to the carrier) when its order completes; until
+    then a cancellation sets it to cancelled.
+    """
 
     __tablename__ = "shipments"
     __table_args__ = (Index("uq_shipments_order_id", "order_id", unique=True),)

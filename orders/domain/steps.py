@@ -13,7 +13,16 @@ NOTIFICATION = "notification"
 POINTS = "points"
 LOGISTICS = "logistics"
 STEPS: tuple[str, ...] = (STOCK, NOTIFICATION, POINTS, LOGISTICS)
-"""Every step of an order, in display order; each step has a queue of the same name."""
+"""Every forward step of an order, in display order; each step has a queue of the same name."""
+
+RETURN_STOCK = "return_stock"
+REVERSE_POINTS = "reverse_points"
+CANCEL_SHIPMENT = "cancel_shipment"
+COMPENSATION_STEPS: tuple[str, ...] = (RETURN_STOCK, REVERSE_POINTS, CANCEL_SHIPMENT)
+"""The compensating steps, in display order; written only when an order is cancelled."""
+
+ALL_STEPS: tuple[str, ...] = STEPS + COMPENSATION_STEPS
+"""Every step a worker may serve (forward, then compensating); one queue each."""
 
 OUT_OF_STOCK_OUTCOME = "out_of_stock"
 """The stock step's outcome when a part is short: a business outcome, not a failure
@@ -22,10 +31,13 @@ of the step, but the order cannot be fulfilled (see ``orders.domain.effects``)."
 ORDER_GRAPH = StepGraph(
     after={NOTIFICATION: (STOCK,), POINTS: (STOCK,), LOGISTICS: (STOCK,)},
     halting=frozenset({OUT_OF_STOCK_OUTCOME}),
+    compensations={STOCK: RETURN_STOCK, POINTS: REVERSE_POINTS, LOGISTICS: CANCEL_SHIPMENT},
 )
 """Stock first: notification, points and logistics are published only after the
 stock step deducted the order's parts; an out-of-stock order skips all three, so
-it never receives a confirmation, points or a shipment (docs/adr, "stock first")."""
+it never receives a confirmation, points or a shipment (docs/adr, "stock first").
+A cancelled order's finished steps are undone by their compensations (a sent
+confirmation cannot be unsent: the cancellation notice follows it instead)."""
 
 
 def task_name(step: str) -> str:
@@ -36,6 +48,11 @@ def task_name(step: str) -> str:
 def queue_name(step: str) -> str:
     """Return the queue a step's jobs go to: the step name itself."""
     return step
+
+
+def route(step: str) -> tuple[str, str]:
+    """Return (queue, task name) of a step's messages (``workflows.compensation.Route``)."""
+    return queue_name(step), task_name(step)
 
 
 def order_workflow(order_id: int) -> WorkflowSpec:

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from orders.web.security import CSRF_FIELD
 from orders.web.state import web_state
 
@@ -22,7 +22,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     state = web_state(request)
     session = state.guard.session(request)
     shared = {
-        "steps": STEPS,
+        "steps": ALL_STEPS,
         "signed_in": session is not None,
         "csrf": session.csrf if session else "",
         "csrf_field": CSRF_FIELD,

@@ -1,4 +1,4 @@
-"""The four step tasks: registry entries wiring queue jobs to the step handlers."""
+"""The step tasks, forward and compensating: registry entries wiring jobs to the handlers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from orders.app.settings import Settings
 from orders.domain import handlers
 from orders.domain.errors import OrdersError
-from orders.domain.steps import STEPS, task_name
+from orders.domain.steps import ALL_STEPS, STEPS, task_name
 from reliable_queue import (
     JobContext,
     PermanentError,
@@ -175,22 +175,25 @@ def build_registry(
     *,
     batch: bool = False,
 ) -> TaskRegistry:
-    """A registry with the four step tasks (``orders.stock`` ...).
+    """A registry with the step tasks (``orders.stock`` ... and the compensations).
 
     Args:
         on_results: see :func:`make_handler`.
         batch: register batch handlers (:func:`make_batch_handler`) that take a
-            fetched batch in one transaction; else one delivery per call. Either
-            way the worker's middleware sees every delivery.
+            fetched batch in one transaction for the forward steps; else one
+            delivery per call. Either way the worker's middleware sees every
+            delivery. Compensations (rare: cancelled orders only) always run one
+            delivery per call.
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
-    for step in STEPS:
-        if batch:
+    for step in ALL_STEPS:
+        batched = batch and step in STEPS
+        if batched:
             handler = make_batch_handler(session_factory, step, on_results)
         else:
             handler = make_handler(session_factory, step, on_results)
-        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batch))
+        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batched))
     return registry
 
 

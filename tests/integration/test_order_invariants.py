@@ -8,8 +8,11 @@ import pytest
 from sqlalchemy import delete, insert, select, text, update
 
 from orders.app.placement import place_orders
+from orders.domain.cancellation import cancel_order
+from orders.domain.compensations import ORDER_CANCELLED
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.invariants import (
+    COMPENSATED,
     COMPLETION_TIME,
     CONSERVATION,
     INVARIANTS,
@@ -30,8 +33,9 @@ from orders.domain.models import (
     PointsEntry,
     Shipment,
     StockDeduction,
+    StockReturn,
 )
-from orders.domain.steps import LOGISTICS, POINTS, STEPS
+from orders.domain.steps import LOGISTICS, POINTS, RETURN_STOCK, STEPS, STOCK
 from workflows.columns import utcnow
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork
@@ -39,12 +43,14 @@ from workflows.uow import UnitOfWork
 
 @pytest.fixture
 def sound(session_factory, catalog, make_draft):
-    """Orders 1-3 completed, 4 out of stock, 5 blocked on a dead points step."""
+    """Orders 1-3 completed, 4 out of stock, 5 blocked on a dead points step, 6 cancelled
+    after its stock, points and logistics ran (all three compensated)."""
     drafts = [
         make_draft(),
         make_draft(),
         make_draft([(14, 4, "RAIL")]),
         make_draft([(13, 50, "SHIP")]),
+        make_draft(),
         make_draft(),
     ]
     with UnitOfWork(session_factory) as uow:
@@ -60,6 +66,14 @@ def sound(session_factory, catalog, make_draft):
     mark_step_dead(
         session_factory, blocked.workflow_id, POINTS, "retries_exhausted", error="ValueError: boom"
     )
+    called_off = placed[5]
+    for step in (STOCK, POINTS, LOGISTICS):
+        handle_step(session_factory, StepRequest(called_off.workflow_id, called_off.order_id, step))
+    with UnitOfWork(session_factory) as uow:
+        result = cancel_order(uow.session, called_off.order_id, utcnow())
+        uow.commit()
+    for step in result.compensations:
+        handle_step(session_factory, StepRequest(called_off.workflow_id, called_off.order_id, step))
     return {p.order_id: p for p in placed}
 
 
@@ -87,7 +101,7 @@ def drop_index(name: str):
 def test_sound_database_has_no_violations(session_factory, sound):
     assert violations(session_factory) == []
     assert check_invariants(session_factory) == []
-    assert len(INVARIANTS) == 10
+    assert len(INVARIANTS) == 11
 
 
 def test_violation_names_order_and_invariant(session_factory, sound):
@@ -289,3 +303,93 @@ def test_order_marked_completed_while_its_workflow_runs_is_found(session_factory
     assert (SETTLED, 5) in fired(session_factory)
     with session_factory() as session:
         assert session.get(Order, 5).status == "placed"
+
+
+def test_stock_returned_twice_breaks_conservation_and_the_compensation(session_factory, sound):
+    execute(
+        session_factory,
+        drop_index("uq_stock_returns_order_id_part_id"),
+        insert(StockReturn).values(order_id=6, part_id=10, quantity=2, created_at=utcnow()),
+        update(Inventory).where(Inventory.part_id == 10).values(on_hand=Inventory.on_hand + 2),
+    )
+    found = violations(session_factory)
+    assert {(v.invariant, v.order_id) for v in found} == {(COMPENSATED, 6)}
+    assert any("2 returns of part 10" in v.detail for v in found)
+    execute(
+        session_factory,
+        update(Inventory).where(Inventory.part_id == 10).values(on_hand=Inventory.on_hand + 1),
+    )
+    assert (CONSERVATION, None) in fired(session_factory)
+
+
+def test_a_reversal_deleted_from_the_ledger_leaves_points_on_a_cancelled_order(
+    session_factory, sound
+):
+    execute(
+        session_factory,
+        delete(PointsEntry).where(PointsEntry.order_id == 6, PointsEntry.reason == ORDER_CANCELLED),
+    )
+    assert fired(session_factory) == {(POINTS_BALANCE, 6)}
+
+
+def test_a_reversal_on_an_order_that_was_not_cancelled_is_caught(session_factory, sound):
+    execute(
+        session_factory,
+        insert(PointsEntry).values(
+            order_id=1, customer_id=1, reason=ORDER_CANCELLED, points=-123, created_at=utcnow()
+        ),
+    )
+    assert (COMPENSATED, 1) in fired(session_factory)
+
+
+def test_a_compensation_left_pending_or_missing_is_caught(session_factory, sound):
+    execute(
+        session_factory,
+        update(WorkflowStep)
+        .where(WorkflowStep.workflow_id == sound[6].workflow_id, WorkflowStep.step == RETURN_STOCK)
+        .values(status=StepStatus.PENDING),
+    )
+    assert {(COMPENSATED, 6), (SETTLED, 6)} <= fired(session_factory)
+    execute(
+        session_factory,
+        delete(WorkflowStep).where(
+            WorkflowStep.workflow_id == sound[6].workflow_id, WorkflowStep.step == RETURN_STOCK
+        ),
+    )
+    assert any(
+        v.invariant == COMPENSATED and "step stock has 0 compensations" in v.detail
+        for v in violations(session_factory)
+    )
+
+
+def test_a_compensation_on_a_completed_order_is_caught(session_factory, sound):
+    with session_factory() as session:
+        session.add(
+            WorkflowStep(
+                workflow_id=sound[1].workflow_id,
+                step=RETURN_STOCK,
+                queue=RETURN_STOCK,
+                task="orders.return_stock",
+                payload={},
+                status=StepStatus.DONE,
+                attempts=1,
+                created_at=utcnow() - timedelta(days=1),
+                finished_at=utcnow() - timedelta(days=1),
+                compensates=STOCK,
+            )
+        )
+        session.commit()
+    assert (COMPENSATED, 1) in fired(session_factory)
+
+
+def test_a_cancelled_order_with_a_scheduled_shipment_or_no_notice_is_caught(session_factory, sound):
+    execute(
+        session_factory, update(Shipment).where(Shipment.order_id == 6).values(status="scheduled")
+    )
+    assert fired(session_factory) == {(NO_SHIPMENT_UNLESS_COMPLETED, 6)}
+    execute(
+        session_factory,
+        update(Shipment).where(Shipment.order_id == 6).values(status="cancelled"),
+        delete(Notification).where(Notification.order_id == 6),
+    )
+    assert fired(session_factory) == {(ONE_NOTIFICATION, 6)}

@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from orders.domain.steps import STEPS, task_name
+from orders.domain.steps import ALL_STEPS, task_name
 from orders.web.params import BadParam, flag, integer, job_id, job_ids, one_of
 from orders.web.render import page
 from orders.web.state import WebState, web_state
 from reliable_queue import DEAD_REASONS, DeadLetter, Queue
 
-TASKS = tuple(task_name(s) for s in STEPS)
+TASKS = tuple(task_name(s) for s in ALL_STEPS)
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def parse_filters(params: Mapping[str, Any]) -> Filters:
         BadParam: an unknown queue, task or reason.
     """
     return Filters(
-        queue=one_of(params, "queue", STEPS),
+        queue=one_of(params, "queue", ALL_STEPS),
         task=one_of(params, "task", TASKS),
         reason=one_of(params, "reason", DEAD_REASONS),
     )
@@ -55,7 +55,7 @@ def parse_filters(params: Mapping[str, Any]) -> Filters:
 
 def chosen_queues(state: WebState, filters: Filters) -> list[Queue]:
     """The queues the filters allow."""
-    names = [filters.queue] if filters.queue else list(STEPS)
+    names = [filters.queue] if filters.queue else list(ALL_STEPS)
     return [state.app.queues[n] for n in names]
 
 
@@ -98,7 +98,7 @@ def letter_page(request: Request) -> Response:
     state = web_state(request)
     name = request.path_params["queue"]
     if name not in state.app.queues:
-        raise BadParam(f"no queue {name!r}; the queues are {', '.join(STEPS)}", 404)
+        raise BadParam(f"no queue {name!r}; the queues are {', '.join(ALL_STEPS)}", 404)
     job = job_id(request.path_params["job_id"])
     letter = state.app.queues[name].dead_letters.show(job)
     if letter is None:

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from orders.domain.steps import STEPS, task_name
+from orders.domain.steps import ALL_STEPS, task_name
 from orders.web.params import BadParam, integer, job_id
 from orders.web.render import page
 from orders.web.state import web_state
@@ -26,7 +26,7 @@ def known_queue(request: Request) -> Queue:
     name = request.path_params["queue"]
     queue = web_state(request).app.queues.get(name)
     if queue is None:
-        raise BadParam(f"no queue {name!r}; the queues are {', '.join(STEPS)}", 404)
+        raise BadParam(f"no queue {name!r}; the queues are {', '.join(ALL_STEPS)}", 404)
     return queue
 
 

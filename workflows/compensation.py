@@ -1,0 +1,163 @@
+"""Compensations: undo what a workflow did, step by step, with ordinary queue jobs.
+
+A workflow definition may name, per step, the step that undoes its effect
+(``StepGraph.compensations``). When the workflow is called off (for example an
+order cancelled by its customer), :func:`compensate_workflow` runs in the
+caller's unit of work and, in one transaction:
+
+- every forward step that has not finished (waiting, pending, dispatched,
+  failed, dead, unpublishable) becomes ``skipped`` — final, it never runs; a
+  delivery still in the queue is absorbed like a duplicate;
+- every forward step that finished with a non-halting outcome and has a
+  compensation gets ONE compensating step row (``pending``, ``compensates`` =
+  the forward step), unique per (workflow, step) like any step row, so
+  calling off twice adds nothing;
+- the workflow row is touched (its version column makes a forward step
+  finishing at the same moment conflict: one of the two reruns and sees the
+  other), and is done at once when nothing is left to run.
+
+The compensating rows are then published by the relay like any outbox row:
+at-least-once, idempotency key ``<workflow id>:<step>``, retried with backoff,
+dead-lettered with a reason (the workflow shows blocked), and completed by the
+completion tracker — a compensation is a step like any other. Its handler must
+be idempotent on its own (unique rows, version columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from workflows.dependencies import StepGraph
+from workflows.errors import StepNotFound
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+
+Route = Callable[[str], tuple[str, str]]
+"""Compensating step name -> (queue, task name) of its message."""
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """What :func:`compensate_workflow` did.
+
+    Attributes:
+        workflow_id: the workflow called off.
+        added: ids of the compensating step rows written now (publish them
+            after the commit; the relay sweep is the backstop).
+        compensations: names of every compensating step of the workflow
+            (written now or earlier).
+        skipped: forward steps moved to ``skipped`` now.
+        workflow_done: True when nothing is left to run (the workflow is done).
+    """
+
+    workflow_id: int
+    added: tuple[int, ...]
+    compensations: tuple[str, ...]
+    skipped: tuple[str, ...]
+    workflow_done: bool
+
+
+def compensate_workflow(
+    session: Session,
+    graph: StepGraph,
+    workflow_id: int,
+    *,
+    reason: str,
+    route: Route,
+    now: datetime,
+) -> Compensation:
+    """Call off a workflow: skip its unfinished steps, add compensations for finished ones.
+
+    Runs inside the caller's unit of work and commits nothing. Calling it again
+    for the same workflow adds nothing (compensations are unique per step). The
+    workflow row is locked first (PostgreSQL ``FOR UPDATE``; SQLite has one
+    writer), so read what depends on the workflow's progress after this call
+    or after locking it yourself.
+
+    Args:
+        session: the caller's session.
+        graph: the workflow's definition (``compensations``, ``halting``).
+        workflow_id: the workflow to call off.
+        reason: short word written into skipped steps' outcome (``skipped: <reason>``).
+        route: compensating step name -> (queue, task name).
+        now: time written as the skipped steps' finish time (timezone-aware).
+
+    Returns:
+        A :class:`Compensation`.
+
+    Raises:
+        StepNotFound: no such workflow.
+        sqlalchemy.orm.exc.StaleDataError: a concurrent writer touched the
+            workflow row first (retry the whole unit of work).
+    """
+    workflow = session.get(Workflow, workflow_id, with_for_update=True, populate_existing=True)
+    if workflow is None:
+        raise StepNotFound(f"no workflow {workflow_id}")
+    rows = session.scalars(
+        select(WorkflowStep)
+        .where(WorkflowStep.workflow_id == workflow_id)
+        .order_by(WorkflowStep.id)
+    ).all()
+    existing = {row.step for row in rows}
+    skipped: list[str] = []
+    new_rows: list[WorkflowStep] = []
+    for row in rows:
+        if row.compensates is not None:
+            continue
+        if row.status not in StepStatus.FINAL:
+            row.status = StepStatus.SKIPPED
+            row.outcome = f"skipped: {reason}"[:50]
+            row.finished_at = now
+            skipped.append(row.step)
+            continue
+        undo = graph.compensations.get(row.step)
+        if (
+            row.status != StepStatus.DONE
+            or row.outcome in graph.halting
+            or undo is None
+            or undo in existing
+        ):
+            continue
+        queue, task = route(undo)
+        new_rows.append(
+            WorkflowStep(
+                workflow_id=workflow_id,
+                step=undo,
+                queue=queue,
+                task=task,
+                payload={**row.payload, "workflow_id": workflow_id, "step": undo},
+                status=StepStatus.PENDING,
+                attempts=0,
+                created_at=now,
+                publish_attempts=0,
+                compensates=row.step,
+            )
+        )
+        existing.add(undo)
+    session.add_all(new_rows)
+    statuses = [r.status for r in rows] + [StepStatus.PENDING for _ in new_rows]
+    if StepStatus.DEAD not in statuses:
+        workflow.blocked_step = None
+        workflow.blocked_reason = None
+        if all(s in StepStatus.FINAL for s in statuses):
+            if workflow.status != WorkflowStatus.DONE:
+                workflow.finished_at = now
+            workflow.status = WorkflowStatus.DONE
+        else:
+            workflow.status = WorkflowStatus.RUNNING
+    workflow.updated_at = now  # the version bump that fences concurrent step completions
+    session.flush()
+    compensations = tuple(r.step for r in rows if r.compensates is not None) + tuple(
+        r.step for r in new_rows
+    )
+    return Compensation(
+        workflow_id,
+        tuple(r.id for r in new_rows),
+        compensations,
+        tuple(skipped),
+        workflow.status == WorkflowStatus.DONE,
+    )
