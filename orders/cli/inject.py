@@ -8,7 +8,7 @@ import typer
 
 from orders.cli.context import fail, handle_errors, make_app
 from orders.cli.render import fault_summary, say
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from orders.worker.faults import FaultConfig, FaultStore
 
 MAX_DELAY_MS = 600_000  # ten minutes: longer than any lease, short of a hung worker
@@ -16,7 +16,9 @@ MAX_DELAY_MS = 600_000  # ten minutes: longer than any lease, short of a hung wo
 
 @handle_errors
 def inject(
-    step: Annotated[str | None, typer.Argument(help=f"Step to affect: {', '.join(STEPS)}.")] = None,
+    step: Annotated[
+        str | None, typer.Argument(help=f"Step to affect: {', '.join(ALL_STEPS)}.")
+    ] = None,
     fail_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Probability a run fails.")
     ] = 0.0,
@@ -48,8 +50,8 @@ def inject(
         return
     if step is None:
         fail("name a step, or use --clear", code=2)
-    if step not in STEPS:
-        fail(f"unknown step {step!r}; choose from {', '.join(STEPS)}", code=2)
+    if step not in ALL_STEPS:
+        fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
     config = FaultConfig(
         fail_rate=fail_rate, permanent=permanent, crash_rate=crash_rate, delay_ms=delay_ms
     )

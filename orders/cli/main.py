@@ -63,6 +63,7 @@ COMMANDS: tuple[Entry, ...] = (
         "orders.cli.data:place",
         "Place orders through the transactional outbox; their steps are published at once.",
     ),
+    Entry("cancel", "orders.cli.cancel:cancel", "Cancel ORDER_ID until its order completes."),
     Entry(
         "worker",
         "orders.cli.worker:worker",

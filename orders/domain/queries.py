@@ -18,7 +18,7 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from orders.domain.models import Order
-from orders.domain.steps import STEPS, WORKFLOW_KIND
+from orders.domain.steps import ALL_STEPS, STEPS, WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 BLOCKED = "blocked"
@@ -39,7 +39,11 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class StepView:
-    """One step of an order: state, attempts, last error and times (UTC)."""
+    """One step of an order: state, attempts, last error and times (UTC).
+
+    ``compensates`` names the forward step a compensating step undoes (None for
+    a forward step).
+    """
 
     step: str
     status: str
@@ -51,6 +55,7 @@ class StepView:
     dispatched_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    compensates: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class OrderView:
     """One order with its workflow and steps.
 
     Attributes:
-        status: the order's status (placed, completed, out_of_stock).
+        status: the order's status (placed, completed, out_of_stock, cancelled).
         workflow_status: running, done or blocked.
         blocked_step / blocked_reason: set while blocked by a dead step.
         completed_at: the workflow's finish time (the order's completion time).
@@ -84,7 +89,8 @@ class OrderView:
 
 
 def order_status(session: Session, order_id: int) -> OrderView | None:
-    """Return one order with its steps in workflow order, or None if unknown.
+    """Return one order with its steps in workflow order (forward steps, then the
+    compensating ones), or None if unknown.
 
     Args:
         session: a session (only read).
@@ -103,7 +109,7 @@ def order_status(session: Session, order_id: int) -> OrderView | None:
         rows = session.scalars(
             select(WorkflowStep).where(WorkflowStep.workflow_id == workflow.id)
         ).all()
-        rank = {name: i for i, name in enumerate(STEPS)}
+        rank = {name: i for i, name in enumerate(ALL_STEPS)}  # forward, then compensations
         for s in sorted(rows, key=lambda s: (rank.get(s.step, len(rank)), s.step)):
             steps.append(
                 StepView(
@@ -117,6 +123,7 @@ def order_status(session: Session, order_id: int) -> OrderView | None:
                     s.dispatched_at,
                     s.started_at,
                     s.finished_at,
+                    s.compensates,
                 )
             )
     return OrderView(

@@ -429,3 +429,49 @@ def test_clients_off_this_machine_must_sign_in_even_to_read(world: World, tmp_pa
         assert reader.status_code == 200
         c.post("/login", data={"token": TOKEN})
         assert c.get("/dlq").status_code == 200
+
+
+# ------------------------------------------------------------------- cancel an order
+
+
+def test_cancel_needs_the_token_and_the_csrf_token(client: TestClient, world: World) -> None:
+    url = f"/orders/{world.waiting_order}/cancel"
+    assert client.post(url, data={}).status_code == 401
+    sign_in(client)
+    assert client.post(url, data={"csrf": "0" * 64}).status_code == 403
+    assert 'id="order-status">placed<' in client.get(f"/orders/{world.waiting_order}").text
+
+
+def test_cancel_from_the_order_page_shows_the_compensation_beside_the_steps(
+    client: TestClient, world: World
+) -> None:
+    csrf = sign_in(client)
+    page = client.get(f"/orders/{world.blocked_order}")
+    assert 'id="cancel-order"' in page.text
+    reply = client.post(
+        f"/orders/{world.blocked_order}/cancel", data={"csrf": csrf}, follow_redirects=False
+    )
+    assert reply.status_code == 303
+    assert reply.headers["location"] == f"/orders/{world.blocked_order}"
+    page = client.get(f"/orders/{world.blocked_order}")
+    assert 'id="order-status">cancelled<' in page.text
+    assert 'id="step-return_stock"' in page.text and "↩ return_stock" in page.text
+    assert re.search(r"<td>return_stock</td><td>stock</td>", page.text)
+    assert re.search(r"<td>logistics</td><td>-</td><td><span class=\"status skipped\"", page.text)
+    assert 'id="cancel-order"' not in page.text
+    again = client.post(
+        f"/orders/{world.blocked_order}/cancel", data={"csrf": csrf}, follow_redirects=False
+    )
+    assert again.status_code == 303
+
+
+def test_cancel_too_late_or_unknown_is_refused_with_a_message(
+    client: TestClient, world: World
+) -> None:
+    csrf = sign_in(client)
+    late = client.post(f"/orders/{world.done_order}/cancel", data={"csrf": csrf})
+    assert late.status_code == 409
+    assert "too late to cancel" in late.text
+    assert client.post("/orders/999999/cancel", data={"csrf": csrf}).status_code == 404
+    assert client.post("/orders/abc/cancel", data={"csrf": csrf}).status_code == 400
+    assert 'id="order-status">completed<' in client.get(f"/orders/{world.done_order}").text

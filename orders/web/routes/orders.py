@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from orders.app.cancellation import cancel
+from orders.domain.errors import OrderNotCancellable, OrderNotFound
 from orders.domain.queries import OrderView, StepView, order_status
 from orders.web.params import BadParam, bounded_int
 from orders.web.queries import recent_orders
@@ -43,7 +46,7 @@ def timeline(view: OrderView, now: dt.datetime, job_ids: dict[str, str | None]) 
     """Place each step on a time axis from the order's placement to its last event."""
     start = view.placed_at
     ends = [t for s in view.steps for t in (s.finished_at, s.started_at, s.dispatched_at) if t]
-    running = any(s.status not in (StepStatus.DONE, StepStatus.DEAD) for s in view.steps)
+    running = any(s.status not in (*StepStatus.FINAL, StepStatus.DEAD) for s in view.steps)
     end = max([*ends, now] if running else ends or [start])
     span = max((end - start).total_seconds(), 0.001)
 
@@ -104,7 +107,34 @@ def orders_page(request: Request) -> Response:
     return page(request, "orders.html", {"recent": rows})
 
 
+async def cancel_order(request: Request) -> Response:
+    """POST /orders/{order_id}/cancel : cancel the order (token and CSRF token required).
+
+    Redirects (303) to the order's page; cancelling again changes nothing.
+
+    Raises:
+        Refused: no token configured, not signed in, or a bad CSRF token / origin.
+        BadParam: 404 unknown order; 409 too late (completed: its shipment is
+            dispatched) or out of stock. Nothing is written in either case.
+    """
+    order_id = bounded_int(request.path_params["order_id"], "order id", low=1, high=MAX_ID)
+    state = web_state(request)
+    form = await request.form()
+    state.guard.check_action(request, form)
+    app = state.app
+    try:
+        await run_in_threadpool(
+            cancel, app.session_factory, app.publisher, order_id, policy=app.publish_policy
+        )
+    except OrderNotFound as exc:
+        raise BadParam(str(exc), 404) from exc
+    except OrderNotCancellable as exc:
+        raise BadParam(str(exc), 409) from exc
+    return RedirectResponse(f"/orders/{order_id}", status_code=303)
+
+
 routes = [
     Route("/orders", orders_page, methods=["GET"]),
     Route("/orders/{order_id}", order_page, methods=["GET"]),
+    Route("/orders/{order_id}/cancel", cancel_order, methods=["POST"]),
 ]

@@ -1,0 +1,54 @@
+"""``orders cancel``: cancel an order by its customer; its finished steps are undone."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from orders.cli.context import emit_json, handle_errors, make_app
+from orders.cli.render import say
+
+
+@handle_errors
+def cancel(
+    order_id: Annotated[int, typer.Argument(min=1, help="The order to cancel.")],
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """Cancel ORDER_ID until its order completes.
+
+    Allowed while the order is placed (in flight, or blocked): its shipment is
+    dispatched when the order completes, and then it is too late.
+    The order becomes `cancelled` and gets a cancellation notice; steps that had
+    not run are skipped, and the ones that ran are undone by compensating steps
+    (return_stock, reverse_points, cancel_shipment) that workers run like any
+    step. Cancelling again changes nothing. Exit status 1 when the order is
+    unknown, completed (too late) or ended out of stock.
+    """
+    from orders.app.cancellation import cancel as cancel_order
+
+    app = make_app()
+    try:
+        result = cancel_order(
+            app.session_factory, app.publisher, order_id, policy=app.publish_policy
+        )
+    finally:
+        app.close()
+    if as_json:
+        emit_json(
+            {
+                "order_id": result.order_id,
+                "status": "cancelled",
+                "already_cancelled": result.already,
+                "compensations": list(result.compensations),
+                "skipped": list(result.skipped),
+            }
+        )
+        return
+    if result.already:
+        say("order {} was already cancelled; nothing changed", order_id)
+        return
+    undo = ", ".join(result.compensations) or "none (no step had run)"
+    say("order {} cancelled; compensations: {}", order_id, undo)
+    if result.skipped:
+        say("skipped before they ran: {}", ", ".join(result.skipped))

@@ -1,0 +1,100 @@
+"""``orders cancel``: the real console script against real Redis and a real database."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from cli_processes import app_for, orders_command
+from sqlalchemy import select
+
+from orders.app.placement import place_orders
+from orders.domain.handlers import StepRequest, handle_step
+from orders.domain.models import Order
+from orders.domain.steps import RETURN_STOCK, STEPS, STOCK
+from workflows.models import StepStatus, WorkflowStep
+from workflows.uow import UnitOfWork
+
+
+@pytest.fixture
+def env(cli_env, database_url, redis_url, key_prefix) -> dict[str, str]:
+    """The CLI on this test's database and Redis keys (the catalog fixture's database)."""
+    return dict(
+        cli_env,
+        ORDERS_DATABASE_URL=database_url,
+        ORDERS_REDIS_URL=redis_url,
+        ORDERS_QUEUE_PREFIX=key_prefix,
+    )
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*orders_command(), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def orders(env, session_factory, catalog, make_draft):
+    """Order 1 stocked (in flight), order 2 completed; returns the app's pieces."""
+    app = app_for(env)
+    with UnitOfWork(app.session_factory) as uow:
+        placed = place_orders(uow.session, [make_draft(), make_draft()])
+        uow.commit()
+    handle_step(app.session_factory, StepRequest(placed[0].workflow_id, 1, STOCK))
+    for step in STEPS:
+        handle_step(app.session_factory, StepRequest(placed[1].workflow_id, 2, step))
+    yield app
+    app.close()
+
+
+def status_of(app, order_id: int) -> str:
+    with app.session_factory() as session:
+        return session.get(Order, order_id).status
+
+
+def test_cancel_an_order_in_flight_publishes_its_compensation_and_repeats_harmlessly(env, orders):
+    proc = run(env, "cancel", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "order 1 cancelled; compensations: return_stock" in proc.stdout
+    assert "skipped before they ran: notification, points, logistics" in proc.stdout
+    assert status_of(orders, 1) == "cancelled"
+    with orders.session_factory() as session:
+        row = session.scalar(select(WorkflowStep).where(WorkflowStep.step == RETURN_STOCK))
+    assert (row.status, row.compensates) == (StepStatus.DISPATCHED, STOCK)
+    assert orders.queues[RETURN_STOCK].pending_job_for(f"{row.workflow_id}:{RETURN_STOCK}")
+
+    again = run(env, "cancel", "1", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {
+        "order_id": 1,
+        "status": "cancelled",
+        "already_cancelled": True,
+        "compensations": [RETURN_STOCK],
+        "skipped": [],
+    }
+
+
+def test_cancel_a_completed_order_is_too_late_and_changes_nothing(env, orders):
+    proc = run(env, "cancel", "2")
+    assert proc.returncode == 1
+    assert "order 2 is completed: too late to cancel" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert status_of(orders, 2) == "completed"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("cancel", "99"), 1, "order 99 does not exist"),
+        (("cancel", "abc"), 2, "Invalid value for 'ORDER_ID'"),
+        (("cancel", "0"), 2, "Invalid value for 'ORDER_ID'"),
+        (("cancel",), 2, "ORDER_ID"),
+    ],
+)
+def test_cancel_with_an_unknown_order_or_bad_input_fails_clearly(env, orders, args, code, message):
+    proc = run(env, *args)
+    assert proc.returncode == code
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (status_of(orders, 1), status_of(orders, 2)) == ("placed", "completed")
