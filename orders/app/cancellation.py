@@ -9,10 +9,15 @@ publishes them if that publish fails (they are ordinary outbox rows).
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from datetime import datetime
 
+from sqlalchemy import select
+
 from orders.domain.cancellation import CancelResult, cancel_order
+from orders.domain.errors import OrderNotCancellable
+from orders.domain.models import Order, OrderStatus
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.messages import Publisher
@@ -64,3 +69,50 @@ def cancel(
         except Exception as exc:  # the rows stay pending: the relay sweep publishes them
             log.warning("compensations of order %d left to the sweep: %s", order_id, exc)
     return result
+
+
+def cancel_in_flight(
+    session_factory: SessionFactory,
+    publisher: Publisher,
+    first_order_id: int,
+    rng: random.Random,
+    *,
+    newest: int = 50,
+    policy: PublishPolicy | None = None,
+) -> int | None:
+    """Cancel one order still in flight, as a customer changing their mind would.
+
+    Picks at random among the ``newest`` orders from ``first_order_id`` on that
+    are still placed (the demo and chaos runs call it while orders flow). An
+    order that completes between the pick and the cancellation is too late:
+    nothing is written and None is returned, like when none is in flight.
+
+    Args:
+        session_factory: makes the sessions.
+        publisher: the queue adapter the compensating steps go through.
+        first_order_id: only orders with this id or above (one run's orders).
+        rng: chooses the order (inject a seeded one for repeatable runs).
+        newest: how many of the newest placed orders to choose from.
+        policy: publish attempts and backoff of refused rows.
+
+    Returns:
+        The cancelled order's id, or None.
+
+    Raises:
+        ConcurrencyConflict / sqlalchemy errors: the database stayed busy or failed.
+    """
+    with UnitOfWork(session_factory) as uow:
+        candidates = uow.session.scalars(
+            select(Order.id)
+            .where(Order.id >= first_order_id, Order.status == OrderStatus.PLACED)
+            .order_by(Order.id.desc())
+            .limit(newest)
+        ).all()
+    if not candidates:
+        return None
+    order_id = rng.choice(candidates)
+    try:
+        result = cancel(session_factory, publisher, order_id, policy=policy)
+    except OrderNotCancellable:
+        return None
+    return None if result.already else order_id

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
+from orders.app.cancellation import cancel_in_flight
 from orders.chaos.actions import TRANSIENT, KeyEvictor, Placer, Replayer, lease_holders
 from orders.chaos.observe import (
     ChaosProgress,
@@ -45,6 +47,7 @@ from orders.sources.scarcity import make_scarce
 from orders.worker.faults import FaultConfig, FaultStore
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue.cluster import clients_running
+from workflows.errors import WorkflowError
 from workflows.uow import UnitOfWork
 
 TICK = 0.1  # seconds between two turns of the driver loop
@@ -139,6 +142,7 @@ class ChaosRun:
         self.lost_increments: dict[str, dict[str, int]] = {}
         self._before_crash: dict[str, dict[str, int]] | None = None
         self._last_progress = -math.inf
+        self.cancelled: list[int] = []
 
     def _next_order_id(self) -> int:
         with UnitOfWork(self.app.session_factory) as uow:
@@ -182,7 +186,7 @@ class ChaosRun:
         Returns:
             Seconds waited.
         """
-        lanes = len(self.pool.steps) * self.pool.per_step * self.options.concurrency
+        lanes = len(self.pool.served) * self.pool.per_step * self.options.concurrency
         began = self.clock()
         while self.clock() - began < timeout:
             self.pool.poll()
@@ -202,6 +206,7 @@ class ChaosRun:
         crashes = Periodic(o.redis_kill_every if self.crasher else 0, self.started)
         replays = Periodic(o.replay_every, self.started)
         evictions = Periodic(o.evict_every, self.started)
+        cancels = Periodic(o.window_seconds / o.cancel if o.cancel else 0, self.started)
         placed = 0
         while True:
             now = self.clock()
@@ -225,6 +230,8 @@ class ChaosRun:
                     self._try(self.replayer.replay)
                 if evictions.due(now):
                     self._try(self.evictor.evict)
+                if cancels.due(now) and len(self.cancelled) < o.cancel:
+                    self._cancel_one()
             self._tend_poison()
             self.pool.poll()
             self._progress("chaos")
@@ -252,6 +259,25 @@ class ChaosRun:
             mine = self.lost_increments.setdefault(group, {})
             for name, n in lost.items():
                 mine[name] = mine.get(name, 0) + n
+
+    def _cancel_one(self) -> None:
+        """Cancel one order in flight (a customer changing their mind mid-chaos).
+
+        Its compensations are published at once when Redis is up, else left to the
+        sweep; a database that stays busy makes this firing a no-op.
+        """
+        try:
+            order_id = cancel_in_flight(
+                self.app.session_factory,
+                self.app.publisher,
+                self.first_order_id,
+                self.rng,
+                policy=self.app.publish_policy,
+            )
+        except (WorkflowError, SQLAlchemyError):  # the database stayed busy: skip this one
+            return
+        if order_id is not None:
+            self.cancelled.append(order_id)
 
     def _sigterm_one(self) -> None:
         busy = self._try(lambda: lease_holders(self.app)) or set()
@@ -396,4 +422,5 @@ class ChaosRun:
             ended=self.clock(),
             redriven=redriven,
             poison=self.poison_outcome,
+            cancelled=len(self.cancelled),
         )

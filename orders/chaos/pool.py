@@ -66,8 +66,10 @@ class WorkerPool:
 
     Args:
         steps: the steps to serve (one process serves one step).
-        per_step: processes per step.
+        per_step: processes per step (and per group of ``groups``).
         start: starts one worker process for the given steps.
+        groups: more processes, each serving several steps (for example the
+            compensating steps, which are rare), ``per_step`` of each.
         rng: chooses the victims (inject a seeded one for repeatable runs).
         term_grace: seconds a SIGTERMed process gets before it is SIGKILLed
             (the worker's own grace period plus a margin).
@@ -80,6 +82,7 @@ class WorkerPool:
         per_step: int,
         start: StartWorker,
         *,
+        groups: Sequence[tuple[str, ...]] = (),
         rng: random.Random | None = None,
         term_grace: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
@@ -87,6 +90,8 @@ class WorkerPool:
         if per_step < 1:
             raise ValueError("per_step must be >= 1")
         self.steps = tuple(steps)
+        self.groups: tuple[tuple[str, ...], ...] = (*((s,) for s in steps), *groups)
+        self.served: tuple[str, ...] = tuple(s for g in self.groups for s in g)
         self.per_step = per_step
         self.start = start
         self.rng = rng or random.Random()
@@ -96,10 +101,10 @@ class WorkerPool:
         self.stats = PoolCounts()
 
     def start_all(self) -> None:
-        """Start ``per_step`` processes for every step."""
-        for step in self.steps:
+        """Start ``per_step`` processes for every step and every group."""
+        for group in self.groups:
             for _ in range(self.per_step):
-                self._spawn((step,))
+                self._spawn(group)
 
     def _spawn(self, steps: tuple[str, ...]) -> WorkerProc:
         worker = WorkerProc(steps, self.start(steps))

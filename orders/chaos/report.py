@@ -175,7 +175,8 @@ class ChaosReport:
     Attributes:
         options: the run's settings, for the record.
         faults: one tally per fault kind.
-        orders: placed / completed / out_of_stock / blocked (in the DLQ with a reason).
+        orders: placed / completed / out_of_stock / cancelled / blocked (in the DLQ with a
+            reason).
         delivery: ``deliveries`` (handler runs that reached the unit of work: effects
             applied plus duplicates absorbed; runs failed by an injected fault before
             the effect are counted as retries), ``distinct_effects`` (steps done in

@@ -22,7 +22,16 @@ from typing import Any
 from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
 from orders.chaos.poison import POISON_KEY
-from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STEPS, STOCK
+from orders.domain.steps import (
+    ALL_STEPS,
+    CANCEL_SHIPMENT,
+    LOGISTICS,
+    NOTIFICATION,
+    POINTS,
+    RETURN_STOCK,
+    REVERSE_POINTS,
+    STOCK,
+)
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue.embedded import EmbeddedRedis
@@ -52,13 +61,15 @@ class ChaosOptions:
         appendfsync: ``everysec`` or ``always`` for the embedded server.
         lose_window: seconds of AOF writes dropped at each Redis crash, as a power
             loss would (None: 1.0 with ``everysec``, 0 with ``always``).
-        fail_rate / fail_steps: transient handler failures at this rate on these steps.
+        fail_rate / fail_steps: transient handler failures at this rate on these steps
+            (by default notification and every compensating step).
         slow_rate / slow_ms / slow_steps: share of runs that stall ``slow_ms``
             milliseconds with their lease left to expire, on these steps.
         crash_once_step: step whose handler SIGKILLs its own process once, after
             the effect and before the ack (None: off).
         replay_every / replay_count / replay_steps: every this many seconds, put
-            this many finished jobs of these steps back on their queue.
+            this many finished jobs of these steps back on their queue (compensations
+            included).
         evict_every: delete one queue's ready list every this many seconds, as a
             Redis with ``maxmemory-policy allkeys-lru`` evicts a key; the sweep must
             re-publish the stranded steps.
@@ -82,6 +93,8 @@ class ChaosOptions:
             the time limit ends them.
         time_limit: the workers' step time limit (``ORDERS_STEP_TIME_LIMIT_SECONDS``),
             seconds; the hang must outlast it.
+        cancel: orders cancelled in flight, spread over the chaos window (their
+            finished steps are compensated under the same faults); 0: none.
     """
 
     orders: int = 1200
@@ -96,14 +109,14 @@ class ChaosOptions:
     appendfsync: str = "everysec"
     lose_window: float | None = None
     fail_rate: float = 0.3
-    fail_steps: tuple[str, ...] = (NOTIFICATION,)
+    fail_steps: tuple[str, ...] = (NOTIFICATION, RETURN_STOCK, REVERSE_POINTS, CANCEL_SHIPMENT)
     slow_rate: float = 0.02
     slow_ms: int = 5000
     slow_steps: tuple[str, ...] = (POINTS,)
     crash_once_step: str | None = LOGISTICS
     replay_every: float = 2.0
     replay_count: int = 5
-    replay_steps: tuple[str, ...] = STEPS
+    replay_steps: tuple[str, ...] = ALL_STEPS
     evict_every: float = 7.0
     lease_seconds: float = 2.0
     max_attempts: int = 8
@@ -120,15 +133,18 @@ class ChaosOptions:
     hang_rate: float = 0.01
     hang_ms: int = 6000
     time_limit: float = 3.0
+    cancel: int = 12
 
     def __post_init__(self) -> None:
         if self.appendfsync not in APPENDFSYNC:
             raise ValueError(f"appendfsync must be one of {APPENDFSYNC}")
         unknown = {
-            s for s in (*self.fail_steps, *self.slow_steps, *self.replay_steps) if s not in STEPS
+            s
+            for s in (*self.fail_steps, *self.slow_steps, *self.replay_steps)
+            if s not in ALL_STEPS
         }
         for one in (self.crash_once_step, self.poison_step, self.hang_step):
-            if one is not None and one not in STEPS:
+            if one is not None and one not in ALL_STEPS:
                 unknown.add(one)
         if unknown:
             raise ValueError(f"unknown step(s): {', '.join(sorted(unknown))}")
@@ -141,6 +157,8 @@ class ChaosOptions:
         hang = self.hang_step is not None and self.hang_ms > 0 and self.hang_rate > 0
         if hang and not 0 < self.time_limit * 1000 < self.hang_ms:
             raise ValueError("a hang needs a time limit (> 0) shorter than hang_ms")
+        if self.cancel < 0:
+            raise ValueError("cancel must be >= 0")
 
     @property
     def window_seconds(self) -> float:
@@ -163,7 +181,7 @@ def handler_faults(options: ChaosOptions) -> dict[str, FaultConfig]:
     """The per-step fault configs the workers apply (transient, slow, crash once,
     the poison job's key, one hang)."""
     faults: dict[str, FaultConfig] = {}
-    for step in STEPS:
+    for step in ALL_STEPS:
         config = FaultConfig(
             fail_rate=options.fail_rate if step in options.fail_steps else 0.0,
             slow_rate=options.slow_rate if step in options.slow_steps else 0.0,

@@ -22,7 +22,7 @@ from orders.chaos.setup import ChaosOptions
 from orders.domain.invariants import INVARIANTS, check_invariants
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, totals
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 from orders.worker.counters import by_step, total
 from workflows.uow import UnitOfWork
 
@@ -46,6 +46,7 @@ class RunFacts:
         redriven: dead letters redriven after quiescence.
         poison: where the poison job ended, read before the redrive (None: no
             poison job, or Redis was unreachable).
+        cancelled: orders the driver cancelled in flight.
     """
 
     first_order_id: int
@@ -63,6 +64,7 @@ class RunFacts:
     ended: float = 0.0
     redriven: int = 0
     poison: PoisonOutcome | None = None
+    cancelled: int = 0
 
 
 def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) -> list[FaultTally]:
@@ -147,11 +149,16 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
     with UnitOfWork(app.session_factory) as uow:
         t = totals(uow.session, first_order_id=facts.first_order_id)
     by_status = t.orders_by_status
-    distinct = {s: t.steps_by_state.get(s, {}).get("done", 0) for s in STEPS}
+    distinct = {s: t.steps_by_state.get(s, {}).get("done", 0) for s in ALL_STEPS}
     applied, duplicates = by_step(counters, "applied"), by_step(counters, "duplicate")
     settled = sum(
         by_status.get(status, 0)
-        for status in (OrderStatus.COMPLETED, OrderStatus.OUT_OF_STOCK, BLOCKED)
+        for status in (
+            OrderStatus.COMPLETED,
+            OrderStatus.OUT_OF_STOCK,
+            OrderStatus.CANCELLED,
+            BLOCKED,
+        )
     )
     span = ((facts.quiet_at or facts.ended) - facts.started) or 1e-9
     crash = facts.redis
@@ -162,6 +169,8 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
             "placed": facts.placed,
             "completed": by_status.get(OrderStatus.COMPLETED, 0),
             "out_of_stock": by_status.get(OrderStatus.OUT_OF_STOCK, 0),
+            "cancelled": by_status.get(OrderStatus.CANCELLED, 0),
+            "cancelled_in_flight_by_the_driver": facts.cancelled,
             "blocked_in_dlq": by_status.get(BLOCKED, 0),
             "unsettled": facts.placed - settled,
             "dead_lettered_during_run": queue_total("dead"),
@@ -187,7 +196,7 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
                     "distinct_effects": distinct[s],
                     "retries": snapshot[s].get("retried", 0),
                 }
-                for s in STEPS
+                for s in ALL_STEPS
             },
         },
         timing={

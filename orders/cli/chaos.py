@@ -19,7 +19,7 @@ from orders.chaos.pool import WorkerPool
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker.procs import start_worker
 
 MAX_SECONDS = 86_400  # upper bound of every time and count option: finite, never overflowing
@@ -28,10 +28,10 @@ WORKER_GRACE = 10.0  # seconds a SIGTERMed worker gets for its in-flight jobs
 
 def _steps(value: str, option: str) -> tuple[str, ...]:
     chosen = tuple(s.strip() for s in value.split(",") if s.strip())
-    unknown = [s for s in chosen if s not in STEPS]
+    unknown = [s for s in chosen if s not in ALL_STEPS]
     if unknown:
         raise typer.BadParameter(
-            f"unknown step(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}",
+            f"unknown step(s) {', '.join(unknown)}; choose from {', '.join(ALL_STEPS)}",
             param_hint=option,
         )
     return chosen
@@ -51,7 +51,7 @@ def _progress_table(p: ChaosProgress) -> Table:
     )
     for col in ("step", "ready", "delayed", "active", "dead"):
         table.add_column(col, justify="right")
-    for step in STEPS:
+    for step in ALL_STEPS:
         q = p.queues.get(step, {})
         table.add_row(step, *(str(q.get(k, "-")) for k in ("ready", "delayed", "active", "dead")))
     return table
@@ -129,8 +129,20 @@ def chaos(
             "emptied before the run).",
         ),
     ] = 0.05,
+    cancel: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_SECONDS,
+            help="Orders cancelled in flight, spread over the chaos window (their finished "
+            "steps are compensated under the same faults).",
+        ),
+    ] = 12,
     workers_per_step: Annotated[
-        int, typer.Option(min=1, max=16, help="Worker processes per step.")
+        int,
+        typer.Option(
+            min=1, max=16, help="Worker processes per step (and for the compensating steps)."
+        ),
     ] = 2,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker.")] = 2,
     batch_size: Annotated[
@@ -175,7 +187,7 @@ def chaos(
         float, typer.Option(min=0, max=0.95, help="Transient handler failure rate.")
     ] = 0.3,
     fail_steps: Annotated[str, typer.Option(help="Steps that fail transiently (comma list).")] = (
-        "notification"
+        ",".join(("notification", *COMPENSATION_STEPS))
     ),
     slow_rate: Annotated[
         float, typer.Option(min=0, max=1, help="Share of runs that stall past their lease.")
@@ -225,7 +237,7 @@ def chaos(
     ] = 5,
     replay_steps: Annotated[
         str, typer.Option(help="Steps whose jobs are replayed.", show_default="every step")
-    ] = ",".join(STEPS),
+    ] = ",".join(ALL_STEPS),
     evict_every: Annotated[
         float,
         typer.Option(
@@ -283,6 +295,7 @@ def chaos(
         rate=rate,
         source=source,
         out_of_stock_share=out_of_stock_share,
+        cancel=cancel,
         workers_per_step=workers_per_step,
         concurrency=concurrency,
         batch_size=batch_size,
@@ -335,7 +348,12 @@ def chaos(
             )
 
         pool = WorkerPool(
-            STEPS, workers_per_step, start, rng=rng, term_grace=WORKER_GRACE + slow_ms / 1000 + 5
+            STEPS,
+            workers_per_step,
+            start,
+            groups=[COMPENSATION_STEPS],
+            rng=rng,
+            term_grace=WORKER_GRACE + slow_ms / 1000 + 5,
         )
         run = ChaosRun(services, options, pool, rng=rng)
         if as_json:

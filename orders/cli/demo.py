@@ -99,6 +99,7 @@ def print_report(report: DemoReport) -> None:
         "orders_placed",
         "completed",
         "out_of_stock",
+        "cancelled",
         "blocked",
         "duration_seconds",
         "orders_per_second",
@@ -132,8 +133,9 @@ def print_report(report: DemoReport) -> None:
             console.print(f"  {for_terminal(line)}", highlight=False)
     else:
         console.print(
-            "[bold green]every invariant holds[/]: each order completed, out of stock, or blocked "
-            "with its step in the DLQ; stock conserved; one effect per step."
+            "[bold green]every invariant holds[/]: each order completed, out of stock, cancelled "
+            "(its finished steps compensated once), or blocked with its step in the DLQ; stock "
+            "conserved; one effect per step."
         )
 
 
@@ -176,13 +178,26 @@ def demo(
             "emptied before the run).",
         ),
     ] = 0.05,
+    cancel: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=1_000_000,
+            help="Orders cancelled while in flight, right after placing (their finished "
+            "steps are compensated).",
+        ),
+    ] = 10,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of the choice of orders to cancel.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Run TPC-H orders through stock, notification, points and logistics, with failures injected.
 
     Loads TPC-H (scale 0.01) if missing, starts one worker process per step,
-    places the orders through the transactional outbox, waits until every
-    order is completed, out of stock, or blocked with its step in the DLQ,
+    places the orders through the transactional outbox, cancels --cancel of them
+    while they are in flight, waits until every order is completed, out of
+    stock, cancelled (compensations done), or blocked with its step in the DLQ,
     and checks the invariants from the database. Exit status 0 only if every
     invariant holds.
     """
@@ -201,6 +216,8 @@ def demo(
         batch_size=batch_size,
         stall_seconds=stall_seconds,
         out_of_stock_share=out_of_stock_share,
+        cancel=cancel,
+        seed=seed,
     )
     retried_before = {s: stats(app.queues[s]).counters.get("retried", 0) for s in ALL_STEPS}
     log_dir = demo_log_dir(app)

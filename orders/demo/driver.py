@@ -1,14 +1,16 @@
 """The main job: TPC-H orders through the four-step workflow, end to end.
 
-``run_demo`` loads TPC-H if missing, starts one worker process per step,
-injects transient failures (and a few permanent ones), places the orders
-through the transactional outbox, waits for quiescence, and reports what
+``run_demo`` loads TPC-H if missing, starts one worker process per step (and
+one for the compensating steps), injects transient failures (and a few
+permanent ones), places the orders through the transactional outbox, cancels a
+few of them while they are in flight, waits for quiescence, and reports what
 happened with the invariant checks from the database.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,15 +20,22 @@ from typing import Any
 from sqlalchemy import select
 
 from orders.app.bootstrap import App
+from orders.app.cancellation import cancel_in_flight
 from orders.demo.stall import StallWatch, diagnose
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, step_latencies, totals
-from orders.domain.steps import STEPS, WORKFLOW_KIND
+from orders.domain.steps import (
+    ALL_STEPS,
+    COMPENSATION_STEPS,
+    REVERSE_POINTS,
+    STEPS,
+    WORKFLOW_KIND,
+)
 from orders.worker.faults import FaultConfig, FaultStore
 from orders.worker.procs import start_worker, stop_workers
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
-from workflows.models import Workflow, WorkflowStatus
+from workflows.models import StepStatus, Workflow, WorkflowStatus
 from workflows.uow import UnitOfWork
 
 
@@ -48,6 +57,9 @@ class DemoOptions:
             and say why (``orders.demo.stall``).
         out_of_stock_share: share of the TPC-H orders made to run out of stock
             (``orders.sources.scarcity``), 0..1; 0 leaves the stock alone.
+        cancel: orders cancelled while in flight, right after placing (fewer when
+            fewer are still in flight); their finished steps are compensated.
+        seed: seed of the choice of orders to cancel (None: random).
     """
 
     orders: int = 2000
@@ -60,6 +72,16 @@ class DemoOptions:
     batch_size: int = 20
     stall_seconds: float = 30.0
     out_of_stock_share: float = 0.05
+    cancel: int = 10
+    seed: int | None = None
+
+
+UNPUBLISHED = StepStatus.PENDING
+"""Step rows not yet in a queue (for example compensations whose publish failed, left
+to the sweep): a run with any is not settled, even with idle queues."""
+
+WORKER_GROUPS: tuple[tuple[str, ...], ...] = (*((s,) for s in STEPS), COMPENSATION_STEPS)
+"""The steps of each demo worker process: one per forward step, one for the compensations."""
 
 
 @dataclass
@@ -74,10 +96,12 @@ class Progress:
 
     @property
     def settled(self) -> bool:
-        """Every placed order completed, out of stock or blocked; no queue holds a job."""
+        """Every placed order completed, out of stock, cancelled or blocked; no step row
+        (compensations included) waits to be published; no queue holds a job."""
         open_orders = self.workflows.get(OrderStatus.PLACED, 0)
+        open_steps = sum(states.get(UNPUBLISHED, 0) for states in self.steps.values())
         busy = any(q["ready"] + q["delayed"] + q["active"] for q in self.queues.values())
-        return self.placed > 0 and open_orders == 0 and not busy
+        return self.placed > 0 and open_orders == 0 and not open_steps and not busy
 
 
 @dataclass
@@ -87,6 +111,7 @@ class DemoReport:
     orders_placed: int
     completed: int
     out_of_stock: int
+    cancelled: int
     blocked: int
     blocked_reasons: dict[str, int]
     retries_per_step: dict[str, int]
@@ -114,7 +139,7 @@ def observe(app: App, first_order_id: int | None, placed: int, started: float) -
     """Counts for the live view: this run's orders by status, steps by state, queues."""
     if first_order_id is None:
         workflows: dict[str, int] = {}
-        steps: dict[str, dict[str, int]] = {s: {} for s in STEPS}
+        steps: dict[str, dict[str, int]] = {s: {} for s in ALL_STEPS}
     else:
         with UnitOfWork(app.session_factory) as uow:
             t = totals(uow.session, first_order_id=first_order_id)
@@ -157,10 +182,11 @@ def summarize(
         orders_placed=len(order_ids),
         completed=by_status.get(OrderStatus.COMPLETED, 0),
         out_of_stock=by_status.get(OrderStatus.OUT_OF_STOCK, 0),
+        cancelled=by_status.get(OrderStatus.CANCELLED, 0),
         blocked=by_status.get(BLOCKED, 0),
         blocked_reasons=reasons,
-        retries_per_step={s: delta(s, "retried") for s in STEPS},
-        dead_per_step={s: delta(s, "dead") for s in STEPS},
+        retries_per_step={s: delta(s, "retried") for s in ALL_STEPS},
+        dead_per_step={s: delta(s, "dead") for s in ALL_STEPS},
         latency_ms={
             s: {
                 "p50": round(lat.p50_seconds * 1000, 1),
@@ -178,13 +204,14 @@ def summarize(
 
 
 def configure_faults(app: App, options: DemoOptions) -> dict[str, FaultConfig]:
-    """Set the demo's injected faults (transient on notification and points,
-    a few permanent on logistics), replacing any earlier ones."""
+    """Set the demo's injected faults (transient on notification, points and the
+    points reversal, a few permanent on logistics), replacing any earlier ones."""
     store = FaultStore(app.redis, app.settings.queue_prefix)
     store.clear()
     faults = {
         "notification": FaultConfig(fail_rate=options.fail_rate),
         "points": FaultConfig(fail_rate=options.fail_rate),
+        REVERSE_POINTS: FaultConfig(fail_rate=options.fail_rate),
         "logistics": FaultConfig(fail_rate=options.permanent_rate, permanent=True),
     }
     for step, config in faults.items():
@@ -229,13 +256,13 @@ def run_demo(
     worker_env = dict(env if env is not None else os.environ)
     procs = [
         start_worker(
-            [step],
+            group,
             env=worker_env,
-            log_path=log_dir / f"worker-{step}.log",
+            log_path=log_dir / f"worker-{'-'.join(group)}.log",
             concurrency=options.concurrency,
             extra=["--batch-size", str(options.batch_size)],
         )
-        for step in STEPS
+        for group in WORKER_GROUPS
     ]
     started = time.monotonic()
     quiescent = False
@@ -245,6 +272,8 @@ def run_demo(
     try:
         order_ids = place_orders(app, options, on_placed)
         first = min(order_ids) if order_ids else None
+        if first is not None:
+            cancel_some(app, first, options.cancel, random.Random(options.seed))
         deadline = started + options.timeout
         while time.monotonic() < deadline:
             progress = observe(app, first, len(order_ids), started)
@@ -274,11 +303,11 @@ def run_demo(
             dead = [p for p in procs if p.poll() is not None]
             restarts += len(dead)
             for p in dead:  # a worker that died is replaced, as a supervisor would
-                step = STEPS[procs.index(p)]
+                group = WORKER_GROUPS[procs.index(p)]
                 procs[procs.index(p)] = start_worker(
-                    [step],
+                    group,
                     env=worker_env,
-                    log_path=log_dir / f"worker-{step}.log",
+                    log_path=log_dir / f"worker-{'-'.join(group)}.log",
                     concurrency=options.concurrency,
                     extra=["--batch-size", str(options.batch_size)],
                 )
@@ -290,3 +319,25 @@ def run_demo(
     reconcile_dead_letters(app)
     violations = check_invariants(app)
     return summarize(app, order_ids, counters_before, duration, quiescent, violations, stalled)
+
+
+def cancel_some(app: App, first_order_id: int, count: int, rng: random.Random) -> list[int]:
+    """Cancel up to ``count`` of this run's orders that are still in flight.
+
+    Stops early when no order is in flight any more; an order that completed
+    just before its cancellation is skipped (too late), bounded to ``3 * count``
+    tries.
+
+    Returns:
+        Ids of the orders cancelled.
+    """
+    cancelled: list[int] = []
+    for _ in range(3 * count):
+        if len(cancelled) >= count:
+            break
+        order_id = cancel_in_flight(
+            app.session_factory, app.publisher, first_order_id, rng, policy=app.publish_policy
+        )
+        if order_id is not None:
+            cancelled.append(order_id)
+    return cancelled

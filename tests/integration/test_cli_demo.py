@@ -35,8 +35,11 @@ def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
     assert report["quiescent"] is True
     assert report["violations"] == []
     assert report["orders_placed"] == 200
-    # every order is accounted for: completed, out of stock, or blocked with a reason
-    assert report["completed"] + report["out_of_stock"] + report["blocked"] == 200
+    # every order is accounted for: completed, out of stock, cancelled, or blocked with a reason
+    settled = report["completed"] + report["out_of_stock"] + report["cancelled"]
+    assert settled + report["blocked"] == 200
+    # a few orders are cancelled in flight (--cancel, 10 by default) and compensated
+    assert 0 < report["cancelled"] <= 10
     # about 5% of the TPC-H orders are made to run out of stock (--out-of-stock-share)
     assert 5 <= report["out_of_stock"] <= 25
     assert sum(report["blocked_reasons"].values()) == report["blocked"]
@@ -46,7 +49,7 @@ def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
     assert report["retries_per_step"]["stock"] == 0
     # the worker logs stay under the data dir, not in the system temp dir
     logs = list((Path(env["ORDERS_DATA_DIR"]) / "logs").glob("demo-*/worker-*.log"))
-    assert len(logs) == 4, logs
+    assert len(logs) == 5, logs  # one per step, one for the compensating steps
 
 
 def test_orders_help_lists_every_command(cli_env: dict[str, str]) -> None:
@@ -58,6 +61,7 @@ def test_orders_help_lists_every_command(cli_env: dict[str, str]) -> None:
         "demo",
         "load-tpch",
         "place",
+        "cancel",
         "worker",
         "status",
         "inject",
