@@ -14,13 +14,16 @@ from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from orders.domain.cancellation import CancelResult, cancel_order
 from orders.domain.errors import OrderNotCancellable
 from orders.domain.models import Order, OrderStatus
+from orders.domain.steps import ORDER_GRAPH, WORKFLOW_KIND
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.messages import Publisher
+from workflows.models import StepStatus, Workflow, WorkflowStep
 from workflows.relay import PublishPolicy, publish_steps
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -83,9 +86,11 @@ def cancel_in_flight(
     """Cancel one order still in flight, as a customer changing their mind would.
 
     Picks at random among the ``newest`` orders from ``first_order_id`` on that
-    are still placed (the demo and chaos runs call it while orders flow). An
-    order that completes between the pick and the cancellation is too late:
-    nothing is written and None is returned, like when none is in flight.
+    are still placed and already have a step with a compensation done (so the
+    cancellation has something to undo), else among the newest placed ones (the
+    demo and chaos runs call it while orders flow). An order that completes
+    between the pick and the cancellation is too late: nothing is written and
+    None is returned, like when none is in flight.
 
     Args:
         session_factory: makes the sessions.
@@ -102,12 +107,9 @@ def cancel_in_flight(
         ConcurrencyConflict / sqlalchemy errors: the database stayed busy or failed.
     """
     with UnitOfWork(session_factory) as uow:
-        candidates = uow.session.scalars(
-            select(Order.id)
-            .where(Order.id >= first_order_id, Order.status == OrderStatus.PLACED)
-            .order_by(Order.id.desc())
-            .limit(newest)
-        ).all()
+        candidates = _in_flight(uow.session, first_order_id, newest, started=True) or _in_flight(
+            uow.session, first_order_id, newest, started=False
+        )
     if not candidates:
         return None
     order_id = rng.choice(candidates)
@@ -116,3 +118,22 @@ def cancel_in_flight(
     except OrderNotCancellable:
         return None
     return None if result.already else order_id
+
+
+def _in_flight(session: Session, first_order_id: int, newest: int, *, started: bool) -> list[int]:
+    """Ids of the newest placed orders (with a compensable step done when ``started``)."""
+    query = select(Order.id).where(Order.id >= first_order_id, Order.status == OrderStatus.PLACED)
+    if started:
+        query = query.where(
+            select(WorkflowStep.id)
+            .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+            .where(
+                Workflow.kind == WORKFLOW_KIND,
+                Workflow.subject_id == Order.id,
+                WorkflowStep.step.in_(sorted(ORDER_GRAPH.compensations)),
+                WorkflowStep.status == StepStatus.DONE,
+                WorkflowStep.outcome.not_in(sorted(ORDER_GRAPH.halting)),
+            )
+            .exists()
+        )
+    return list(session.scalars(query.order_by(Order.id.desc()).limit(newest)))

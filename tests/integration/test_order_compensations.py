@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -9,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import build
-from orders.app.cancellation import cancel
+from orders.app.cancellation import cancel, cancel_in_flight
 from orders.app.migrate import upgrade_database
 from orders.app.placement import PlacedOrder, place_orders
 from orders.app.settings import Settings
@@ -376,3 +377,20 @@ def test_a_compensation_that_keeps_failing_is_dead_lettered_and_blocks_with_a_re
     assert stats(app.queues[RETURN_STOCK]).as_dict()["dead"] == 1
     assert order_and_workflow(sf, placed)[0] == OrderStatus.CANCELLED
     assert check_invariants(sf) == []
+
+
+def test_cancelling_in_flight_prefers_an_order_with_something_to_undo(
+    session_factory, catalog, make_draft
+):
+    placed = [place_one(session_factory, make_draft()) for _ in range(3)]
+    run(session_factory, placed[1], STOCK)
+    for step in STEPS:
+        run(session_factory, placed[2], step)  # completed: never a candidate
+    rng = random.Random(3)
+    first = cancel_in_flight(session_factory, Recorder(), placed[0].order_id, rng)
+    assert first == placed[1].order_id
+    assert cancel_in_flight(session_factory, Recorder(), placed[0].order_id, rng) == (
+        placed[0].order_id
+    )
+    assert cancel_in_flight(session_factory, Recorder(), placed[0].order_id, rng) is None
+    assert order_and_workflow(session_factory, placed[2]) == ("completed", "done")
