@@ -1,4 +1,4 @@
-"""A deliberately broken build of the stock step, for ``test_broken_build_is_caught.py`` only.
+"""Deliberately broken builds, for ``test_broken_build_is_caught.py`` only.
 
 Python imports a module named ``sitecustomize`` at startup from its path; that
 test puts this folder on ``PYTHONPATH`` of the chaos run, so the run and every
@@ -10,6 +10,11 @@ redelivered effect twice (the test drops the third, the unique index on
 1. the completion tracker's "step already done" check: a done stock step
    reads as still open, so a redelivery runs the effect again;
 2. the effect's own check for the order's existing deductions.
+
+With ``ORDERFLOW_TEST_BROKEN_BUILD=return_twice`` the compensation of the
+stock step is sabotaged instead: ``return_stock`` puts every part back twice
+(its ``stock_returns`` rows still say the right quantity), as a compensation
+that undoes more than was done would.
 
 Nothing outside that test imports this file, and it does nothing without the
 variable.
@@ -55,3 +60,18 @@ if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
 
     tracker.load_step = _forgetful_load_step
     effects.EFFECTS["stock"] = _deduct_every_time
+
+if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "return_twice":
+    from orders.domain import compensations
+    from orders.domain.models import Inventory, StockDeduction
+
+    _return_stock = compensations.return_stock
+
+    def _return_twice(session, order, now):  # type: ignore[no-untyped-def]
+        outcome = _return_stock(session, order, now)
+        if outcome == compensations.RETURNED:
+            for deduction in session.query(StockDeduction).filter_by(order_id=order.id):
+                session.get(Inventory, deduction.part_id).on_hand += deduction.quantity
+        return outcome
+
+    compensations.COMPENSATING_EFFECTS["return_stock"] = _return_twice
