@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,7 +23,7 @@ from orders.cli.render import (
     when,
 )
 from orders.domain.queries import StepView, order_status, totals
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker.faults import FaultStore, describe
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
@@ -41,6 +41,11 @@ def _job_ids(app: App, workflow_id: int | None, steps: list[StepView]) -> dict[s
             job_id = app.queues[s.step].pending_job_for(idempotency_key(workflow_id, s.step))
         found[s.step] = job_id
     return found
+
+
+def _undoes(step: StepView) -> str | None:
+    """``undoes <step>`` for a compensating step, None for a forward one."""
+    return f"undoes {step.compensates}" if step.compensates else None
 
 
 def _one(app: App, order_id: int, as_json: bool) -> None:
@@ -65,13 +70,52 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
             str(s.attempts),
             short[job_ids[s.step]] if job_ids[s.step] else "-",
             when(s.finished_at, date=False),
-            " — ".join(x for x in (s.outcome, s.last_error) if x) or "-",
+            " — ".join(x for x in (_undoes(s), s.outcome, s.last_error) if x) or "-",
         ]
         for s in view.steps
     ]
-    headers = ["step", "state", "att", "job id", "finished", "last error"]
-    caption = "att = attempts; times UTC; one job in full: orders explain JOB_ID"
+    headers = ["step", "state", "att", "job id", "finished", "outcome / last error"]
+    caption = (
+        "att = attempts; times UTC; compensating steps (after a cancellation) come last; "
+        "one job in full: orders explain JOB_ID"
+    )
     console.print(fitted_table(headers, rows, flex=5, right=(2,), caption=caption))
+
+
+def _steps_table(
+    title: str,
+    caption: str,
+    names: tuple[str, ...],
+    by_state: dict[str, dict[str, int]],
+    queues: dict[str, Any],
+    *,
+    retried: bool,
+) -> Table:
+    """Steps by state in the database beside their queues in Redis (80 columns: the
+    compensating steps' longer names leave out the retried column)."""
+    table = compact_table(title, caption)
+    for col in ("step", "done", "failed", "dead", "pending", "ready", "delayed", "active"):
+        table.add_column(col, justify="left" if col == "step" else "right", no_wrap=True)
+    table.add_column("DLQ", justify="right")
+    if retried:
+        table.add_column("retried", justify="right")
+    for step in names:
+        st, q = by_state.get(step, {}), queues[step]
+        row = [
+            step,
+            str(st.get("done", 0)),
+            str(st.get("failed", 0)),
+            str(st.get("dead", 0)),
+            str(st.get("pending", 0) + st.get("dispatched", 0)),
+            str(q["ready"]),
+            str(q["delayed"]),
+            str(q["active"]),
+            str(q["dead"]),
+        ]
+        if retried:
+            row.append(str(q["counters"].get("retried", 0)))
+        table.add_row(*row)
+    return table
 
 
 def _overview(app: App, as_json: bool) -> None:
@@ -101,30 +145,36 @@ def _overview(app: App, as_json: bool) -> None:
     for status, n in sorted(t.orders_by_status.items()):
         orders.add_row(text(status), str(n))
     console.print(orders)
-    steps = compact_table(
-        "steps (database) and their queues (Redis)",
-        "pending = not yet started; retried = retries since the queue was created",
-    )
-    for col in ("step", "done", "failed", "dead", "pending", "ready", "delayed", "active"):
-        steps.add_column(col, justify="left" if col == "step" else "right", no_wrap=True)
-    steps.add_column("DLQ", justify="right")
-    steps.add_column("retried", justify="right")
-    for step in STEPS:
-        st, q = t.steps_by_state.get(step, {}), queues[step]
-        steps.add_row(
-            step,
-            str(st.get("done", 0)),
-            str(st.get("failed", 0)),
-            str(st.get("dead", 0)),
-            str(st.get("pending", 0) + st.get("dispatched", 0)),
-            str(q["ready"]),
-            str(q["delayed"]),
-            str(q["active"]),
-            str(q["dead"]),
-            str(q["counters"].get("retried", 0)),
+    console.print(
+        _steps_table(
+            "steps (database) and their queues (Redis)",
+            "pending = not yet started; retried = retries since the queue was created",
+            STEPS,
+            t.steps_by_state,
+            queues,
+            retried=True,
         )
-    console.print(steps)
-    timed_out = {step: queues[step]["counters"].get("timed_out", 0) for step in STEPS}
+    )
+    console.print(
+        _steps_table(
+            "compensating steps (they undo finished steps of a cancelled order)",
+            "pending = not yet started; rows exist only for cancelled orders",
+            COMPENSATION_STEPS,
+            t.steps_by_state,
+            queues,
+            retried=False,
+        )
+    )
+    waiting = {s: t.steps_by_state.get(s, {}).get("waiting", 0) for s in ALL_STEPS}
+    skipped = {s: t.steps_by_state.get(s, {}).get("skipped", 0) for s in ALL_STEPS}
+    for label, counts in (
+        ("waiting for their prerequisites", waiting),
+        ("skipped (out of stock, or cancelled before they ran)", skipped),
+    ):
+        if any(counts.values()):
+            shown = ", ".join(f"{step} {n}" for step, n in counts.items() if n)
+            console.print(f"steps {label}: {shown}", highlight=False)
+    timed_out = {step: queues[step]["counters"].get("timed_out", 0) for step in ALL_STEPS}
     if any(timed_out.values()):
         console.print(
             "attempts past their time limit (timed_out): "
@@ -139,7 +189,7 @@ def _overview(app: App, as_json: bool) -> None:
             "`orders outbox retry`",
             highlight=False,
         )
-    for step in STEPS:
+    for step in ALL_STEPS:
         found = queues[step]["audit"]
         if found.get("orphans") or found.get("doubles"):
             console.print(

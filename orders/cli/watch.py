@@ -78,22 +78,30 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
     if snap.orders is not None:
         o = snap.orders
         orders = Table(title="orders", title_justify="left")
-        columns = ("placed", "in progress", "completed", "out of stock", "blocked", "outbox")
-        for col in (*columns, "unpublishable"):
+        columns = ("placed", "in progress", "completed", "out of stock", "cancelled", "blocked")
+        for col in columns:
             orders.add_column(col, justify="right")
         orders.add_row(
             str(o.placed),
             str(o.in_progress),
             str(o.completed),
             str(o.out_of_stock),
+            str(o.cancelled),
             Text(str(o.blocked), style="bold red" if o.blocked else ""),
-            str(o.outbox_backlog),
-            Text(
-                str(o.outbox_unpublishable),
-                style="bold red" if o.outbox_unpublishable else "",
-            ),
         )
         parts.append(orders)
+        outbox = Text(f"outbox: {o.outbox_backlog} step record(s) to publish, ")
+        outbox.append(
+            f"{o.outbox_unpublishable} unpublishable",
+            style="bold red" if o.outbox_unpublishable else "",
+        )
+        parts.append(outbox)
+        parts.append(
+            Text(
+                f"steps: {o.steps_waiting} waiting for prerequisites, "
+                f"{o.steps_skipped} skipped (out of stock or cancelled)"
+            )
+        )
     short = short_ids(d.job_id for d in snap.newest_dead)
     rows = []
     for d in snap.newest_dead:

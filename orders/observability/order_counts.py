@@ -12,7 +12,7 @@ from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
-SHOWN_STATUSES = ("in_progress", "completed", "out_of_stock", "blocked")
+SHOWN_STATUSES = ("in_progress", "completed", "out_of_stock", "cancelled", "blocked")
 """The statuses an operator sees; ``blocked`` wins over the order's own status."""
 
 
@@ -25,10 +25,14 @@ class OrderCounts:
         in_progress: steps still running (status placed, workflow not blocked).
         completed: every step done.
         out_of_stock: the stock step found a part short (final).
+        cancelled: cancelled by the customer (its compensations may still run).
         blocked: a step was dead-lettered; the order waits for a redrive.
         outbox_backlog: step records written but not yet published to a queue.
         outbox_unpublishable: step records the relay gave up publishing (their
             orders are blocked; ``orders outbox list`` says why).
+        steps_waiting: step records waiting for their prerequisites (stock first).
+        steps_skipped: step records that will never run (a prerequisite ran out of
+            stock, or the order was cancelled before they ran).
     """
 
     placed: int
@@ -38,6 +42,9 @@ class OrderCounts:
     blocked: int
     outbox_backlog: int
     outbox_unpublishable: int = 0
+    cancelled: int = 0
+    steps_waiting: int = 0
+    steps_skipped: int = 0
 
     def by_status(self) -> dict[str, int]:
         """``{status: count}`` for :data:`SHOWN_STATUSES`."""
@@ -76,7 +83,16 @@ def order_counts(session: Session) -> OrderCounts:
     outbox: dict[str, int] = dict(
         session.execute(
             select(WorkflowStep.status, func.count())
-            .where(WorkflowStep.status.in_((StepStatus.PENDING, StepStatus.UNPUBLISHABLE)))
+            .where(
+                WorkflowStep.status.in_(
+                    (
+                        StepStatus.PENDING,
+                        StepStatus.UNPUBLISHABLE,
+                        StepStatus.WAITING,
+                        StepStatus.SKIPPED,
+                    )
+                )
+            )
             .group_by(WorkflowStep.status)
         ).all()
     )
@@ -92,4 +108,7 @@ def order_counts(session: Session) -> OrderCounts:
         blocked=sum(blocked.values()),
         outbox_backlog=outbox.get(StepStatus.PENDING, 0),
         outbox_unpublishable=outbox.get(StepStatus.UNPUBLISHABLE, 0),
+        cancelled=unblocked(OrderStatus.CANCELLED),
+        steps_waiting=outbox.get(StepStatus.WAITING, 0),
+        steps_skipped=outbox.get(StepStatus.SKIPPED, 0),
     )

@@ -98,3 +98,34 @@ def test_cancel_with_an_unknown_order_or_bad_input_fails_clearly(env, orders, ar
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert (status_of(orders, 1), status_of(orders, 2)) == ("placed", "completed")
+
+
+def test_status_and_explain_show_the_compensation_beside_the_forward_steps(env, orders):
+    assert run(env, "cancel", "1").returncode == 0
+    wide = dict(env, COLUMNS="140")
+    status = run(wide, "status", "1")
+    assert status.returncode == 0, status.stderr
+    assert "undoes stock" in status.stdout and "skipped" in status.stdout
+    shown = json.loads(run(wide, "status", "1", "--json").stdout)
+    assert [(s["step"], s["compensates"]) for s in shown["steps"]] == [
+        *((step, None) for step in STEPS),
+        (RETURN_STOCK, STOCK),
+    ]  # the compensation after the forward steps
+    job = shown["steps"][-1]["job_id"] or orders.queues[RETURN_STOCK].pending_job_for(
+        f"{shown['workflow_id']}:{RETURN_STOCK}"
+    )
+
+    overview = run(wide, "status")
+    assert overview.returncode == 0, overview.stderr
+    assert "return_stock" in overview.stdout and "cancel_shipment" in overview.stdout
+    assert "steps skipped (out of stock, or cancelled before they ran): notification 1" in (
+        overview.stdout
+    )
+
+    explained = run(wide, "explain", job, "--json")
+    assert explained.returncode == 0, explained.stderr
+    steps = json.loads(explained.stdout)["order_steps"]
+    assert list(steps) == [*STEPS, RETURN_STOCK]
+    assert steps["notification"] == "skipped (skipped: cancelled)"
+    assert steps["stock"] == "done (deducted)"
+    assert steps[RETURN_STOCK] == "dispatched, undoes stock"

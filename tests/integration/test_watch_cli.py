@@ -15,7 +15,7 @@ from cli_processes import app_for, orders_command
 from typer.testing import CliRunner
 
 from orders.cli.main import app as main
-from orders.domain.steps import STEPS
+from orders.domain.steps import ALL_STEPS
 
 
 @pytest.fixture
@@ -35,11 +35,12 @@ def test_watch_once_prints_queues_orders_and_dead_letters(env: dict[str, str]) -
     result = CliRunner().invoke(main, ["watch", "--once", "--interval", "0.3"], env=env)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for word in ("queues", "jobs/s", "p95 ms", "retry/min", "orders", "in progress"):
+    for word in ("queues", "jobs/s", "p95 ms", "retry/min", "orders", "in progress", "cancelled"):
         assert word in out
     assert "newest dead letters" in out and "dead-letter queues are empty" in out
-    for step in STEPS:
+    for step in ALL_STEPS:  # the compensating steps' queues beside the forward ones
         assert step in out
+    assert "waiting for prerequisites" in out and "skipped (out of stock or cancelled)" in out
     points = next(line for line in out.splitlines() if "points" in line)
     assert "1" in points.split()  # one job ready
 
