@@ -17,7 +17,14 @@ from orders.app.settings import Settings
 from orders.domain.compensations import ORDER_CANCELLED
 from orders.domain.effects import CANCELLATION, ORDER_PLACED
 from orders.domain.errors import OrderNotCancellable, OrderNotFound
-from orders.domain.handlers import StepRequest, handle_step
+from orders.domain.handlers import (
+    StepRequest,
+    StepRun,
+    handle_step,
+    handle_steps,
+    mark_step_dead,
+    record_step_failure,
+)
 from orders.domain.invariants import check_invariants
 from orders.domain.models import (
     Inventory,
@@ -394,3 +401,30 @@ def test_cancelling_in_flight_prefers_an_order_with_something_to_undo(
     )
     assert cancel_in_flight(session_factory, Recorder(), placed[0].order_id, rng) is None
     assert order_and_workflow(session_factory, placed[2]) == ("completed", "done")
+
+
+def test_a_late_failure_report_or_dead_letter_cannot_reopen_a_skipped_step(
+    session_factory, catalog, make_draft
+):
+    placed = place_one(session_factory, make_draft())
+    run(session_factory, placed, STOCK)
+    cancel(session_factory, Recorder(), placed.order_id)
+    request = StepRequest(placed.workflow_id, placed.order_id, POINTS, 2)
+    assert not record_step_failure(session_factory, request, "boom")
+    assert not mark_step_dead(session_factory, placed.workflow_id, POINTS, "retries_exhausted")
+    assert steps_of(session_factory, placed.workflow_id)[POINTS][0] == StepStatus.SKIPPED
+    with session_factory() as session:
+        assert session.get(Workflow, placed.workflow_id).status == WorkflowStatus.RUNNING
+
+
+def test_a_batch_holding_a_skipped_step_absorbs_it(session_factory, catalog, make_draft):
+    placed = [place_one(session_factory, make_draft([(14, 1, "AIR")])) for _ in range(2)]
+    for p in placed:
+        run(session_factory, p, STOCK)
+    cancel(session_factory, Recorder(), placed[0].order_id)
+    results = handle_steps(
+        session_factory,
+        [StepRun(p.workflow_id, POINTS, p.order_id) for p in placed],
+    )
+    assert [r.duplicate for r in results] == [True, False]
+    assert points_rows(session_factory, placed[0].order_id) == []
