@@ -45,7 +45,8 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
         "--redis-kill-every", "10",
         "--appendfsync", "everysec",
         "--fail-rate", "0.3",
-        "--fail-steps", "notification",
+        "--fail-steps", "notification,return_stock,reverse_points,cancel_shipment",
+        "--cancel", "10",
         "--slow-rate", "0.05",
         "--slow-ms", "4000",
         "--slow-steps", "points",
@@ -62,10 +63,15 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
     assert all(happened[kind] > 0 for kind in EVERY_FAULT), happened
     orders, delivery = report["orders"], report["delivery"]
     assert orders["placed"] == 800 and orders["unsettled"] == 0
-    assert orders["completed"] + orders["out_of_stock"] + orders["blocked_in_dlq"] == 800
+    settled = orders["completed"] + orders["out_of_stock"] + orders["cancelled"]
+    assert settled + orders["blocked_in_dlq"] == 800
     # stock runs first: an out-of-stock order's other three steps are skipped (ADR 0011)
     assert orders["out_of_stock"] > 0
-    assert delivery["distinct_effects"] == 4 * 800 - 3 * orders["out_of_stock"]
+    # cancelled in flight: their finished steps compensated under the same faults (ADR 0012)
+    assert 0 < orders["cancelled"] <= 10
+    assert delivery["per_step"]["return_stock"]["distinct_effects"] > 0
+    done = 4 * (800 - orders["cancelled"]) - 3 * orders["out_of_stock"]
+    assert done <= delivery["distinct_effects"] <= done + 7 * orders["cancelled"]
     # what the faults forced the system to do, and it did
     assert delivery["duplicates_absorbed"] > 0  # replays, redeliveries after kills and stalls
     assert delivery["stale_acks_refused"] > 0  # the stalled runs' acks came too late
@@ -96,6 +102,7 @@ def test_with_appendfsync_always_a_redis_crash_loses_nothing_to_republish(
         "--term-every", "0",
         "--redis-kill-every", "4",
         "--appendfsync", "always",
+        "--cancel", "0",
         "--fail-rate", "0",
         "--slow-rate", "0",
         "--crash-once", "",
