@@ -55,8 +55,10 @@ def test_enqueue_many_stores_a_batch_in_one_round_trip(private_client, key_prefi
     # commandstats also counts the commands a script issues; the client sent one EVALSHA
     assert calls.pop("evalsha") == 1
     assert calls.pop("hsetnx") == 200
-    # type / hmget: the script validates its keys and counters before its first write
-    assert set(calls) <= {"time", "lpush", "ltrim", "hincrby", "config", "info", "type", "hmget"}
+    # llen / zcard / hlen / type / hmget: the script validates its keys (a read of each
+    # key's own type; TYPE for the idempotency keys) and counters before its first write
+    checks = {"llen", "zcard", "hlen", "type", "hmget"}
+    assert set(calls) <= {"time", "lpush", "ltrim", "hincrby", "config", "info", *checks}
     assert len(set(ids)) == 200
     assert stats(queue).ready == 201
 

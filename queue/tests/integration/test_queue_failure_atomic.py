@@ -197,3 +197,44 @@ def test_a_split_fetch_never_reaps_the_leases_its_own_first_call_gave_out(make_q
     got = [j.job_id for j in fetched.jobs]
     assert len(got) == len(set(got)) == len(ids)
     assert all(j.attempt == 1 for j in fetched.jobs)
+
+
+def _snapshot(queue):
+    """Every queue key's serialized value (None when absent)."""
+    return {k: queue.client.dump(k) for k in queue.keys.script_keys()}
+
+
+FETCH_KEYS = ["ready", "delayed", "active", "jobs", "attempts", "leases", "dead", "info"]
+ACK_KEYS = ["active", "leases", "done", "jobs", "attempts", "info"]
+
+
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [("fetch", k) for k in [*FETCH_KEYS, "stats", "seq"]]
+    + [("ack", k) for k in [*ACK_KEYS, "stats"]],
+)
+def test_every_key_the_hot_path_touches_is_validated_before_its_first_write(
+    make_queue, script, kind
+):
+    """fetch and ack check some keys with an explicit read and others through the first
+    read of them; either way a key of the wrong type refuses the call, nothing written."""
+    queue = make_queue(settings=QueueSettings(lease_seconds=60))
+    enqueue_n(queue, 4)
+    queue.enqueue("t", {}, delay=3600)
+    held = queue.fetch(2).jobs
+    key, aside = queue.keys.key(kind), queue.keys.key("aside")
+    before = _snapshot(queue)
+    if queue.client.exists(key):
+        queue.client.rename(key, aside)
+    queue.client.sadd(key, "planted")  # a type no queue key has
+    try:
+        with pytest.raises(QueueDataError, match=kind):
+            if script == "fetch":
+                queue.fetch(2)
+            else:
+                queue.ack([j.lease for j in held])
+    finally:
+        queue.client.delete(key)
+        if queue.client.exists(aside):
+            queue.client.rename(aside, key)
+    assert _snapshot(queue) == before

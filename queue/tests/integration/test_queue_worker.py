@@ -48,8 +48,10 @@ def test_idle_worker_blocks_on_redis_instead_of_polling(private_client, key_pref
     # two lanes, each one fetch (EVALSHA) + one BLPOP per 2 s block: about 2 a second.
     # commandstats also counts what the fetch script runs inside Redis (no round trips).
     assert (calls["evalsha"] + calls["blpop"]) / elapsed < 3, calls
-    # type / hmget / get: the script validates its keys, counters and sequence first
-    inside_fetch = {"time", "zrangebyscore", "rpop", "zrange", "type", "hmget", "get"}
+    # llen / zcard / hlen / hmget / get: the script validates its keys (a read of each
+    # key's own type), counters and sequence first
+    inside_fetch = {"time", "zrangebyscore", "rpop", "zrange", "llen", "zcard", "hlen"}
+    inside_fetch |= {"hmget", "get"}
     assert set(calls) <= {"evalsha", "blpop", "info", "config", *inside_fetch}
 
 

@@ -28,23 +28,36 @@ local MAX_ID_BYTES = 200
 
 -- Every script validates before its first write: Redis keeps the writes a script made
 -- before an error, so a failure after a write would leave a job half moved.
-local KEY_TYPES = {
-  [K_READY] = 'list', [K_DELAYED] = 'zset', [K_ACTIVE] = 'zset', [K_JOBS] = 'hash',
-  [K_ATTEMPTS] = 'hash', [K_LEASES] = 'hash', [K_DEAD] = 'zset', [K_INFO] = 'hash',
-  [K_DONE] = 'zset', [K_STATS] = 'hash', [K_SEQ] = 'string', [K_WAKE] = 'list',
-}
+-- The type each queue key must hold (or nothing), and a read of that type with an
+-- integer reply: it fails on a key of another type, and is cheaper than TYPE (whose
+-- status reply Lua receives as a table).
+local SIZE_OF = {list = 'LLEN', zset = 'ZCARD', hash = 'HLEN', string = 'STRLEN'}
+local function key_type(k)
+  if k == K_DELAYED or k == K_ACTIVE or k == K_DEAD or k == K_DONE then return 'zset' end
+  if k == K_READY or k == K_WAKE then return 'list' end
+  if k == K_SEQ then return 'string' end
+  return 'hash'  -- jobs, attempts, leases, info, stats
+end
+
+local function corrupt(k, want)
+  return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. redis.call('TYPE', k)['ok']
+    .. ', expected a ' .. want
+end
 
 -- nil when every key holds its type (or nothing) and every named stats counter is an
 -- integer (or unset); otherwise the error text to return, before any write.
 local function check(keys, counters)
+  local with_counters = counters and #counters > 0
   for _, k in ipairs(keys) do
-    local t = redis.call('TYPE', k)['ok']
-    if t ~= 'none' and t ~= KEY_TYPES[k] then
-      return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. t .. ', expected a ' .. KEY_TYPES[k]
+    if not (with_counters and k == K_STATS) then  -- the HMGET below reads the stats
+      local want = key_type(k)
+      local r = redis.pcall(SIZE_OF[want], k)
+      if type(r) == 'table' and r['err'] then return corrupt(k, want) end
     end
   end
-  if counters and #counters > 0 then
-    local vals = redis.call('HMGET', K_STATS, unpack(counters))
+  if with_counters then
+    local vals = redis.pcall('HMGET', K_STATS, unpack(counters))
+    if vals['err'] then return corrupt(K_STATS, 'hash') end
     for i, v in ipairs(counters) do
       if vals[i] and not string.match(vals[i], '^%-?%d+$') then
         return 'QUEUE_CORRUPT stats counter ' .. v .. ' is not an integer'
@@ -89,7 +102,9 @@ end
 
 -- A read of a variadic command in chunks, the replies concatenated (HMGET).
 local function chunked_read(cmd, key, list)
-  local out, n, i = {}, #list, 1
+  local n = #list
+  if n <= 1000 then return n > 0 and redis.call(cmd, key, unpack(list, 1, n)) or {} end
+  local out, i = {}, 1
   while i <= n do
     local j = math.min(i + 999, n)
     local part = redis.call(cmd, key, unpack(list, i, j))
@@ -210,5 +225,9 @@ local function valid_utf8(s)
 end
 
 local function valid_id(id)
-  return #id > 0 and #id <= MAX_ID_BYTES and valid_utf8(id)
+  local n = #id
+  if n == 0 or n > MAX_ID_BYTES then return false end
+  -- ASCII (every id this library makes): the largest byte, found in C, is below 128
+  if math.max(string.byte(id, 1, n)) < 128 then return true end
+  return valid_utf8(id)
 end

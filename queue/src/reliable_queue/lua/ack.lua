@@ -10,13 +10,16 @@
 -- @include _common.lua
 local retention, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = check_count(n)
-  or check({K_ACTIVE, K_LEASES, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS},
+  or check({K_ACTIVE, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS},
            {'succeeded', 'stale_refused'})
 if bad then return redis.error_reply(bad) end
-local now = now_ms()
 local ids = {}
 for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
-local cur = chunked_read('HMGET', K_LEASES, ids)
+-- the current tokens; this read (n <= MAX_BATCH: one HMGET) is the type check of leases
+local cur = {}
+if n > 0 then cur = redis.pcall('HMGET', K_LEASES, unpack(ids, 1, n)) end
+if cur['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
+local now = now_ms()
 local ok, refused, zdone = {}, {}, {}
 for i = 1, n do
   if cur[i] and cur[i] == ARGV[2 + 2 * i] then

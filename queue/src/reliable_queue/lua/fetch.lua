@@ -24,11 +24,12 @@ local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local dlq_size, dlq_age = tonumber(ARGV[6]), tonumber(ARGV[7])
 local bad = check_count(count) or check_count(reap_limit)
   or check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO,
-            K_STATS, K_SEQ},
+            K_STATS},
            {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
             'dlq_dropped'})
 if bad then return redis.error_reply(bad) end
-local seq0 = redis.call('GET', K_SEQ)
+local seq0 = redis.pcall('GET', K_SEQ)  -- also the type check of seq
+if type(seq0) == 'table' then return redis.error_reply(corrupt(K_SEQ, 'string')) end
 if seq0 and not string.match(seq0, '^%d+$') then
   return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer')
 end
