@@ -447,8 +447,18 @@ class Worker:
             # expire and be reaped: either way the heartbeat must stop extending them
             self.book.drop([j.lease for j in jobs])
 
-    def _deadline(self, item: Prepared) -> float | None:
-        limit = time_limit_of(item.definition.retry, self.settings.default_time_limit_seconds)
+    def _deadline(self, item: Prepared, limits: dict[str, float | None]) -> float | None:
+        """Monotonic seconds ``item``'s run must end by if it starts now (None: no limit).
+
+        ``limits`` caches each task's limit for one batch (the batch's jobs share few
+        tasks, so the policy is looked up once per task, not once per job).
+        """
+        name = item.definition.name
+        if name in limits:
+            limit = limits[name]
+        else:
+            limit = time_limit_of(item.definition.retry, self.settings.default_time_limit_seconds)
+            limits[name] = limit
         return None if limit is None else self.clock() + limit
 
     def _run_held(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
@@ -457,6 +467,7 @@ class Worker:
         outcomes: list[tuple[RawJob, Outcome]] = []
         batched: dict[str, list[Prepared]] = {}
         released: list[RawJob] = []
+        limits: dict[str, float | None] = {}
         for job in jobs:
             if run.abandoned.is_set():
                 break  # the rest of the batch was handed back by the time-limit check
@@ -468,7 +479,7 @@ class Worker:
                 batched.setdefault(item.definition.name, []).append(item)
                 continue
             if isinstance(item, Prepared):
-                self.book.start(job.job_id, self._deadline(item), item)
+                self.book.start(job.job_id, self._deadline(item, limits), item)
             else:
                 self.book.start(job.job_id)
             if isinstance(item, Prepared):
@@ -482,7 +493,7 @@ class Worker:
             if self.stopping.is_set():
                 released.extend(i.job for i in items)
                 continue
-            deadline = self._deadline(items[0])
+            deadline = self._deadline(items[0], limits)
             for i in items:
                 self.book.start(i.job.job_id, deadline, i)
             outcomes.extend(
@@ -562,14 +573,21 @@ class Worker:
     def _settlements(self, queue: Queue, outcomes: list[tuple[RawJob, Outcome]]) -> list[Call]:
         acks = []
         calls: list[Call] = []
-        for job, outcome in outcomes:
+        late: set[str] = set()
+        if self._timed_out:  # one look under the lock per batch, and only after a timeout
             with self._lanes_lock:
-                late = job.token in self._timed_out
-                self._timed_out.discard(job.token)
-            if late:  # already failed as timed_out; this late result is not settled
+                late = {job.token for job, _ in outcomes if job.token in self._timed_out}
+                self._timed_out -= late
+        succeeded = 0
+        for job, outcome in outcomes:
+            if late and job.token in late:
+                # already failed as timed_out; this late result is not settled
                 log.warning("job %s returned after its time limit; result ignored", job.job_id)
                 continue
-            self._log_outcome(job, outcome)
+            if isinstance(outcome, Succeeded):
+                succeeded += 1  # counted once per batch below
+            else:
+                self._log_outcome(job, outcome)
             if self.hooks.on_outcome is not None:
                 try:
                     self.hooks.on_outcome(job, outcome)
@@ -583,6 +601,8 @@ class Worker:
             else:
                 info = queue.failure_info(outcome.reason, outcome.error, outcome.traceback)
                 calls.append(queue.dead_call(outcome.lease, outcome.reason, info))
+        if succeeded:
+            self.counters.add("succeeded", succeeded)
         if acks:
             calls[:0] = queue.ack_calls(acks)
         return calls
