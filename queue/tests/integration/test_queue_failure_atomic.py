@@ -92,7 +92,8 @@ def test_a_wrong_type_idempotency_key_mid_batch_enqueues_nothing(make_queue):
 
 @pytest.mark.parametrize("kind", ["done", "info", "stats"])
 def test_a_wrong_type_structure_refuses_the_call_before_any_write(make_queue, kind):
-    queue = make_queue()
+    # an ack writes info only when it deletes the record (retention 0, or a trim)
+    queue = make_queue(settings=QueueSettings(job_retention_seconds=0) if kind == "info" else None)
     (job_id,) = queue.enqueue_many([EnqueueRequest("t", {})])
     job = queue.fetch(1).jobs[0]
     queue.client.delete(queue.keys.key(kind))
@@ -205,20 +206,24 @@ def _snapshot(queue):
 
 
 FETCH_KEYS = ["ready", "delayed", "active", "jobs", "attempts", "leases", "dead", "info"]
-ACK_KEYS = ["active", "leases", "done", "jobs", "attempts", "info"]
+ACK_KEYS = ["active", "leases", "done"]
+#: keys an ack writes only when it deletes records (retention 0, or a retention trim)
+ACK_DELETE_KEYS = ["jobs", "attempts", "info"]
 
 
 @pytest.mark.parametrize(
-    ("script", "kind"),
-    [("fetch", k) for k in [*FETCH_KEYS, "stats", "seq"]]
-    + [("ack", k) for k in [*ACK_KEYS, "stats"]],
+    ("script", "kind", "retention"),
+    [("fetch", k, 3600) for k in [*FETCH_KEYS, "stats", "seq"]]
+    + [("ack", k, 3600) for k in [*ACK_KEYS, "stats"]]
+    + [("ack", k, 0) for k in [*ACK_KEYS, *ACK_DELETE_KEYS, "stats"]],
 )
 def test_every_key_the_hot_path_touches_is_validated_before_its_first_write(
-    make_queue, script, kind
+    make_queue, script, kind, retention
 ):
     """fetch and ack check some keys with an explicit read and others through the first
-    read of them; either way a key of the wrong type refuses the call, nothing written."""
-    queue = make_queue(settings=QueueSettings(lease_seconds=60))
+    read of them, each before the first write of the call that touches it; either way
+    a key of the wrong type refuses the call with nothing written."""
+    queue = make_queue(settings=QueueSettings(lease_seconds=60, job_retention_seconds=retention))
     enqueue_n(queue, 4)
     queue.enqueue("t", {}, delay=3600)
     held = queue.fetch(2).jobs
@@ -238,3 +243,27 @@ def test_every_key_the_hot_path_touches_is_validated_before_its_first_write(
         if queue.client.exists(aside):
             queue.client.rename(aside, key)
     assert _snapshot(queue) == before
+
+
+@pytest.mark.parametrize("kind", ACK_DELETE_KEYS)
+def test_an_ack_that_trims_old_records_checks_the_keys_the_trim_deletes_from(make_queue, kind):
+    queue = make_queue(settings=QueueSettings(lease_seconds=60, job_retention_seconds=1))
+    enqueue_n(queue, 2)
+    first, second = queue.fetch(2).jobs
+    queue.ack([first.lease])
+    queue.client.zadd(queue.keys.key("done"), {first.job_id: 0})  # long past retention
+    key, aside = queue.keys.key(kind), queue.keys.key("aside")
+    before = _snapshot(queue)
+    if queue.client.exists(key):
+        queue.client.rename(key, aside)
+    queue.client.sadd(key, "planted")
+    try:
+        with pytest.raises(QueueDataError, match=kind):
+            queue.ack([second.lease])
+    finally:
+        queue.client.delete(key)
+        if queue.client.exists(aside):
+            queue.client.rename(aside, key)
+    assert _snapshot(queue) == before
+    assert queue.ack([second.lease]).acked == [second.job_id]  # the trim then goes ahead
+    assert queue.client.zscore(queue.keys.key("done"), first.job_id) is None

@@ -4,22 +4,26 @@
 -- ARGV[2] n (at most MAX_BATCH), then n pairs: job id, lease token
 -- Returns: {acked ids..., '|', refused ids...}  (a '|' separator; ids never contain '|').
 --   A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
---   type or too many leases.
+--   type or too many leases. Keys are checked when this call would touch them: jobs,
+--   attempts and info only when it deletes records (retention 0, or a trim).
 -- Changes: active, leases, done (or jobs/attempts/info deleted), stats succeeded /
 --          stale_refused; trims done records older than the retention window (bounded).
 -- @include _common.lua
 local retention, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = check_count(n)
-  or check({K_ACTIVE, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS},
-           {'succeeded', 'stale_refused'})
 if bad then return redis.error_reply(bad) end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
--- the current tokens; this read (n <= MAX_BATCH: one HMGET) is the type check of leases
+-- reads first; each is also the type check of the key it reads (n <= MAX_BATCH: one
+-- HMGET). The current tokens:
 local cur = {}
 if n > 0 then cur = redis.pcall('HMGET', K_LEASES, unpack(ids, 1, n)) end
 if cur['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
 local now = now_ms()
+-- retention: finished records past the window, a bounded amount per call
+local old = redis.pcall('ZRANGEBYSCORE', K_DONE, '-inf', now - retention,
+                        'LIMIT', 0, math.min(2 * n + 100, TRIM_STEP))
+if old['err'] then return redis.error_reply(corrupt(K_DONE, 'zset')) end
 local ok, refused, zdone = {}, {}, {}
 for i = 1, n do
   if cur[i] and cur[i] == ARGV[2 + 2 * i] then
@@ -30,6 +34,20 @@ for i = 1, n do
     refused[#refused + 1] = ids[i]
   end
 end
+-- then the keys this call writes without having read them, and its counters
+local keys, counters = {}, {}
+if #ok > 0 then
+  keys[1] = K_ACTIVE
+  counters[1] = 'succeeded'
+end
+if #refused > 0 then counters[#counters + 1] = 'stale_refused' end
+if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget)
+  keys[#keys + 1] = K_JOBS
+  keys[#keys + 1] = K_ATTEMPTS
+  keys[#keys + 1] = K_INFO
+end
+bad = check(keys, counters)
+if bad then return redis.error_reply(bad) end
 -- validated: no command below can fail
 if #ok > 0 then
   chunked('ZREM', K_ACTIVE, ok)
@@ -42,8 +60,10 @@ if #ok > 0 then
   redis.call('HINCRBY', K_STATS, 'succeeded', #ok)
 end
 if #refused > 0 then redis.call('HINCRBY', K_STATS, 'stale_refused', #refused) end
--- retention: drop finished records past the window, a bounded amount per call
-trim_done(now, retention, math.min(2 * n + 100, TRIM_STEP))
+if #old > 0 then
+  chunked('ZREM', K_DONE, old)
+  forget(old)
+end
 ok[#ok + 1] = '|'
 for _, id in ipairs(refused) do ok[#ok + 1] = id end
 return ok
