@@ -7,6 +7,7 @@ observed loss: it failed (jobs in no structure, or a raw error) before the fix.
 
 import math
 import threading
+import time
 
 import pytest
 import redis
@@ -267,3 +268,30 @@ def test_an_ack_that_trims_old_records_checks_the_keys_the_trim_deletes_from(mak
     assert _snapshot(queue) == before
     assert queue.ack([second.lease]).acked == [second.job_id]  # the trim then goes ahead
     assert queue.client.zscore(queue.keys.key("done"), first.job_id) is None
+
+
+@pytest.mark.parametrize("first_write", ["promote", "reap"])
+def test_a_fetch_that_writes_before_its_pop_checks_ready_first(make_queue, first_write):
+    """Without a due job or an expired lease, fetch's RPOP is its first write (and its
+    own check of ready); with one, the promotion or the reap writes first, so ready
+    must be checked before them."""
+    queue = make_queue(settings=QueueSettings(lease_seconds=0.05))
+    if first_write == "promote":
+        queue.enqueue("t", {}, delay=0.05)
+    else:
+        enqueue_n(queue, 1)
+        assert len(queue.fetch(1, lease_seconds=0.05).jobs) == 1
+    time.sleep(0.2)  # the delay / the lease is over
+    key, aside = queue.keys.key("ready"), queue.keys.key("aside")
+    before = _snapshot(queue)
+    if queue.client.exists(key):
+        queue.client.rename(key, aside)
+    queue.client.sadd(key, "planted")
+    try:
+        with pytest.raises(QueueDataError, match="ready"):
+            queue.fetch(1)
+    finally:
+        queue.client.delete(key)
+        if queue.client.exists(aside):
+            queue.client.rename(aside, key)
+    assert _snapshot(queue) == before
