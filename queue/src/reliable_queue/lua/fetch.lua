@@ -23,17 +23,14 @@ local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local dlq_size, dlq_age = tonumber(ARGV[6]), tonumber(ARGV[7])
 local bad = check_count(count) or check_count(reap_limit)
-  or check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO,
-            K_STATS},
-           {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
-            'dlq_dropped'})
 if bad then return redis.error_reply(bad) end
+-- reads first; each is also the type check of the key it reads (pcall: a wrong type
+-- is refused as QUEUE_CORRUPT with nothing written)
 local seq0 = redis.pcall('GET', K_SEQ)  -- also the type check of seq
 if type(seq0) == 'table' then return redis.error_reply(corrupt(K_SEQ, 'string')) end
 if seq0 and not string.match(seq0, '^%d+$') then
   return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer')
 end
--- validated: no command below can fail
 local now = now_ms()
 
 -- 1. reap. A job lost with its worker is charged the attempt only when it ran alone
@@ -44,8 +41,21 @@ local now = now_ms()
 -- At max attempts a charged job is dead (worker_lost).
 local expired = {}
 if reap_limit > 0 then
-  expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
+  expired = redis.pcall('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
+  if expired['err'] then return redis.error_reply(corrupt(K_ACTIVE, 'zset')) end
 end
+local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now,
+                        'LIMIT', 0, math.max(count * 4, 1000))
+if due['err'] then return redis.error_reply(corrupt(K_DELAYED, 'zset')) end
+-- then the keys written without having been read: ready too when reaping or promoting
+-- writes before its RPOP (otherwise that RPOP is the first write, and its own check)
+local keys = {K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS}
+if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
+if #expired > 0 or #due > 0 then keys[#keys + 1] = K_READY end
+bad = check(keys, {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
+                   'dlq_dropped'})
+if bad then return redis.error_reply(bad) end
+-- validated: no command below can fail, but for that RPOP
 local reaped = #expired
 local dead_any = false
 if reaped > 0 then
@@ -84,7 +94,7 @@ end
 
 -- 2. promote due delayed jobs to the back of the line, in due order: due jobs are
 -- served first-in-first-out by due time, behind the due jobs already waiting.
-local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, math.max(count * 4, 1000))
+-- (`due` was read above, before any write)
 if #due > 0 then
   chunked('ZREM', K_DELAYED, due)
   chunked('LPUSH', K_READY, due)
@@ -94,7 +104,10 @@ end
 -- count of 0 replies an empty array, not nil).
 local out = {-1, reaped, (reap_limit > 0 and reaped >= reap_limit) and 1 or 0}
 local ids = false
-if count > 0 then ids = redis.call('RPOP', K_READY, count) end
+if count > 0 then
+  ids = redis.pcall('RPOP', K_READY, count)
+  if ids and ids['err'] then return redis.error_reply(corrupt(K_READY, 'list')) end
+end
 if not ids then
   if dead_any then trim_dead(now, dlq_size, dlq_age) end
   local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
