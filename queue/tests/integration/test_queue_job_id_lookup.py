@@ -7,10 +7,13 @@ from reliable_queue import AmbiguousJobIdError, JobIdNotFoundError, find_job
 
 def test_a_unique_prefix_finds_the_job_and_its_queue(make_queue):
     points, stock = make_queue("points"), make_queue("stock")
-    stock.enqueue("t", {})
+    others = [stock.enqueue("t", {})]
     job_id = points.enqueue("t", {})
-    other = points.enqueue("t", {})
-    unique = next(n for n in range(6, len(job_id)) if not other.startswith(job_id[:n]))
+    others.append(points.enqueue("t", {}))
+    # unique against both other jobs, the one in the other queue too
+    unique = next(
+        n for n in range(6, len(job_id)) if not any(o.startswith(job_id[:n]) for o in others)
+    )
 
     match = find_job([stock, points], job_id[:unique])
 
