@@ -69,7 +69,6 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
     assert orders["out_of_stock"] > 0
     # cancelled in flight: their finished steps compensated under the same faults (ADR 0012)
     assert 0 < orders["cancelled"] <= 10
-    assert delivery["per_step"]["return_stock"]["distinct_effects"] > 0
     done = 4 * (800 - orders["cancelled"]) - 3 * orders["out_of_stock"]
     assert done <= delivery["distinct_effects"] <= done + 7 * orders["cancelled"]
     # what the faults forced the system to do, and it did
