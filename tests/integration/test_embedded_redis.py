@@ -15,6 +15,9 @@ import redis
 from reliable_queue.embedded import EmbeddedRedis, RedisStartError, find_redis_server
 from reliable_queue.errors import QueueError
 
+# What this checks does not depend on the database: the PostgreSQL pass skips it.
+pytestmark = pytest.mark.no_database
+
 
 @pytest.fixture
 def server(tmp_path: Path):

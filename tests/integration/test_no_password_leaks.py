@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 from orders.cli.main import app as cli
 from reliable_queue.embedded import EmbeddedRedis
 
+# What this checks does not depend on the database: the PostgreSQL pass skips it.
+pytestmark = pytest.mark.no_database
+
 PAGES = ["/", "/partials/overview", "/queues/stock", "/orders", "/orders/1", "/dlq", "/metrics",
          "/healthz", "/login", "/queues/stock/jobs/nosuchjob", "/nosuchpage"]  # fmt: skip
 

@@ -17,6 +17,9 @@ from unprivileged import as_nobody, require_setpriv, world_traversable_dir
 
 from reliable_queue.embedded import EmbeddedRedis
 
+# What this checks does not depend on the database: the PostgreSQL pass skips it.
+pytestmark = pytest.mark.no_database
+
 
 @pytest.fixture
 def open_data_dir() -> Iterator[Path]:
