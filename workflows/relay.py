@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, case, or_, select, update
+from sqlalchemy import Row, case, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
@@ -192,8 +192,8 @@ def sweep(
     step runs). The writer's own publish (:func:`publish_steps`) is not held
     back by the note.
 
-    A step counts as lost when it was dispatched (or last failed) more than
-    ``republish_after`` seconds ago, is not done or dead, and ``is_known``
+    A step counts as lost when it was dispatched (or, never marked dispatched,
+    last started) more than ``republish_after`` seconds ago, is not done or dead, and ``is_known``
     says the queue holds no job for its idempotency key (Redis lost it); the
     steps are read again after that check, so one that finished meanwhile is
     not taken for lost. The database is the source of truth; the re-published
@@ -230,16 +230,20 @@ def sweep(
     result.refused, result.unpublishable = first.refused, first.unpublishable
     now = clock()
     cutoff = now - timedelta(seconds=republish_after)
+    # A writer that published a row and died before marking it leaves no dispatch
+    # time; a worker that ran it since and failed made it ``failed``, which the
+    # pending pass no longer takes: its attempt's start time dates it instead.
+    sent_at = func.coalesce(WorkflowStep.dispatched_at, WorkflowStep.started_at)
     with UnitOfWork(session_factory) as uow:
         stale_ids = list(
             uow.session.scalars(
                 select(WorkflowStep.id)
                 .where(
                     WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
-                    WorkflowStep.dispatched_at < cutoff,
+                    sent_at < cutoff,
                     _due(now),
                 )
-                .order_by(WorkflowStep.dispatched_at)
+                .order_by(sent_at)
                 .limit(limit)
             )
         )

@@ -15,7 +15,8 @@ from orders.sources.drafts import RANDOM
 from workflows.columns import utcnow
 from workflows.errors import PublisherUnavailable
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import publish_pending, publish_steps, sweep
+from workflows.relay import message_for, publish_pending, publish_steps, sweep
+from workflows.tracker import StepRun, record_step_failure
 
 
 def step_states(session_factory) -> dict[str, int]:
@@ -218,3 +219,42 @@ def test_the_writer_publishes_a_step_a_settling_sweep_has_noted(
     step_ids = [s for order in result.orders for s in order.step_ids]
     assert publish_steps(session_factory, publisher, step_ids) == 2  # not held back
     assert len(publisher.keys()) == 2
+
+
+def test_a_failed_step_its_writer_never_marked_is_republished_when_the_queue_lost_it(
+    session_factory, catalog, publisher
+):
+    """A writer that published a step but died before marking it dispatched leaves
+    it pending; a worker may then run it and fail (the row says failed, no dispatch
+    time). A settling sweep no longer publishes it (not pending), so the lost-step
+    check must take it up when Redis loses the retry, or the order never settles."""
+    result = place(session_factory, 1, source=RANDOM, rng=random.Random(9))
+    order = result.orders[0]
+    with session_factory() as session:
+        row = session.scalars(
+            select(WorkflowStep).where(
+                WorkflowStep.workflow_id == order.workflow_id, WorkflowStep.step == STOCK
+            )
+        ).one()
+        publisher.publish([message_for(row)])  # published; the writer dies before marking
+    started = utcnow()
+    record_step_failure(
+        session_factory, StepRun(order.workflow_id, STOCK, job_id="j1"), "boom",
+        clock=lambda: started,
+    )  # fmt: skip
+    publisher.messages.clear()
+
+    def sweep_at(seconds: float):
+        return sweep(
+            session_factory,
+            publisher,
+            is_known=never_known,  # Redis lost the retry
+            republish_after=30,
+            clock=lambda: started + timedelta(seconds=seconds),
+            settle_seconds=1.0,
+        )
+
+    assert sweep_at(1).republished == 0  # a recent failure: its retry is not checked yet
+    swept = sweep_at(31)
+    assert swept.republished_keys == [f"{order.workflow_id}:{STOCK}"]
+    assert publisher.keys() == swept.republished_keys
