@@ -258,3 +258,33 @@ def test_a_failed_step_its_writer_never_marked_is_republished_when_the_queue_los
     swept = sweep_at(31)
     assert swept.republished_keys == [f"{order.workflow_id}:{STOCK}"]
     assert publisher.keys() == swept.republished_keys
+
+
+def test_a_row_written_while_a_settling_sweep_runs_is_left_to_its_writer(
+    session_factory, catalog, publisher
+):
+    """A row committed after the sweep noted the fresh rows but before it read the
+    due ones has no note yet: the sweep must not take it for due, or it publishes
+    beside the writer, and a writer's job already done makes a second job."""
+    now = utcnow()
+    calls = 0
+
+    def clock():
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # after the noting pass, before the due rows are read
+            place(session_factory, 1, source=RANDOM, rng=random.Random(10))
+        return now
+
+    swept = sweep(
+        session_factory,
+        publisher,
+        is_known=never_known,
+        republish_after=30,
+        clock=clock,
+        settle_seconds=2.0,
+    )
+    assert calls >= 2
+    assert swept.published == 0
+    assert publisher.keys() == []
+    assert step_states(session_factory)[StepStatus.PENDING] == 1
