@@ -40,7 +40,7 @@ from orders.chaos.pool import WorkerPool
 from orders.chaos.redis_crash import AofHistory, RedisCrasher
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, ChaosServices, handler_faults
-from orders.chaos.summary import RunFacts, summarize
+from orders.chaos.summary import RunFacts, handler_runs, summarize
 from orders.domain.models import Order
 from orders.domain.queries import totals
 from orders.sources.scarcity import make_scarce
@@ -140,6 +140,7 @@ class ChaosRun:
         self.started = 0.0
         self.warmup_seconds = 0.0
         self.lost_increments: dict[str, dict[str, int]] = {}
+        self.runs_while_on: dict[str, int] = {}
         self._before_crash: dict[str, dict[str, int]] | None = None
         self._last_progress = -math.inf
         self.cancelled: list[int] = []
@@ -238,6 +239,10 @@ class ChaosRun:
             if placed >= o.orders and not (self.crasher and self.crasher.down):
                 break
             self.sleep(TICK)
+        # the rates apply to the runs so far: read them as the faults stop
+        snapshot = self._try(lambda: counter_snapshot(self.app))
+        if snapshot is not None:
+            self.runs_while_on = handler_runs(snapshot["app"])
         self._clear_faults()
         return self.clock()
 
@@ -423,4 +428,5 @@ class ChaosRun:
             redriven=redriven,
             poison=self.poison_outcome,
             cancelled=len(self.cancelled),
+            runs_while_on=self.runs_while_on,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orders.app.bootstrap import App
@@ -47,6 +48,10 @@ class RunFacts:
         poison: where the poison job ended, read before the redrive (None: no
             poison job, or Redis was unreachable).
         cancelled: orders the driver cancelled in flight.
+        runs_while_on: step -> handler runs while the handler faults were on
+            (read when they stopped; :func:`handler_runs`). A fault's rate applies
+            to these runs only: a step that runs after stock (stock first) mostly
+            runs once placing is done and the faults are off.
     """
 
     first_order_id: int
@@ -65,6 +70,31 @@ class RunFacts:
     redriven: int = 0
     poison: PoisonOutcome | None = None
     cancelled: int = 0
+    runs_while_on: dict[str, int] = field(default_factory=dict)
+
+
+def handler_runs(counters: dict[str, int]) -> dict[str, int]:
+    """Handler runs per step from the shared counters: effects applied, duplicates
+    absorbed and runs failed by an injected fault before their effect.
+
+    Args:
+        counters: the shared counters (``orders.worker.counters.Counters.read``).
+
+    Returns:
+        ``{step: runs}`` for every step with a count.
+    """
+    runs: dict[str, int] = {}
+    for kind in ("applied", "duplicate", "injected:fail"):
+        for step, n in by_step(counters, kind).items():
+            runs[step] = runs.get(step, 0) + n
+    return runs
+
+
+def _while_on(facts: RunFacts, steps: Sequence[str]) -> str:
+    """``"; N runs while on"``: the runs a rate applied to (empty when not read)."""
+    if not facts.runs_while_on:
+        return ""
+    return f"; {sum(facts.runs_while_on.get(s, 0) for s in steps)} runs while on"
 
 
 def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) -> list[FaultTally]:
@@ -86,7 +116,8 @@ def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) ->
                    f"last {lose:g}s of AOF writes dropped at each crash",
                    crash.cuts if crash else 0, external),
         FaultTally("transient_failure", o.fail_rate > 0 and bool(o.fail_steps),
-                   f"{o.fail_rate:.0%} of runs of {', '.join(o.fail_steps)}",
+                   f"{o.fail_rate:.0%} of runs of {', '.join(o.fail_steps)}"
+                   f"{_while_on(facts, o.fail_steps)}",
                    total(counters, "injected:fail")),
         FaultTally("slow_handler", o.slow_rate > 0 and o.slow_ms > 0 and bool(o.slow_steps),
                    f"{o.slow_rate:.0%} of runs of {', '.join(o.slow_steps)} stall "

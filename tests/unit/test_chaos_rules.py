@@ -23,7 +23,7 @@ from orders.chaos.report import (
     queue_findings,
 )
 from orders.chaos.setup import ChaosOptions, handler_faults, worker_env
-from orders.chaos.summary import RunFacts, fault_tallies
+from orders.chaos.summary import RunFacts, fault_tallies, handler_runs
 
 
 def test_a_schedule_fires_half_a_period_in_then_every_period() -> None:
@@ -271,3 +271,25 @@ def test_the_poison_job_must_die_alone_and_a_hung_run_must_time_out() -> None:
     assert found(None, poison_enabled=False) == []
     assert found(alone, hangs=2) == [(HANG_TIMED_OUT, "2 hung run(s), none failed as timed_out")]
     assert found(alone, hangs=2, timed_out=2) == []
+
+
+def test_the_transient_failure_tally_names_the_runs_its_rate_applied_to() -> None:
+    """Faults stop when placing ends; steps after stock mostly run later, so a
+    count far below rate x orders is right, and the report must show the runs."""
+    counters = {
+        "applied:notification": 25,
+        "duplicate:notification": 3,
+        "injected:fail:notification": 12,
+        "applied:stock": 70,
+        "injected:slow:points": 1,
+    }
+    runs = handler_runs(counters)
+    facts = RunFacts(first_order_id=1, runs_while_on=runs)
+
+    tallies = {t.kind: t for t in fault_tallies(ChaosOptions(), facts, counters)}
+
+    assert runs == {"notification": 40, "stock": 70}
+    assert tallies["transient_failure"].count == 12
+    assert tallies["transient_failure"].setting.endswith("; 40 runs while on")
+    unread = fault_tallies(ChaosOptions(), RunFacts(first_order_id=1), counters)
+    assert "runs while on" not in {t.kind: t for t in unread}["transient_failure"].setting
