@@ -47,9 +47,13 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
         "--fail-rate", "0.3",
         "--fail-steps", "notification,return_stock,reverse_points,cancel_shipment",
         "--cancel", "10",
-        "--slow-rate", "0.05",
+        # Points and the hung stock runs are rate-based, and only the runs inside the
+        # fault window count: under evictions and kills that can be a few dozen stock
+        # runs, so the rates are high enough that "never happened" cannot be chance.
+        "--slow-rate", "0.12",
         "--slow-ms", "4000",
         "--slow-steps", "points",
+        "--hang-rate", "0.1",
         "--lease", "2",
         "--crash-once", "logistics",
         "--replay-every", "2",
