@@ -38,7 +38,7 @@ class Held:
     Attributes:
         lane: the lane running it (None when held outside a lane).
         deadline: monotonic time (seconds) its run must end by, once started with a
-            time limit; None means no limit.
+            time limit; None means no limit, or that the run ended.
         context: what the lane needs to settle it on a timeout (the worker's own
             record of the job; opaque here).
     """
@@ -77,6 +77,19 @@ class LeaseBook:
             held = self._held.get(job_id)
             if held is not None:
                 held.started, held.deadline, held.context = True, deadline, context
+
+    def finish(self, job_ids: list[str]) -> None:
+        """Mark held jobs' runs as ended: past their deadline they are no longer overdue.
+
+        A lane settles a fetched batch once every job of it ran, so a job that finished
+        stays held (and heartbeated) until then; this keeps a later job's hang from
+        timing it out too.
+        """
+        with self._lock:
+            for job_id in job_ids:
+                held = self._held.get(job_id)
+                if held is not None:
+                    held.deadline = None
 
     def take_overdue(self, now: float) -> tuple[list[Held], list[Held]]:
         """Remove runs past their deadline, and everything else their lanes hold.

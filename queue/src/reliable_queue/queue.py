@@ -480,8 +480,14 @@ class Queue:
             refused.extend(_text(x) for x in self.scripts.run("extend", self._keys, args))
         return refused
 
-    def release_call(self, leases: Sequence[Lease]) -> Call:
+    def release_call(self, leases: Sequence[Lease], info: dict[str, Any] | None = None) -> Call:
         """The script call behind :meth:`release` (at most ``SCRIPT_BATCH`` leases).
+
+        Args:
+            leases: the jobs to hand back, unrun and uncharged.
+            info: when given, recorded as each handed-back job's last failure (a
+                ``failure_info`` dict; reason ``timed_out`` makes the job a suspect that
+                fetch leases alone). None leaves their failure info as it was.
 
         Raises:
             QueueLimitError: more than ``SCRIPT_BATCH`` leases (use :meth:`release_calls`).
@@ -490,11 +496,16 @@ class Queue:
         args: list[Any] = [self.settings.wake_tokens, len(leases)]
         for lease in leases:
             args.extend((lease.job_id, lease.token))
+        if info is not None:
+            args.append(codec.dumps(info))
         return Call("release", self._keys, args)
 
-    def release_calls(self, leases: Sequence[Lease]) -> list[Call]:
-        """The script calls that release ``leases``, ``SCRIPT_BATCH`` per call."""
-        return [self.release_call(part) for part in chunks(list(leases)) if part]
+    def release_calls(
+        self, leases: Sequence[Lease], info: dict[str, Any] | None = None
+    ) -> list[Call]:
+        """The script calls that release ``leases``, ``SCRIPT_BATCH`` per call (``info``
+        as in :meth:`release_call`)."""
+        return [self.release_call(part, info) for part in chunks(list(leases)) if part]
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Hand leased, unrun jobs back to the head of the queue (graceful shutdown).

@@ -117,7 +117,10 @@ class Worker:
     fresh lane takes its place at once, the jobs its batch had not started are
     handed back, and the old thread exits when the handler returns (its late ack is
     refused by the fencing token). So a hung run is released within its limit plus
-    one heartbeat interval (a third of the lease).
+    one heartbeat interval (a third of the lease). A batch task's jobs share one
+    handler call, so when that call times out the job that hung is not known: the
+    whole batch is handed back uncharged and each of its jobs is leased alone next;
+    only a run that times out alone counts as an attempt (ADR 0005).
 
     Raises:
         ValueError: ``concurrency`` or ``batch_size`` out of range, or no queue.
@@ -484,6 +487,7 @@ class Worker:
                 self.book.start(job.job_id)
             if isinstance(item, Prepared):
                 outcome = run_prepared(item, middleware=self.middleware, rng=self.rng)
+                self.book.finish([job.job_id])
             else:
                 outcome = item
             outcomes.append((job, outcome))
@@ -503,6 +507,7 @@ class Worker:
                     strict=True,
                 )
             )
+            self.book.finish([i.job.job_id for i in items])
         calls = self._settlements(queue, outcomes)
         if released:
             calls.extend(queue.release_calls([j.lease for j in released]))
@@ -520,8 +525,15 @@ class Worker:
             self.counters.add("lanes_abandoned")
             if not self.stopping.is_set():
                 self._open_lane(lane.queue)
+        by_lane: dict[int, list[Held]] = {}
         for held in overdue:
-            self._time_out(held)
+            by_lane.setdefault(id(held.lane), []).append(held)
+        for group in by_lane.values():
+            if len(group) == 1 or group[0].lane is None:
+                for held in group:
+                    self._time_out(held)
+            else:  # one handler call ran them all: the one that hung is not known
+                self._split_timed_out(group)
         unstarted = [h for h in mates if not h.started]
         for queue in {h.queue.name: h.queue for h in unstarted}.values():
             try:
@@ -569,6 +581,46 @@ class Worker:
             log.warning(
                 "settling timed-out job %s failed (%s); its lease expires", held.lease.job_id, exc
             )
+
+    def _split_timed_out(self, group: list[Held]) -> None:
+        """Hand back a batch whose shared handler call ran past its limit, uncharged.
+
+        The jobs of one batch call share one run, so a time-out cannot tell the job
+        that hung from its batch-mates. As with a batch lost with its worker (ADR
+        0002), none is charged: each goes back to the head of the line with its
+        delivery not counted and its failure recorded as ``timed_out``, which makes
+        it a suspect that fetch leases alone. Only a run that times out alone counts
+        as an attempt (:meth:`_time_out`). Their late results are ignored. The shared
+        call counts once in the ``timed_out`` counters (it is one run that timed out).
+        """
+        queue = group[0].queue
+        items = [h.context for h in group if isinstance(h.context, Prepared)]
+        limit = (
+            time_limit_of(items[0].definition.retry, self.settings.default_time_limit_seconds)
+            if items
+            else None
+        )
+        error = (
+            f"TimeLimitExceeded: a batch of {len(group)} jobs sharing one handler call ran "
+            f"past its limit of {limit} s; not counted as an attempt, each job runs alone next"
+        )
+        with self._lanes_lock:
+            self._timed_out.update(h.lease.token for h in group)
+        self.counters.add("timed_out")  # one run (the shared call) timed out
+        self.counters.add("timeout_splits")
+        log.warning(
+            "batch of %d jobs on %s timed out (limit %s s); each runs alone next",
+            len(group),
+            queue.name,
+            limit,
+            extra={"queue": queue.name},
+        )
+        info = queue.failure_info("timed_out", error, "")
+        try:
+            queue.scripts.run_many(queue.release_calls([h.lease for h in group], info=info))
+            queue.client.hincrby(queue.keys.key("stats"), "timed_out", 1)
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning("splitting a timed-out batch failed (%s); its leases expire", exc)
 
     def _settlements(self, queue: Queue, outcomes: list[tuple[RawJob, Outcome]]) -> list[Call]:
         acks = []

@@ -119,3 +119,77 @@ def test_the_queue_default_applies_when_the_task_sets_no_limit(redis_client, key
             unblock.set()
     finally:
         unblock.set()
+
+
+def test_a_batch_that_times_out_is_split_and_only_the_hung_job_is_charged(
+    redis_client, key_prefix, registry
+):
+    """One handler call runs a whole batch, so a time-out cannot say which job hung:
+    nobody is charged, each job runs alone next, and only a run that times out alone
+    counts as an attempt."""
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    calls: list[list[int]] = []
+    policy = RetryPolicy(max_attempts=2, base_delay=0.01, jitter=False, time_limit=LIMIT)
+
+    @registry.task("step", retry=policy, batch=True)
+    def step(items):
+        calls.append([payload["n"] for payload, _ in items])
+        if any(payload["n"] == 3 for payload, _ in items):
+            unblock.wait(30)  # hung on job 3, whoever shares its call
+        return [None] * len(items)
+
+    ids = [queue.enqueue("step", {"n": n}) for n in range(10)]
+    try:
+        with running_worker(
+            redis_client, ["jobs"], registry, prefix=key_prefix, settings=SETTINGS, batch_size=10
+        ) as worker:
+            wait_until(lambda: explain(queue, ids[3]).state == "dead", timeout=15)
+            mates = [i for n, i in enumerate(ids) if n != 3]
+            wait_until(lambda: all(explain(queue, i).state == "done" for i in mates), timeout=5)
+            letter = queue.dead_letters.show(ids[3])
+            assert (letter.reason, letter.attempts) == ("timed_out", 2)
+            assert [explain(queue, i).attempts for i in mates] == [1] * 9  # none charged
+            assert calls[0] == list(range(10))  # the whole batch shared one call
+            assert [c for c in calls[1:] if 3 in c] == [[3], [3]]  # then 3 ran alone, twice
+            assert worker.counters.counts["timeout_splits"] == 1
+            assert worker.counters.counts["timed_out"] == 3  # the shared call, twice alone
+            s = stats(queue)
+            assert (s.dead, s.counters["timed_out"], s.counters["retried"]) == (1, 3, 1)
+            unblock.set()
+    finally:
+        unblock.set()
+
+
+def test_a_finished_job_is_not_timed_out_with_a_hung_one_after_it(
+    redis_client, key_prefix, registry
+):
+    """A lane runs a fetched batch of single-job tasks one after another: the job that
+    finished keeps its result when a later one hangs past its limit."""
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    policy = RetryPolicy(max_attempts=3, base_delay=0.01, jitter=False, time_limit=LIMIT)
+
+    @registry.task("quick", retry=policy)
+    def quick(payload, ctx: JobContext):
+        return None
+
+    @registry.task("hang", retry=policy)
+    def hang(payload, ctx: JobContext):
+        if ctx.attempt == 1:
+            unblock.wait(30)
+
+    first = queue.enqueue("quick", {})
+    hung = queue.enqueue("hang", {})
+    try:
+        with running_worker(
+            redis_client, ["jobs"], registry, prefix=key_prefix, settings=SETTINGS, batch_size=10
+        ) as worker:
+            wait_until(lambda: explain(queue, hung).state == "done", timeout=8)
+            unblock.set()  # the abandoned lane settles what it finished
+            wait_until(lambda: explain(queue, first).state == "done", timeout=5)
+            assert explain(queue, first).attempts == 1
+            assert explain(queue, hung).attempts == 2
+            assert worker.counters.counts["timed_out"] == 1
+    finally:
+        unblock.set()

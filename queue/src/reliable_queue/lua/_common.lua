@@ -178,13 +178,18 @@ local function to_dead(id, reason, info_json, now)
   redis.call('HINCRBY', K_STATS, 'dead:' .. reason, 1)
 end
 
--- Was this job lost with its worker and not run since (its last failure a
--- lease expiry)? Such a suspect is leased alone until it settles (nack/ack/dead).
--- `info` is the job's failure-info text or nil/false; bounded work per call.
+-- Was this job lost with its worker, or did its last run time out (alone or in a
+-- batch call), and not run since (its last failure a lease expiry or a time-out)?
+-- Such a suspect is leased alone until it settles otherwise (ack, a plain nack,
+-- dead as anything but timed_out). `info` is the job's failure-info text or
+-- nil/false; bounded work per call.
 local function is_suspect(info)
-  if not info or not string.find(info, 'lease_expired', 1, true) then return false end
+  if not info then return false end
+  if not string.find(info, 'lease_expired', 1, true)
+    and not string.find(info, 'timed_out', 1, true) then return false end
   local ok, data = pcall(cjson.decode, info)
-  return ok and type(data) == 'table' and data['reason'] == 'lease_expired'
+  if not ok or type(data) ~= 'table' then return false end
+  return data['reason'] == 'lease_expired' or data['reason'] == 'timed_out'
 end
 
 -- Max attempts of a job from its record text; the default when it is unreadable.

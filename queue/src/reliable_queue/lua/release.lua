@@ -1,14 +1,17 @@
--- release: hand leased jobs back unrun (graceful shutdown); the delivery is not
--- counted as an attempt.
+-- release: hand leased jobs back unrun (graceful shutdown), or a batch whose shared
+-- handler call timed out (ADR 0005); the delivery is not counted as an attempt.
 -- KEYS[1..12]: see _common.lua
 -- ARGV[1] wake-token cap   ARGV[2] n (at most MAX_BATCH), then n pairs: job id, lease token
+-- ARGV[3 + 2n] (optional) failure info JSON recorded for every job handed back (a
+--   timed-out batch: reason timed_out, so each job is a suspect, leased alone)
 -- Returns: number of jobs handed back (stale tokens are skipped). A 'QUEUE_CORRUPT' /
 --   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type or too many leases.
--- Changes: active, leases, attempts (-1), ready (to the head of the line), wake.
+-- Changes: active, leases, attempts (-1), ready (to the head of the line), wake, info
+--          (only with the optional ARGV).
 -- @include _common.lua
 local n = tonumber(ARGV[2])
 local bad = check_count(n)
-  or check({K_ACTIVE, K_LEASES, K_ATTEMPTS, K_READY, K_STATS, K_WAKE}, {'released'})
+  or check({K_ACTIVE, K_LEASES, K_ATTEMPTS, K_READY, K_INFO, K_STATS, K_WAKE}, {'released'})
 if bad then return redis.error_reply(bad) end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
@@ -29,6 +32,15 @@ if #back > 0 then
   chunked('ZREM', K_ACTIVE, back)
   chunked('HDEL', K_LEASES, back)
   chunked('HSET', K_ATTEMPTS, aargs)
+  local info = ARGV[3 + 2 * n]
+  if info then
+    local iargs = {}
+    for _, id in ipairs(back) do
+      iargs[#iargs + 1] = id
+      iargs[#iargs + 1] = info
+    end
+    chunked('HSET', K_INFO, iargs)
+  end
   push_head(back)
   redis.call('HINCRBY', K_STATS, 'released', #back)
   wake(#back, tonumber(ARGV[1]))
