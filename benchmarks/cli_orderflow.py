@@ -136,7 +136,7 @@ def e2e(
             help="jobs per fetch, one run each; 'default' is the CLI's default and is "
             "recorded as the '<database> default' row (above 1 a batch is one transaction)"
         ),
-    ] = "default,50",
+    ] = "default,1",
     metrics: Annotated[
         bool, typer.Option(help="workers record metrics, as `orders worker` does by default")
     ] = True,

@@ -32,6 +32,7 @@ from orders.domain.steps import (
     REVERSE_POINTS,
     STOCK,
 )
+from orders.worker import defaults
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue.embedded import EmbeddedRedis
@@ -84,7 +85,7 @@ class ChaosOptions:
         out_of_stock_share: share of the TPC-H orders made to run out of stock
             (``orders.sources.scarcity``), 0..1; 0 leaves the stock alone.
         batch_size: jobs leased per fetch per worker lane (``orders worker
-            --batch-size``).
+            --batch-size``; default: its default).
         poison_step: step that gets a poison job, whose every run kills its worker
             process (``orders.chaos.poison``; None: off).
         poison_attempts: max attempts of the poison job.
@@ -126,7 +127,7 @@ class ChaosOptions:
     redrive: bool = True
     seed: int | None = None
     out_of_stock_share: float = 0.05
-    batch_size: int = 1
+    batch_size: int = defaults.BATCH_SIZE
     poison_step: str | None = NOTIFICATION
     poison_attempts: int = 3
     hang_step: str | None = STOCK

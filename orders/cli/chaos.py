@@ -20,6 +20,7 @@ from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
+from orders.worker import defaults
 from orders.worker.procs import start_worker
 
 MAX_SECONDS = 86_400  # upper bound of every time and count option: finite, never overflowing
@@ -146,8 +147,11 @@ def chaos(
     ] = 2,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker.")] = 2,
     batch_size: Annotated[
-        int, typer.Option(min=1, max=1000, help="Jobs leased per fetch per worker lane.")
-    ] = 1,
+        int,
+        typer.Option(
+            min=1, max=1000, help="Jobs leased per fetch per worker lane (as `orders worker`)."
+        ),
+    ] = defaults.BATCH_SIZE,
     kill_every: Annotated[
         float,
         typer.Option(

@@ -17,6 +17,7 @@ from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import ALL_STEPS
 from orders.sources.scarcity import Scarcity, make_scarce
+from orders.worker import defaults
 from reliable_queue import stats
 from workflows.uow import UnitOfWork
 
@@ -157,8 +158,12 @@ def demo(
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")] = 2,
     batch_size: Annotated[
         int,
-        typer.Option(min=1, max=1000, help="Jobs per fetch; above 1 a batch is one transaction."),
-    ] = 20,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Jobs per fetch; above 1 a batch is one transaction (as `orders worker`).",
+        ),
+    ] = defaults.BATCH_SIZE,
     timeout: Annotated[
         float, typer.Option(min=1.0, max=86_400.0, help="Seconds to wait for quiescence.")
     ] = 300.0,

@@ -31,6 +31,7 @@ from orders.domain.steps import (
     STEPS,
     WORKFLOW_KIND,
 )
+from orders.worker import defaults
 from orders.worker.faults import FaultConfig, FaultStore
 from orders.worker.procs import start_worker, stop_workers
 from orders.worker.reconcile import reconcile_dead_letters
@@ -50,7 +51,8 @@ class DemoOptions:
             (those orders end blocked with their step in the DLQ).
         source: ``tpch`` or ``random``.
         concurrency: lanes per worker process.
-        batch_size: jobs fetched per lane; above 1 a batch is handled in one transaction.
+        batch_size: jobs fetched per lane; above 1 a batch is handled in one transaction
+            (default: ``orders worker``'s).
         timeout: seconds to wait for quiescence before giving up.
         rate: orders placed per second (None: as fast as possible).
         stall_seconds: stop when no step finished for this long with work pending,
@@ -69,7 +71,7 @@ class DemoOptions:
     concurrency: int = 2
     timeout: float = 300.0
     rate: float | None = None
-    batch_size: int = 20
+    batch_size: int = defaults.BATCH_SIZE
     stall_seconds: float = 30.0
     out_of_stock_share: float = 0.05
     cancel: int = 10
