@@ -93,7 +93,8 @@ def test_a_poison_job_dies_alone_whatever_the_batch_size(
 ):
     # 1 job that kills its worker among 29 normal ones, max 3 attempts, the worker
     # restarted after each death: only the poison job is dead-lettered and every
-    # normal job runs, however many of them were leased with it
+    # normal job runs, however many of them were leased with it (at 100, as at the
+    # application's default batch of 50, all 30 are leased in one batch)
     queue = make_queue()
     before = queue.enqueue_many([EnqueueRequest("record", {}, max_attempts=3) for _ in range(5)])
     poison = queue.enqueue("suicide", {}, max_attempts=3)
