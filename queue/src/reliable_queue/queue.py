@@ -507,15 +507,19 @@ class Queue:
         as in :meth:`release_call`)."""
         return [self.release_call(part, info) for part in chunks(list(leases)) if part]
 
-    def release(self, leases: Sequence[Lease]) -> int:
+    def release(self, leases: Sequence[Lease], info: dict[str, Any] | None = None) -> int:
         """Hand leased, unrun jobs back to the head of the queue (graceful shutdown).
+
+        Args:
+            leases: the jobs to hand back; their deliveries are not counted.
+            info: recorded as each job's last failure, as in :meth:`release_call`.
 
         Returns:
             How many were handed back (stale leases are skipped).
         """
         if not leases:
             return 0
-        return sum(int(self._run(call)) for call in self.release_calls(leases))
+        return sum(int(self._run(call)) for call in self.release_calls(leases, info))
 
     def maintain(self, max_steps: int = 20) -> tuple[int, int]:
         """Upkeep in bounded steps: trim the DLQ by age and size, finished records by age.

@@ -10,7 +10,9 @@ and the counters agree.
 The model states the rule for jobs lost with their worker (ADR 0002): every delivery
 counts an attempt at fetch; a reaped job that was a *suspect* keeps the charge (and at
 max attempts is dead, ``worker_lost``), any other reaped job gets the attempt back and
-becomes a suspect. A nack, dead letter, redrive or replay ends suspicion; a release
+becomes a suspect. A run that timed out makes a suspect too (a nack with reason
+``timed_out``, or a release recording it: a batch whose shared call timed out, ADR
+0005). Any other nack, a dead letter, redrive or replay ends suspicion; a release
 keeps it. A fetch leases a suspect only as its one job (see ``expected_fetch``).
 
 CI runs a fixed, small example budget. A longer run:
@@ -210,12 +212,13 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             self.counters["succeeded"] += 1
 
         @precondition(lambda self: self.in_state("active"))
-        @rule(data=st.data(), delayed=st.booleans())
-        def nack(self, data, delayed):
+        @rule(data=st.data(), delayed=st.booleans(), timed_out=st.booleans())
+        def nack(self, data, delayed, timed_out):
             job_id = self.pick(data, "active")
             lease = Lease(job_id, self.jobs[job_id].token)
-            assert self.queue.nack(lease, delay=LONG if delayed else 0) is True
-            self.jobs[job_id].suspect = False
+            reason = "timed_out" if timed_out else "retry"
+            assert self.queue.nack(lease, delay=LONG if delayed else 0, reason=reason) is True
+            self.jobs[job_id].suspect = timed_out  # a run that timed out is leased alone
             self.leave_active(job_id, "delayed" if delayed else "ready")
             self.counters["retried"] += 1
 
@@ -229,11 +232,15 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             self.counters["dead"] += 1
 
         @precondition(lambda self: self.in_state("active"))
-        @rule(data=st.data())
-        def release(self, data):
+        @rule(data=st.data(), timed_out=st.booleans())
+        def release(self, data, timed_out):
             job_id = self.pick(data, "active")
-            assert self.queue.release([Lease(job_id, self.jobs[job_id].token)]) == 1
+            lease = Lease(job_id, self.jobs[job_id].token)
+            # a batch whose shared call timed out is released with timed_out as its failure
+            info = self.queue.failure_info("timed_out", "", "") if timed_out else None
+            assert self.queue.release([lease], info=info) == 1
             self.jobs[job_id].attempts -= 1
+            self.jobs[job_id].suspect = self.jobs[job_id].suspect or timed_out
             self.leave_active(job_id, "ready")
             self.counters["released"] += 1
 
