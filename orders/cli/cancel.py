@@ -6,13 +6,13 @@ from typing import Annotated
 
 import typer
 
-from orders.cli.context import emit_json, handle_errors, make_app
+from orders.cli.context import ROW_ID_MAX, emit_json, handle_errors, make_app
 from orders.cli.render import say
 
 
 @handle_errors
 def cancel(
-    order_id: Annotated[int, typer.Argument(min=1, help="The order to cancel.")],
+    order_id: Annotated[int, typer.Argument(min=1, max=ROW_ID_MAX, help="The order to cancel.")],
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Cancel ORDER_ID until its order completes.

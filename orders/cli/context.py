@@ -27,6 +27,11 @@ __all__ = ["console", "emit_json", "err_console", "fail", "handle_errors", "make
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Largest id a row can have: a 64-bit signed integer (SQLite INTEGER, PostgreSQL
+#: BIGINT). Id arguments are bounded by it so that a larger number is refused as bad
+#: usage (exit 2) instead of overflowing in the database driver.
+ROW_ID_MAX = 2**63 - 1
+
 
 def make_app(*, auto_migrate: bool = False, uses_redis: bool = True) -> App:
     """Build the application from ``ORDERS_*`` environment variables.

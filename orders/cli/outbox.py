@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orders.cli.context import console, emit_json, handle_errors, make_app
+from orders.cli.context import ROW_ID_MAX, console, emit_json, handle_errors, make_app
 from orders.cli.render import for_terminal
 from workflows.outbox_admin import refused_rows, retry_rows
 from workflows.uow import UnitOfWork
@@ -62,7 +62,8 @@ def list_(
 @handle_errors
 def retry(
     step_ids: Annotated[
-        list[int] | None, typer.Argument(help="Step ids from `orders outbox list`.")
+        list[int] | None,
+        typer.Argument(min=1, max=ROW_ID_MAX, help="Step ids from `orders outbox list`."),
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every unpublishable row.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,

@@ -10,7 +10,14 @@ from rich.text import Text
 
 from orders.app.bootstrap import App
 from orders.app.eviction import key_eviction_problem
-from orders.cli.context import emit_json, err_console, fail, handle_errors, make_app
+from orders.cli.context import (
+    ROW_ID_MAX,
+    emit_json,
+    err_console,
+    fail,
+    handle_errors,
+    make_app,
+)
 from orders.cli.render import (
     clean,
     compact_table,
@@ -206,7 +213,7 @@ def _overview(app: App, as_json: bool) -> None:
 def status(
     order_id: Annotated[
         int | None,
-        typer.Argument(min=1, max=2**63 - 1, help="An order id (default: the overview)."),
+        typer.Argument(min=1, max=ROW_ID_MAX, help="An order id (default: the overview)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
