@@ -274,12 +274,17 @@ def run_demo(
     try:
         order_ids = place_orders(app, options, on_placed)
         first = min(order_ids) if order_ids else None
-        if first is not None:
-            cancel_some(app, first, options.cancel, random.Random(options.seed))
+        cancels_due = first is not None and options.cancel > 0
         deadline = started + options.timeout
         while time.monotonic() < deadline:
             progress = observe(app, first, len(order_ids), started)
             on_progress(progress)
+            if cancels_due and (progress.settled or has_finished_steps(progress)):
+                # Cancel once some stock steps are done, so that the cancelled orders
+                # have something to undo and their compensations really run.
+                cancels_due = False
+                cancel_some(app, first, options.cancel, random.Random(options.seed))
+                continue
             if progress.settled:
                 quiescent = True
                 break
@@ -321,6 +326,11 @@ def run_demo(
     reconcile_dead_letters(app)
     violations = check_invariants(app)
     return summarize(app, order_ids, counters_before, duration, quiescent, violations, stalled)
+
+
+def has_finished_steps(progress: Progress) -> bool:
+    """True once any of the run's stock steps is done (a cancellation then has work)."""
+    return progress.steps.get("stock", {}).get("done", 0) > 0
 
 
 def cancel_some(app: App, first_order_id: int, count: int, rng: random.Random) -> list[int]:

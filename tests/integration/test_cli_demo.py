@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+
+from orders.app.db import make_engine
 
 
 def orders_command() -> list[str]:
@@ -38,8 +41,22 @@ def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
     # every order is accounted for: completed, out of stock, cancelled, or blocked with a reason
     settled = report["completed"] + report["out_of_stock"] + report["cancelled"]
     assert settled + report["blocked"] == 200
-    # a few orders are cancelled in flight (--cancel, 10 by default) and compensated
+    # a few orders are cancelled in flight (--cancel, 10 by default) and compensated:
+    # the demo cancels once stock steps are done, so there is something to undo
     assert 0 < report["cancelled"] <= 10
+    url = env.get("ORDERS_DATABASE_URL") or f"sqlite:///{Path(env['ORDERS_DATA_DIR'])}/orders.db"
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            undone = conn.execute(
+                text(
+                    "SELECT count(*) FROM workflow_steps"
+                    " WHERE compensates IS NOT NULL AND status = 'done'"
+                )
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert undone > 0
     # about 5% of the TPC-H orders are made to run out of stock (--out-of-stock-share)
     assert 5 <= report["out_of_stock"] <= 25
     assert sum(report["blocked_reasons"].values()) == report["blocked"]
