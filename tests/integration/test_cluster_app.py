@@ -77,7 +77,9 @@ def test_demo_on_the_cluster_holds_every_invariant(redis_cluster, cli_env, tmp_p
 
     assert report["ok"] is True and report["violations"] == []
     assert report["orders_placed"] == 100
-    assert report["completed"] + report["out_of_stock"] + report["blocked"] == 100
+    settled = report["completed"] + report["out_of_stock"] + report["cancelled"]
+    assert settled + report["blocked"] == 100  # the demo cancels a few in flight
+    assert report["cancelled"] > 0
     assert report["retries_per_step"]["notification"] > 0
 
 
