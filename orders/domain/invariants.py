@@ -272,15 +272,7 @@ def check_deductions(session: Session) -> list[Violation]:
         .group_by(OrderLine.order_id, OrderLine.part_id)
         .subquery()
     )
-    taken = (
-        select(
-            StockDeduction.order_id,
-            StockDeduction.part_id,
-            func.sum(StockDeduction.quantity).label("qty"),
-        )
-        .group_by(StockDeduction.order_id, StockDeduction.part_id)
-        .subquery()
-    )
+    taken = _per_order_part(StockDeduction)
     mismatched = session.execute(
         select(needed.c.order_id, needed.c.part_id, needed.c.qty, taken.c.qty)
         .join(Order, Order.id == needed.c.order_id)
@@ -314,6 +306,20 @@ def check_deductions(session: Session) -> list[Violation]:
         )
     ]
     return found
+
+
+def _per_order_part(model: Any) -> Subquery:
+    """Sum of ``model.quantity`` per (order, part): columns ``order_id``, ``part_id``, ``qty``.
+
+    Args:
+        model: a mapped class with ``order_id``, ``part_id`` and ``quantity`` columns
+            (``StockDeduction``, ``StockReturn``).
+    """
+    return (
+        select(model.order_id, model.part_id, func.sum(model.quantity).label("qty"))
+        .group_by(model.order_id, model.part_id)
+        .subquery()
+    )
 
 
 def _per_order_count(model: Any, *where: ColumnElement[bool]) -> Subquery:
@@ -602,24 +608,8 @@ def _check_returns(session: Session) -> list[Violation]:
             .order_by(StockReturn.order_id, StockReturn.part_id)
         )
     ]
-    back = (
-        select(
-            StockReturn.order_id,
-            StockReturn.part_id,
-            func.sum(StockReturn.quantity).label("qty"),
-        )
-        .group_by(StockReturn.order_id, StockReturn.part_id)
-        .subquery()
-    )
-    taken = (
-        select(
-            StockDeduction.order_id,
-            StockDeduction.part_id,
-            func.sum(StockDeduction.quantity).label("qty"),
-        )
-        .group_by(StockDeduction.order_id, StockDeduction.part_id)
-        .subquery()
-    )
+    back = _per_order_part(StockReturn)
+    taken = _per_order_part(StockDeduction)
     found += [
         Violation(
             COMPENSATED,
