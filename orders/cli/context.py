@@ -21,7 +21,12 @@ from orders.app.settings import Settings
 from orders.cli.render import clean, console, err_console
 from orders.domain.errors import OrdersError
 from orders.observability.urls import mask_url, mask_urls_in
-from reliable_queue import JobIdLookupError, QueueConnectionError, QueueError
+from reliable_queue import (
+    JobIdLookupError,
+    JobIdTooShortError,
+    QueueConnectionError,
+    QueueError,
+)
 
 __all__ = ["console", "emit_json", "err_console", "fail", "handle_errors", "make_app"]
 
@@ -124,6 +129,8 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             err_console.print("interrupted", highlight=False)
             raise typer.Exit(130) from None
+        except JobIdTooShortError as exc:  # bad usage, not a missing job
+            fail(str(exc), code=2)
         except JobIdLookupError as exc:
             fail(str(exc))
         except (QueueConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:

@@ -9,7 +9,15 @@ import typer
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
 from orders.domain.steps import ALL_STEPS
-from reliable_queue import DEAD_REASONS, DeadLetter, JobIdNotFoundError, Queue, find_job
+from reliable_queue import (
+    DEAD_REASONS,
+    DeadLetter,
+    JobIdNotFoundError,
+    JobIdTooShortError,
+    Queue,
+    find_job,
+)
+from reliable_queue.lookup import MIN_PREFIX
 
 dlq = typer.Typer(
     help="Dead-letter queues of the step queues: list, show, redrive, purge.", no_args_is_help=True
@@ -47,17 +55,28 @@ def _check_reason(reason: str | None) -> None:
 def _resolve(queues: list[Queue], job_ids: list[str] | None) -> dict[str, list[str]]:
     """Queue name -> full ids of the dead letters the ids or prefixes name.
 
-    Exits 1 (nothing done) when one of them names no dead letter or several.
+    Exits 2 (nothing done) when one of them is a prefix shorter than ``MIN_PREFIX``
+    characters that is no whole id, 1 when one names no dead letter or several.
     """
     chosen: dict[str, list[str]] = {}
     missing: list[str] = []
+    short: list[str] = []
     for given in job_ids or []:
         try:
             match = find_job(queues, given, dead_only=True)
+        except JobIdTooShortError:
+            short.append(given)
+            continue
         except JobIdNotFoundError:
             missing.append(given)
             continue
         chosen.setdefault(match.queue.name, []).append(match.job_id)
+    if short:
+        fail(
+            f"job id prefix(es) too short: {', '.join(map(repr, short))}; give at least "
+            f"{MIN_PREFIX} characters (or the whole id); nothing was changed",
+            code=2,
+        )
     if missing:
         fail(f"not in any dead-letter queue: {', '.join(missing)}; nothing was changed")
     return chosen

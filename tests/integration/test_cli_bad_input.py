@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,50 @@ def test_redrive_of_an_id_not_in_any_dlq_names_it_and_fails(
 def test_worker_refuses_steps_and_all_together(cli_env: dict[str, str]) -> None:
     proc = run(cli_env, "worker", "--all", "stock")
     assert proc.returncode == 2 and "not both" in proc.stderr
+
+
+@pytest.fixture
+def two_dead(cli_env: dict[str, str], key_prefix: str) -> tuple[dict[str, str], str, str]:
+    """The CLI's env and two dead letters: one on points, then (later) one on stock."""
+    from cli_processes import app_for
+
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS="200")
+    app = app_for(env, migrate=True)  # a configured database starts empty
+    try:
+        ids = []
+        for step in ("points", "stock"):  # stock's queue is listed first, its letter is newer
+            queue = app.queues[step]
+            job_id = queue.enqueue(f"orders.{step}", {"order_id": 1})
+            assert queue.dead(queue.fetch(1).jobs[0].lease, "error", error="boom")
+            ids.append(job_id)
+            time.sleep(0.01)  # dead times are in milliseconds
+    finally:
+        app.close()
+    return env, ids[0], ids[1]
+
+
+def still_dead(env: dict[str, str]) -> list[str]:
+    listed = run(env, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return sorted(d["job_id"] for d in json.loads(listed.stdout))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["explain", "abc"],
+        ["dlq", "show", "abc"],
+        ["dlq", "redrive", "abc"],
+        ["dlq", "purge", "abc", "--yes"],
+    ],
+    ids=["explain", "dlq show", "dlq redrive", "dlq purge"],
+)
+def test_a_too_short_job_id_prefix_is_bad_usage_naming_the_minimum(
+    two_dead: tuple[dict[str, str], str, str], args: list[str]
+) -> None:
+    env, points_job, stock_job = two_dead
+    proc = run(env, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "'abc'" in proc.stderr and "at least 6 characters" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert still_dead(env) == sorted([points_job, stock_job])

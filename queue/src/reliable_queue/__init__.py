@@ -23,7 +23,13 @@ from .errors import (
 )
 from .inspection import JobExplanation, QueueStats, explain, stats
 from .job import AckResult, EnqueueRequest, FetchResult, JobContext, Lease, RawJob
-from .lookup import AmbiguousJobIdError, JobIdLookupError, JobIdNotFoundError, find_job
+from .lookup import (
+    AmbiguousJobIdError,
+    JobIdLookupError,
+    JobIdNotFoundError,
+    JobIdTooShortError,
+    find_job,
+)
 from .policy import RetryPolicy
 from .queue import DEAD_REASONS, Queue
 from .registry import TaskDefinition, TaskRegistry
@@ -43,6 +49,7 @@ __all__ = [
     "JobExplanation",
     "JobIdLookupError",
     "JobIdNotFoundError",
+    "JobIdTooShortError",
     "Lease",
     "PartialRoundTripError",
     "PayloadTooLargeError",

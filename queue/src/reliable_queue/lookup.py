@@ -41,6 +41,23 @@ class JobIdNotFoundError(JobIdLookupError):
     """No job id starts with the prefix (or the prefix is too short to search)."""
 
 
+class JobIdTooShortError(JobIdNotFoundError):
+    """The prefix is shorter than :data:`MIN_PREFIX` and no job has it as its whole id.
+
+    A usage mistake rather than a missing job: callers may report it as bad usage.
+
+    Attributes:
+        prefix: what was asked for.
+    """
+
+    def __init__(self, prefix: str, where: str) -> None:
+        self.prefix = prefix
+        super().__init__(
+            f"job id prefix {prefix!r} is too short: give at least {MIN_PREFIX} characters "
+            f"(or the whole id); no {where} holds a job with that exact id"
+        )
+
+
 class AmbiguousJobIdError(JobIdLookupError):
     """Several job ids start with the prefix.
 
@@ -122,8 +139,9 @@ def find_job(
         The queue holding the job and the job's full id.
 
     Raises:
-        JobIdNotFoundError: nothing matches, or the prefix is shorter than
-            :data:`MIN_PREFIX` and is not an exact id.
+        JobIdTooShortError: the prefix is shorter than :data:`MIN_PREFIX` and is
+            not an exact id (a :class:`JobIdNotFoundError`).
+        JobIdNotFoundError: nothing matches.
         AmbiguousJobIdError: more than one id matches (candidates listed).
         QueueConnectionError: Redis unreachable.
     """
@@ -134,9 +152,7 @@ def find_job(
             if _exact(queue, prefix, dead_only):
                 return Match(queue, prefix)
         if len(prefix) < MIN_PREFIX:
-            raise JobIdNotFoundError(
-                f"no job {prefix!r} in any {where}; a prefix needs at least {MIN_PREFIX} characters"
-            )
+            raise JobIdTooShortError(prefix, where)
         matches: list[tuple[str, str]] = []
         by_name = {q.name: q for q in queues}
         complete = True

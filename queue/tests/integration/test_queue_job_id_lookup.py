@@ -2,7 +2,7 @@
 
 import pytest
 
-from reliable_queue import AmbiguousJobIdError, JobIdNotFoundError, find_job
+from reliable_queue import AmbiguousJobIdError, JobIdNotFoundError, JobIdTooShortError, find_job
 
 
 def test_a_unique_prefix_finds_the_job_and_its_queue(make_queue):
@@ -24,7 +24,7 @@ def test_an_exact_short_id_is_found_but_a_short_prefix_is_refused(make_queue):
     queue = make_queue()
     queue.client.hset(queue.keys.key("jobs"), "g1", "{}")
     assert find_job([queue], "g1").job_id == "g1"
-    with pytest.raises(JobIdNotFoundError, match="at least 6 characters"):
+    with pytest.raises(JobIdTooShortError, match="at least 6 characters"):
         find_job([queue], "g")
 
 
