@@ -8,7 +8,7 @@ import typer
 
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
-from orders.domain.steps import ALL_STEPS
+from orders.domain.steps import ALL_STEPS, task_name
 from reliable_queue import (
     DEAD_REASONS,
     DeadLetter,
@@ -24,8 +24,15 @@ dlq = typer.Typer(
 )
 
 StepOpt = Annotated[str | None, typer.Option("--step", help="Only this step's queue.")]
+KNOWN_TASKS = tuple(task_name(step) for step in ALL_STEPS)
+"""Task names the step queues carry (``--task`` accepts only these)."""
 TaskOpt = Annotated[
-    str | None, typer.Option("--task", help="Only this task name, e.g. orders.points.")
+    str | None,
+    typer.Option(
+        "--task",
+        help=f"Only this task name: {', '.join(KNOWN_TASKS)}. (Jobs of other task names "
+        "are dead-lettered as unknown_task: select them with --reason unknown_task.)",
+    ),
 ]
 ReasonOpt = Annotated[
     str | None, typer.Option("--reason", help=f"Only this reason: {', '.join(DEAD_REASONS)}.")
@@ -47,9 +54,23 @@ def _queues(step: str | None) -> list[Queue]:
     return [app.queues[s] for s in ([step] if step else ALL_STEPS)]
 
 
-def _check_reason(reason: str | None) -> None:
+def _check_filters(task: str | None, reason: str | None) -> None:
+    """Exit 2 when ``--task`` or ``--reason`` names nothing a dead letter can carry."""
+    if task is not None and task not in KNOWN_TASKS:
+        fail(
+            f"unknown task {task!r}; choose from {', '.join(KNOWN_TASKS)} (dead letters of "
+            "other task names: --reason unknown_task)",
+            code=2,
+        )
     if reason is not None and reason not in DEAD_REASONS:
         fail(f"unknown reason {reason!r}; choose from {', '.join(DEAD_REASONS)}", code=2)
+
+
+def _check_ids_or_filters(job_ids: list[str] | None, task: str | None, reason: str | None) -> None:
+    """Exit 2 when job ids come with ``--task`` / ``--reason``: the ids alone would decide,
+    and a filter that is silently not applied acts on letters the user did not mean."""
+    if job_ids and (task is not None or reason is not None):
+        fail("give job ids or --task / --reason filters, not both (--step may narrow ids)", code=2)
 
 
 def _resolve(queues: list[Queue], job_ids: list[str] | None) -> dict[str, list[str]]:
@@ -96,7 +117,7 @@ def list_(
     Job ids are shortened to a unique prefix (any command taking a job id accepts
     it); `--json` shows them whole.
     """
-    _check_reason(reason)
+    _check_filters(task, reason)
     letters: list[DeadLetter] = []
     for queue in _queues(step):
         letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
@@ -153,8 +174,10 @@ def redrive(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """Replay dead letters (each runs again with a fresh attempt count)."""
-    _check_reason(reason)
+    """Replay dead letters (each runs again with a fresh attempt count): the ones given
+    by id, or every one matching the filters."""
+    _check_filters(task, reason)
+    _check_ids_or_filters(job_ids, task, reason)
     queues = _queues(step)
     chosen = _resolve(queues, job_ids)
     replayed: list[tuple[str, str]] = []
@@ -191,8 +214,10 @@ def purge(
     reason: ReasonOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete dead letters for good."""
-    _check_reason(reason)
+    """Delete dead letters for good: the ones given by id, or every one matching the
+    filters."""
+    _check_filters(task, reason)
+    _check_ids_or_filters(job_ids, task, reason)
     queues = _queues(step)
     chosen = _resolve(queues, job_ids)
     if not yes and not job_ids:

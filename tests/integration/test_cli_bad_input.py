@@ -124,6 +124,25 @@ def still_dead(env: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize(
     "args",
+    [["list"], ["redrive"], ["redrive", "--dry-run"], ["purge", "--yes"]],
+    ids=["list", "redrive", "dry-run", "purge"],
+)
+def test_dlq_commands_refuse_an_unknown_task_naming_the_known_ones(
+    two_dead: tuple[dict[str, str], str, str], args: list[str]
+) -> None:
+    env, points_job, stock_job = two_dead
+    proc = run(env, "dlq", *args, "--task", "nosuch")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unknown task 'nosuch'" in proc.stderr
+    assert "orders.stock" in proc.stderr and "orders.cancel_shipment" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert still_dead(env) == sorted([points_job, stock_job])
+    known = run(env, "dlq", *args, "--task", "orders.points")
+    assert known.returncode == 0, known.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
     [
         ["explain", "abc"],
         ["dlq", "show", "abc"],
@@ -140,4 +159,18 @@ def test_a_too_short_job_id_prefix_is_bad_usage_naming_the_minimum(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "'abc'" in proc.stderr and "at least 6 characters" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert still_dead(env) == sorted([points_job, stock_job])
+
+
+def test_dlq_redrive_or_purge_of_ids_with_filters_is_refused(
+    two_dead: tuple[dict[str, str], str, str],
+) -> None:
+    env, points_job, stock_job = two_dead
+    for args in (
+        ["redrive", points_job, "--reason", "worker_lost"],
+        ["purge", stock_job, "--yes", "--task", "orders.points"],
+    ):
+        proc = run(env, "dlq", *args)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "not both" in proc.stderr
     assert still_dead(env) == sorted([points_job, stock_job])
