@@ -112,7 +112,7 @@ def list_(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="Most entries per queue.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """List dead letters, oldest first.
+    """List dead letters, oldest first (across every queue shown; --limit applies per queue).
 
     Job ids are shortened to a unique prefix (any command taking a job id accepts
     it); `--json` shows them whole.
@@ -121,6 +121,7 @@ def list_(
     letters: list[DeadLetter] = []
     for queue in _queues(step):
         letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
+    letters.sort(key=lambda d: d.dead_at)  # across queues too, as the help promises
     if as_json:
         emit_json([d.as_dict() for d in letters])
         return

@@ -174,3 +174,12 @@ def test_dlq_redrive_or_purge_of_ids_with_filters_is_refused(
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "not both" in proc.stderr
     assert still_dead(env) == sorted([points_job, stock_job])
+
+
+def test_dlq_list_is_oldest_first_across_queues(two_dead: tuple[dict[str, str], str, str]) -> None:
+    env, points_job, stock_job = two_dead
+    listed = run(env, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [d["job_id"] for d in json.loads(listed.stdout)] == [points_job, stock_job]
+    table = run(env, "dlq", "list")
+    assert table.stdout.index(points_job[:14]) < table.stdout.index(stock_job[:14])
