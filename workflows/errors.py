@@ -51,3 +51,19 @@ class PublisherUnavailable(WorkflowError):
     """
 
     retryable = True
+
+
+class RowsNotRetryable(WorkflowError):
+    """``orders outbox retry`` was given step ids that are not unpublishable rows.
+
+    Nothing was changed. Attributes:
+        reasons: step id -> why it cannot be retried (``no such step record``,
+            ``already published``, ...), in the order the ids were given.
+    """
+
+    retryable = False
+
+    def __init__(self, reasons: dict[int, str]) -> None:
+        self.reasons = reasons
+        listed = "; ".join(f"{step_id}: {why}" for step_id, why in reasons.items())
+        super().__init__(f"not retried (only unpublishable rows are): {listed}")

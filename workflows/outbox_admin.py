@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
+from workflows.errors import RowsNotRetryable
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.relay import BLOCKED_PREFIX
 from workflows.uow import SessionFactory, UnitOfWork
@@ -99,14 +100,20 @@ def retry_rows(
         clock: current time (timezone-aware).
 
     Returns:
-        Ids of the rows made pending (rows not unpublishable are left alone).
+        Ids of the rows made pending.
 
     Raises:
+        RowsNotRetryable: one of ``step_ids`` names no row, or a row that is not
+            unpublishable (the reason per id); nothing was changed.
         ConcurrencyConflict: a workflow kept changing under the update.
     """
 
     def once() -> list[int]:
         with UnitOfWork(session_factory) as uow:
+            if step_ids is not None:
+                refused = not_retryable(uow.session, step_ids)
+                if refused:
+                    raise RowsNotRetryable(refused)
             query = (
                 select(WorkflowStep)
                 .options(defer(WorkflowStep.payload))
@@ -137,3 +144,43 @@ def retry_rows(
             return [row.id for row in rows]
 
     return retry_on_conflict(once)
+
+
+_WHY_NOT = {
+    StepStatus.PENDING: "pending: not given up, the relay is still publishing it",
+    StepStatus.DISPATCHED: "already published",
+    StepStatus.FAILED: "already published (its job failed; the queue retries it)",
+    StepStatus.DONE: "already published and done",
+    StepStatus.DEAD: "already published; its job is dead-lettered (`orders dlq redrive`)",
+    StepStatus.WAITING: "waiting for the steps it depends on; it is published after them",
+    StepStatus.SKIPPED: "skipped: a step it depends on did not succeed, so it never runs",
+}
+
+
+def not_retryable(session: Session, step_ids: Sequence[int]) -> dict[int, str]:
+    """Why each of ``step_ids`` that is not an unpublishable row cannot be retried.
+
+    Args:
+        session: a session (only read).
+        step_ids: step row ids, as given by the operator.
+
+    Returns:
+        Step id -> reason (``no such step record``, ``already published``, ...),
+        in the order given; empty when every id is an unpublishable row.
+    """
+    wanted = list(dict.fromkeys(step_ids))
+    found = dict(
+        session.execute(
+            select(WorkflowStep.id, WorkflowStep.status).where(WorkflowStep.id.in_(wanted))
+        ).all()
+    )
+    reasons: dict[int, str] = {}
+    for step_id in wanted:
+        status = found.get(step_id)
+        if status == StepStatus.UNPUBLISHABLE:
+            continue
+        if status is None:
+            reasons[step_id] = "no such step record"
+        else:
+            reasons[step_id] = _WHY_NOT.get(status, f"in state {status}, not unpublishable")
+    return reasons

@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orders.cli.context import ROW_ID_MAX, console, emit_json, handle_errors, make_app
+from orders.cli.context import ROW_ID_MAX, console, emit_json, fail, handle_errors, make_app
 from orders.cli.render import for_terminal
+from workflows.errors import RowsNotRetryable
 from workflows.outbox_admin import refused_rows, retry_rows
 from workflows.uow import UnitOfWork
 
@@ -69,17 +70,28 @@ def retry(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Make unpublishable rows pending again (attempts reset) and unblock their
-    workflows; the outbox sweep of a running worker publishes them."""
+    workflows; the outbox sweep of a running worker publishes them.
+
+    Given step ids, all of them must be unpublishable rows: otherwise nothing is
+    changed and the command fails (exit 1), saying why each other id was not retried.
+    """
     if not step_ids and not all_:
         raise typer.BadParameter("give step ids or --all", param_hint="STEP_IDS")
+    if step_ids and all_:
+        raise typer.BadParameter("give step ids or --all, not both", param_hint="STEP_IDS")
     app = make_app()
     try:
         retried = retry_rows(app.session_factory, None if all_ else step_ids)
+    except RowsNotRetryable as exc:
+        fail(f"{exc}; nothing was changed")
+        return
     finally:
         app.close()
     if as_json:
         emit_json({"retried": retried})
-    else:
+    elif retried:
         console.print(
             f"{len(retried)} row(s) pending again; a running worker's sweep publishes them"
         )
+    else:
+        console.print("no unpublishable rows: nothing to retry")

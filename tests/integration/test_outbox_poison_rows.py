@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 from datetime import timedelta
 
 import pytest
@@ -184,6 +185,53 @@ def test_outbox_cli_lists_an_unpublishable_row_and_retry_resumes_it(
             StepStatus.WAITING,
         }
         assert session.scalars(select(Workflow.status)).one() == WorkflowStatus.RUNNING
+
+
+def test_outbox_retry_of_ids_not_given_up_says_why_and_changes_nothing(
+    session_factory, catalog, cli_env, database_url, key_prefix
+):
+    from cli_processes import orders_command
+
+    placed = place(session_factory, 1, source=RANDOM, rng=random.Random(3))
+    swept = sweep(
+        session_factory,
+        RefusingPublisher(),
+        is_known=lambda _key: True,
+        republish_after=30,
+        policy=PublishPolicy(max_attempts=1),
+    )
+    assert swept.unpublishable == 1  # the stock step; the others wait for it
+    stock, notification = placed.orders[0].step_ids[:2]
+    missing = 10**9
+    env = dict(cli_env, ORDERS_DATABASE_URL=database_url, ORDERS_QUEUE_PREFIX=key_prefix)
+
+    def retry(*ids: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*orders_command(), "outbox", "retry", *map(str, ids)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def status_of(step_id: int) -> str:
+        with session_factory() as session:
+            return session.get(WorkflowStep, step_id).status
+
+    proc = retry(stock, notification, missing)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{notification}: waiting for the steps it depends on" in proc.stderr
+    assert f"{missing}: no such step record" in proc.stderr
+    assert "nothing was changed" in proc.stderr and "0 row(s)" not in proc.stdout
+    assert status_of(stock) == StepStatus.UNPUBLISHABLE  # all or nothing
+
+    done = retry(stock)
+    assert done.returncode == 0, done.stderr
+    assert "1 row(s) pending again" in done.stdout
+    again = retry(stock)
+    assert again.returncode == 1
+    assert f"{stock}: pending: not given up" in again.stderr
+    assert status_of(stock) == StepStatus.PENDING
 
 
 def test_steps_whose_ready_list_was_deleted_are_published_again_by_the_sweep(
