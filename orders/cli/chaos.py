@@ -19,6 +19,7 @@ from orders.chaos.pool import WorkerPool
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors
+from orders.cli.options import number_option
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker import defaults
 from orders.worker.procs import start_worker
@@ -118,12 +119,12 @@ def print_report(report: ChaosReport) -> None:
 def chaos(
     orders: Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")] = 1200,
     rate: Annotated[
-        float, typer.Option(min=0.1, max=10_000.0, help="Orders placed per second.")
+        float, number_option(min=0.1, max=10_000.0, help="Orders placed per second.")
     ] = 30.0,
     source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
     out_of_stock_share: Annotated[
         float,
-        typer.Option(
+        number_option(
             min=0.0,
             max=1.0,
             help="Share of the TPC-H orders made to run out of stock (parts they need are "
@@ -154,33 +155,33 @@ def chaos(
     ] = defaults.BATCH_SIZE,
     kill_every: Annotated[
         float,
-        typer.Option(
+        number_option(
             max=MAX_SECONDS, min=0, help="SIGKILL a random worker every S seconds (0: off)."
         ),
     ] = 4.0,
     term_every: Annotated[
         float,
-        typer.Option(
+        number_option(
             max=MAX_SECONDS, min=0, help="SIGTERM a worker holding a job every S seconds (0: off)."
         ),
     ] = 10.0,
     redis_kill_every: Annotated[
         float,
-        typer.Option(
+        number_option(
             max=MAX_SECONDS,
             min=0,
             help="SIGKILL and restart the embedded Redis every S s (0: off).",
         ),
     ] = 15.0,
     redis_down: Annotated[
-        float, typer.Option(max=MAX_SECONDS, min=0, help="Seconds Redis stays down per crash.")
+        float, number_option(max=MAX_SECONDS, min=0, help="Seconds Redis stays down per crash.")
     ] = 1.0,
     appendfsync: Annotated[
         str, typer.Option(help="AOF fsync policy of the embedded Redis: everysec or always.")
     ] = "everysec",
     lose_window: Annotated[
         float | None,
-        typer.Option(
+        number_option(
             min=0,
             max=60,
             help="Seconds of AOF writes dropped at each Redis crash, as a power loss would "
@@ -188,13 +189,13 @@ def chaos(
         ),
     ] = None,
     fail_rate: Annotated[
-        float, typer.Option(min=0, max=0.95, help="Transient handler failure rate.")
+        float, number_option(min=0, max=0.95, help="Transient handler failure rate.")
     ] = 0.3,
     fail_steps: Annotated[str, typer.Option(help="Steps that fail transiently (comma list).")] = (
         ",".join(("notification", *COMPENSATION_STEPS))
     ),
     slow_rate: Annotated[
-        float, typer.Option(min=0, max=1, help="Share of runs that stall past their lease.")
+        float, number_option(min=0, max=1, help="Share of runs that stall past their lease.")
     ] = 0.02,
     slow_ms: Annotated[
         int, typer.Option(max=MAX_SECONDS, min=0, help="Length of such a stall, ms.")
@@ -221,20 +222,22 @@ def chaos(
         ),
     ] = "stock",
     hang_rate: Annotated[
-        float, typer.Option(min=0, max=1, help="Share of that step's runs that hang.")
+        float, number_option(min=0, max=1, help="Share of that step's runs that hang.")
     ] = 0.01,
     hang_ms: Annotated[
         int, typer.Option(min=1, max=MAX_SECONDS, help="Length of that hang, ms.")
     ] = 6000,
     time_limit: Annotated[
         float,
-        typer.Option(
+        number_option(
             min=0.1, max=MAX_SECONDS, help="The workers' step time limit for the run, seconds."
         ),
     ] = 3.0,
     replay_every: Annotated[
         float,
-        typer.Option(max=MAX_SECONDS, min=0, help="Replay finished jobs every S seconds (0: off)."),
+        number_option(
+            max=MAX_SECONDS, min=0, help="Replay finished jobs every S seconds (0: off)."
+        ),
     ] = 2.0,
     replay_count: Annotated[
         int, typer.Option(max=MAX_SECONDS, min=0, help="Finished jobs per replay.")
@@ -244,26 +247,26 @@ def chaos(
     ] = ",".join(ALL_STEPS),
     evict_every: Annotated[
         float,
-        typer.Option(
+        number_option(
             min=0,
             help="Delete a queue's ready list every S seconds, as key eviction does (0: off).",
         ),
     ] = 7.0,
     lease: Annotated[
-        float, typer.Option(max=MAX_SECONDS, min=0.2, help="Job lease for the run, seconds.")
+        float, number_option(max=MAX_SECONDS, min=0.2, help="Job lease for the run, seconds.")
     ] = 2.0,
     max_attempts: Annotated[
         int, typer.Option(max=MAX_SECONDS, min=1, help="Attempts before the DLQ.")
     ] = 8,
     republish_after: Annotated[
         float,
-        typer.Option(
+        number_option(
             max=MAX_SECONDS, min=0.5, help="The sweep re-publishes lost steps after S seconds."
         ),
     ] = 5.0,
     settle_timeout: Annotated[
         float,
-        typer.Option(
+        number_option(
             max=MAX_SECONDS, min=1, help="Seconds to wait for quiescence after the faults."
         ),
     ] = 120.0,

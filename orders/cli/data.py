@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orders.app.pacing import place_paced
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.options import number_option
 from orders.cli.render import for_terminal, say
 from reliable_queue import QueueError
 
@@ -17,7 +18,7 @@ from reliable_queue import QueueError
 @handle_errors
 def load_tpch(
     scale: Annotated[
-        float, typer.Option(min=0.001, max=1.0, help="TPC-H scale factor (0.01 = 15,000 orders).")
+        float, number_option(min=0.001, max=1.0, help="TPC-H scale factor (0.01 = 15,000 orders).")
     ] = 0.01,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
@@ -52,7 +53,7 @@ def place(
     ] = 100,
     rate: Annotated[
         float | None,
-        typer.Option(
+        number_option(
             min=0.1, max=100_000.0, help="Orders per second (default: as fast as possible)."
         ),
     ] = None,

@@ -13,6 +13,7 @@ from rich.text import Text
 from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.cli.context import emit_json, handle_errors, make_app
+from orders.cli.options import number_option
 from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import ALL_STEPS
@@ -145,15 +146,15 @@ def demo(
     orders: Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")] = 2000,
     fail_rate: Annotated[
         float,
-        typer.Option(min=0.0, max=0.9, help="Transient failure rate on notification and points."),
+        number_option(min=0.0, max=0.9, help="Transient failure rate on notification and points."),
     ] = 0.2,
     permanent_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Permanent failure rate on logistics (DLQ).")
+        float, number_option(min=0.0, max=1.0, help="Permanent failure rate on logistics (DLQ).")
     ] = 0.005,
     source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
     rate: Annotated[
         float | None,
-        typer.Option(min=1.0, max=100_000.0, help="Orders placed per second (default: unpaced)."),
+        number_option(min=1.0, max=100_000.0, help="Orders placed per second (default: unpaced)."),
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")] = 2,
     batch_size: Annotated[
@@ -165,18 +166,18 @@ def demo(
         ),
     ] = defaults.BATCH_SIZE,
     timeout: Annotated[
-        float, typer.Option(min=1.0, max=86_400.0, help="Seconds to wait for quiescence.")
+        float, number_option(min=1.0, max=86_400.0, help="Seconds to wait for quiescence.")
     ] = 300.0,
     stall_seconds: Annotated[
         float,
-        typer.Option(
+        number_option(
             min=1.0,
             help="Stop when no step finished for this long with work pending, and say why.",
         ),
     ] = 30.0,
     out_of_stock_share: Annotated[
         float,
-        typer.Option(
+        number_option(
             min=0.0,
             max=1.0,
             help="Share of the TPC-H orders made to run out of stock (parts they need are "

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from orders.cli.context import emit_json, fail, handle_errors, make_app
+from orders.cli.options import number_option
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
 from orders.domain.steps import ALL_STEPS, task_name
 from reliable_queue import (
@@ -171,7 +172,7 @@ def redrive(
     ] = False,
     rate: Annotated[
         float | None,
-        typer.Option(min=0.1, max=MAX_RATE, help="At most this many jobs per second."),
+        number_option(min=0.1, max=MAX_RATE, help="At most this many jobs per second."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from orders.cli.context import fail, handle_errors, make_app
+from orders.cli.options import number_option
 from orders.cli.render import fault_summary, say
 from orders.domain.steps import ALL_STEPS
 from orders.worker.faults import FaultConfig, FaultStore
@@ -20,14 +21,14 @@ def inject(
         str | None, typer.Argument(help=f"Step to affect: {', '.join(ALL_STEPS)}.")
     ] = None,
     fail_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Probability a run fails.")
+        float, number_option(min=0.0, max=1.0, help="Probability a run fails.")
     ] = 0.0,
     permanent: Annotated[
         bool, typer.Option(help="Injected failures are permanent (DLQ at once).")
     ] = False,
     crash_rate: Annotated[
         float,
-        typer.Option(
+        number_option(
             min=0.0, max=1.0, help="Probability the worker kills itself after the effect."
         ),
     ] = 0.0,

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orders.cli.context import handle_errors, make_app
+from orders.cli.options import number_option
 from orders.cli.render import compact_table, console, fitted_table, short_ids, text, when
 from orders.observability.multiproc import metrics_dir
 from orders.observability.snapshot import Snapshot, SystemView
@@ -120,7 +121,7 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
 @handle_errors
 def watch(
     interval: Annotated[
-        float, typer.Option(min=0.2, max=60.0, help="Seconds between refreshes.")
+        float, number_option(min=0.2, max=60.0, help="Seconds between refreshes.")
     ] = 1.0,
     dead_letters: Annotated[
         int, typer.Option("--dead", min=0, max=50, help="Newest dead letters shown.")

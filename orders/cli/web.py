@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from orders.cli.context import console, fail, handle_errors, make_app, setup_logging
+from orders.cli.options import log_level_option
 from orders.observability.urls import mask_url
 
 log = logging.getLogger("orders.web")
@@ -33,7 +34,7 @@ def web(
         int | None,
         typer.Option(min=0, max=65535, help="TCP port (default ORDERS_WEB_PORT or 8080)."),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    log_level: Annotated[str, log_level_option()] = "INFO",
 ) -> None:
     """Serve the web dashboard: overview, queues, orders, dead letters, /metrics.
 

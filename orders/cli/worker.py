@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from orders.cli.context import fail, handle_errors, make_app, setup_logging
+from orders.cli.options import log_level_option, number_option
 from orders.domain.steps import ALL_STEPS
 from orders.worker import defaults
 from orders.worker.runner import run_worker
@@ -33,9 +34,9 @@ def worker(
     ] = defaults.BATCH_SIZE,
     sweep: Annotated[bool, typer.Option(help="Also run the periodic outbox sweep.")] = True,
     grace: Annotated[
-        float, typer.Option(min=0, max=3600.0, help="Seconds in-flight jobs get on SIGTERM.")
+        float, number_option(min=0, max=3600.0, help="Seconds in-flight jobs get on SIGTERM.")
     ] = 10.0,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    log_level: Annotated[str, log_level_option()] = "INFO",
     metrics_port: Annotated[
         int | None,
         typer.Option(min=0, max=65535, help="Serve Prometheus /metrics on this port."),
