@@ -9,8 +9,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
+"""Database URL schemes orderflow runs on (a ``+driver`` suffix is allowed: PostgreSQL
+URLs are rewritten to psycopg 3, see ``orders.app.db.normalize_url``)."""
+
+DATABASE_URL_EXAMPLES = "sqlite:///path/to/orders.db or postgresql://user:password@host/db"
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+"""Redis URL schemes a client can be built for (see ``reliable_queue.cluster``)."""
+
+REDIS_URL_EXAMPLES = (
+    "redis://host:port/db, rediss://..., unix:///path.sock or redis+cluster://host:port"
+)
+
+
+def _scheme(url: str) -> str | None:
+    """The part of ``url`` before ``://`` (lower case), or None when there is none."""
+    scheme, sep, _ = url.partition("://")
+    return scheme.lower() if sep and scheme else None
 
 
 class Settings(BaseSettings):
@@ -135,6 +154,42 @@ class Settings(BaseSettings):
     relay_publish_backoff_max_seconds: float = Field(
         default=300.0, gt=0, description="Cap on that wait, seconds."
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str | None) -> str | None:
+        """Refuse a URL of a database orderflow does not run on, naming the schemes it does.
+
+        Raises:
+            ValueError: no ``scheme://`` or a scheme other than :data:`DATABASE_SCHEMES`
+                (the message never repeats the URL: it may hold a password).
+        """
+        if not value:
+            return value
+        scheme = _scheme(value)
+        if scheme is None:
+            raise ValueError(f"not a database URL; use {DATABASE_URL_EXAMPLES}")
+        if scheme.split("+")[0] not in DATABASE_SCHEMES:
+            raise ValueError(
+                f"unsupported database {scheme.split('+')[0]!r}; supported schemes: "
+                f"{', '.join(s + '://' for s in DATABASE_SCHEMES)} (e.g. {DATABASE_URL_EXAMPLES})"
+            )
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _known_redis_scheme(cls, value: str | None) -> str | None:
+        """Refuse a Redis URL whose scheme no client is built for, naming those that are.
+
+        Raises:
+            ValueError: no ``scheme://`` or one not in :data:`REDIS_SCHEMES`.
+        """
+        if not value:
+            return value
+        scheme = _scheme(value)
+        if scheme not in REDIS_SCHEMES:
+            raise ValueError(f"not a Redis URL; use {REDIS_URL_EXAMPLES}")
+        return value
 
     def resolved_data_dir(self) -> Path:
         """Return the data directory as an absolute path (not created).

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import redis
 import typer
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 from redis.exceptions import RedisClusterException
 from rich.text import Text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
@@ -19,7 +20,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
 from orders.cli.render import clean, console, err_console
-from orders.domain.errors import OrdersError
+from orders.domain.errors import InvalidRedisUrl, OrdersError
 from orders.observability.urls import mask_url, mask_urls_in
 from reliable_queue import (
     JobIdLookupError,
@@ -28,7 +29,15 @@ from reliable_queue import (
     QueueError,
 )
 
-__all__ = ["console", "emit_json", "err_console", "fail", "handle_errors", "make_app"]
+__all__ = [
+    "console",
+    "emit_json",
+    "err_console",
+    "fail",
+    "handle_errors",
+    "load_settings",
+    "make_app",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,14 +59,35 @@ def make_app(*, auto_migrate: bool = False, uses_redis: bool = True) -> App:
     Raises:
         typer.Exit(2): the settings are invalid (the message says which).
     """
+    settings = load_settings(Settings)
+    if uses_redis:
+        _say_if_starting_redis(settings)
+    return build(settings, auto_migrate=auto_migrate)
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(kind: type[S]) -> S:
+    """Read settings of class ``kind`` from the environment, or exit 2 naming each bad variable.
+
+    Args:
+        kind: a pydantic-settings class (``Settings``, ``WebSettings``).
+
+    Returns:
+        The settings object.
+
+    Raises:
+        typer.Exit(2): a variable is invalid (the message names it and says why).
+    """
     try:
-        settings = Settings()
-        if uses_redis:
-            _say_if_starting_redis(settings)
-        return build(settings, auto_migrate=auto_migrate)
+        return kind()
     except ValidationError as exc:
+        prefix = str(kind.model_config.get("env_prefix") or "")
         problems = "; ".join(
-            f"ORDERS_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+            f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: "
+            + str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors()
         )
         fail(f"invalid settings: {problems}", code=2)
         raise  # unreachable
@@ -135,6 +165,8 @@ def handle_errors(func: F) -> F:
             fail(str(exc))
         except (QueueConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
             fail(_redis_problem(exc))
+        except InvalidRedisUrl as exc:  # a setting: bad usage, like the others
+            fail(str(exc), code=2)
         except (QueueError, OrdersError) as exc:
             fail(str(exc))
         except (redis.RedisError, RedisClusterException) as exc:

@@ -8,7 +8,7 @@ import typer
 
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
-from orders.cli.context import console, emit_json, fail, handle_errors
+from orders.cli.context import console, emit_json, fail, handle_errors, load_settings
 from orders.cli.render import say
 from orders.observability.urls import mask_url
 from reliable_queue.embedded import EmbeddedRedis
@@ -21,7 +21,7 @@ db = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=T
 @handle_errors
 def start() -> None:
     """Start the embedded Redis server (AOF everysec) if it is not running."""
-    settings = Settings()
+    settings = load_settings(Settings)
     if settings.redis_url:
         console.print("ORDERS_REDIS_URL is set: the embedded server is not used")
         return
@@ -36,7 +36,7 @@ def start() -> None:
 @handle_errors
 def stop() -> None:
     """Stop the embedded Redis server of the data dir (its AOF keeps the data)."""
-    server = EmbeddedRedis(Settings().resolved_data_dir())
+    server = EmbeddedRedis(load_settings(Settings).resolved_data_dir())
     if server.stop():
         say("stopped (the next orders command that needs Redis starts it again)")
     else:
@@ -48,7 +48,7 @@ def stop() -> None:
 def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
     """Say whether the embedded Redis server runs, where, and with which pid, and which
     Redis and database URLs are configured (passwords masked)."""
-    settings = Settings()
+    settings = load_settings(Settings)
     server = EmbeddedRedis(settings.resolved_data_dir())
     info = {
         "redis_url_configured": bool(settings.redis_url),
@@ -84,7 +84,7 @@ def upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = 
 
     from orders.app.migrate import upgrade_database
 
-    settings = Settings()
+    settings = load_settings(Settings)
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
     try:
         upgrade_database(settings.resolved_database_url(), revision)

@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from orders.cli.context import console, fail, handle_errors, make_app, setup_logging
+from orders.cli.context import (
+    console,
+    fail,
+    handle_errors,
+    load_settings,
+    make_app,
+    setup_logging,
+)
 from orders.cli.options import log_level_option
 from orders.observability.urls import mask_url
 
@@ -52,7 +59,7 @@ def web(
     from orders.web.settings import WebSettings
 
     setup_logging(log_level)
-    settings = WebSettings()
+    settings = load_settings(WebSettings)
     bind = host or settings.host
     port = settings.port if port is None else port
     settings = settings.model_copy(update={"host": bind, "port": port})

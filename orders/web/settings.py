@@ -23,7 +23,7 @@ class WebSettings(BaseSettings):
         history_seconds: how much chart history is kept in memory, seconds.
     """
 
-    model_config = SettingsConfigDict(env_prefix="ORDERS_WEB_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ORDERS_WEB_", extra="ignore", allow_inf_nan=False)
 
     token: SecretStr | None = Field(default=None, description="Secret unlocking actions.")
     host: str = Field(default="127.0.0.1", description="Address to bind.")

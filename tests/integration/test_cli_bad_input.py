@@ -183,3 +183,52 @@ def test_dlq_list_is_oldest_first_across_queues(two_dead: tuple[dict[str, str], 
     assert [d["job_id"] for d in json.loads(listed.stdout)] == [points_job, stock_job]
     table = run(env, "dlq", "list")
     assert table.stdout.index(points_job[:14]) < table.stdout.index(stock_job[:14])
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("ORDERS_DATABASE_URL", "mysql://u:secret@db/orders", "unsupported database 'mysql'"),
+        ("ORDERS_DATABASE_URL", "oracle+cx_oracle://db", "unsupported database 'oracle'"),
+        ("ORDERS_DATABASE_URL", "orders.db", "not a database URL"),
+        ("ORDERS_REDIS_URL", "nonsense", "not a Redis URL"),
+        ("ORDERS_REDIS_URL", "http://localhost:6379", "not a Redis URL"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["place", "-n", "1"],
+        ["services", "status"],
+        ["db", "upgrade"],
+        ["outbox", "list"],
+    ],
+    ids=lambda c: " ".join(c),
+)
+def test_an_unsupported_url_is_invalid_settings_naming_the_variable(
+    cli_env: dict[str, str], variable: str, value: str, named: str, command: list[str]
+) -> None:
+    proc = run(dict(cli_env, **{variable: value}), *command)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"invalid settings: {variable}: {named}" in proc.stderr
+    assert "Traceback" not in proc.stderr and "secret" not in proc.stderr
+    if variable == "ORDERS_DATABASE_URL":
+        assert "sqlite://" in proc.stderr and "postgresql://" in proc.stderr
+    data_dir = Path(cli_env["ORDERS_DATA_DIR"])
+    assert not data_dir.exists() or not any(data_dir.iterdir())  # nothing written or started
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("ORDERS_WEB_SAMPLE_SECONDS", "nan"), ("ORDERS_WEB_SESSION_HOURS", "inf")],
+)
+def test_the_web_refuses_a_setting_that_is_not_a_finite_number(
+    cli_env: dict[str, str], variable: str, value: str
+) -> None:
+    # a weak token is refused next: were the setting accepted, nothing would start either
+    env = dict(cli_env, ORDERS_WEB_TOKEN="weak", **{variable: value})
+    proc = run(env, "web", "--port", "1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"invalid settings: {variable}:" in proc.stderr
+    assert "Traceback" not in proc.stderr
