@@ -131,7 +131,9 @@ def list_(
         [short[d.job_id], d.queue, d.reason, when(d.dead_at, date=False), d.error] for d in letters
     ]
     headers = ["job id", "queue", "reason", "dead (UTC)", "error"]
-    console.print(fitted_table(headers, rows, flex=4, title=f"dead letters ({len(letters)})"))
+    title = f"dead letters ({len(letters)})"
+    # ids are never cut: on a narrow terminal the time, then the queue give way
+    console.print(fitted_table(headers, rows, flex=4, title=title, keep=(0,), drop=(3, 1)))
     if letters:
         say("show one: orders dlq show JOB_ID (a prefix of 6+ characters is enough)", style="dim")
 

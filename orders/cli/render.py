@@ -285,6 +285,11 @@ def compact_table(title: str | None = None, caption: str | None = None) -> Table
     )
 
 
+FLEX_MIN = 10
+"""Columns the flexible (error) column of :func:`fitted_table` should keep: less,
+and a droppable column gives way first."""
+
+
 def fitted_table(
     headers: list[str],
     rows: list[list[str]],
@@ -294,9 +299,16 @@ def fitted_table(
     caption: str | None = None,
     right: tuple[int, ...] = (),
     width: int | None = None,
+    keep: tuple[int, ...] = (),
+    drop: tuple[int, ...] = (),
 ) -> Table:
     """A table of plain cells that fits the console: every column keeps its full
     width except column ``flex`` (an error text), which is cut with ``…``.
+
+    Where the columns do not fit even so (a narrow terminal), the ``drop`` columns
+    are left out, in that order, until the flex column has :data:`FLEX_MIN`
+    columns; a ``keep`` column (job ids: a cut id can be an ambiguous prefix) is
+    never cut: if it still does not fit, it is folded onto more lines, whole.
 
     Args:
         headers: column titles.
@@ -305,21 +317,38 @@ def fitted_table(
         title / caption: optional lines above / below.
         right: indexes of right-aligned columns.
         width: columns available (default: the console's width, ``COLUMNS``).
+        keep: indexes of columns shown whole, folded rather than cut.
+        drop: indexes of columns that may be left out, least important first.
+
+    Returns:
+        The table (its columns in the order of ``headers``, less those dropped).
     """
     total = width or console.width
     cells = [[clean(c) for c in row] for row in rows]
     widths = [max([cell_len(h), *(cell_len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    fixed = sum(w for i, w in enumerate(widths) if i != flex)
-    room = max(4, total - fixed - 3 * len(headers) - 1)
+
+    def room_left(columns: list[int]) -> int:
+        fixed = sum(widths[i] for i in columns if i != flex)
+        return total - fixed - 3 * len(columns) - 1
+
+    shown = list(range(len(headers)))
+    for victim in drop:
+        if room_left(shown) >= min(widths[flex], FLEX_MIN):
+            break
+        shown.remove(victim)
+    room = max(4, room_left(shown))
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for i, header in enumerate(headers):
+    for i in shown:
         size = min(widths[i], room) if i == flex else widths[i]
-        table.add_column(
-            header, justify="right" if i in right else "left", no_wrap=True, width=size
-        )
+        justify = "right" if i in right else "left"
+        if i in keep:
+            table.add_column(
+                headers[i], justify=justify, no_wrap=False, overflow="fold", min_width=size
+            )
+        else:
+            table.add_column(headers[i], justify=justify, no_wrap=True, width=size)
     for row in cells:
-        shown = list(row)
-        if cell_len(shown[flex]) > room:
-            shown[flex] = set_cell_size(shown[flex], room - 1) + "…"
-        table.add_row(*(Text(c) for c in shown))
+        if cell_len(row[flex]) > room:
+            row[flex] = set_cell_size(row[flex], room - 1) + "…"
+        table.add_row(*(Text(row[i]) for i in shown))
     return table

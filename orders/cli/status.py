@@ -86,7 +86,10 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
         "att = attempts; times UTC; compensating steps (after a cancellation) come last; "
         "one job in full: orders explain JOB_ID"
     )
-    console.print(fitted_table(headers, rows, flex=5, right=(2,), caption=caption))
+    # a job id is never cut (a cut id may be an ambiguous prefix): on a narrow terminal
+    # the finish time, then the attempts, give way first
+    table = fitted_table(headers, rows, flex=5, right=(2,), caption=caption, keep=(3,), drop=(4, 2))
+    console.print(table)
 
 
 def _steps_table(

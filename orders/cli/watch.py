@@ -112,7 +112,8 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
     if not snap.newest_dead:
         rows.append(["-", "(the dead-letter queues are empty)", "", "", ""])
     headers = ["dead at", "job id", "step #order", "reason", "error"]
-    parts.append(fitted_table(headers, rows, flex=4, title="newest dead letters"))
+    table = fitted_table(headers, rows, flex=4, title="newest dead letters", keep=(1,), drop=(0, 3))
+    parts.append(table)
     for error in snap.errors:
         parts.append(text(f"cannot read {error}", style="bold red"))
     return Group(*parts)

@@ -1,0 +1,72 @@
+"""On a narrow terminal job ids are never cut: a cut id can be an ambiguous prefix.
+
+Tables give way by dropping less important columns (times, attempts) first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_processes import app_for, orders_command
+
+from orders.app.pacing import place_paced
+from orders.cli.render import SHORT_ID
+from orders.domain.queries import order_status
+from orders.domain.steps import STOCK
+from orders.sources.tpch import load_tpch
+from workflows.uow import UnitOfWork
+
+WIDTH = 60
+
+
+def run(env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run(
+        [*orders_command(), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture
+def env(cli_env: dict[str, str], key_prefix: str) -> dict[str, str]:
+    return dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS=str(WIDTH))
+
+
+def test_order_status_keeps_the_job_id_whole_at_60_columns(env: dict[str, str]) -> None:
+    app = app_for(env, migrate=True)  # a configured database starts empty
+    try:  # one order: its stock job queued (no worker runs it), the other steps waiting
+        load_tpch(app.session_factory, Path(env["ORDERS_DATA_DIR"]), scale=0.001)
+        [order_id] = place_paced(app, 1, source="random").order_ids
+        with UnitOfWork(app.session_factory) as uow:
+            workflow_id = order_status(uow.session, order_id).workflow_id
+        job_id = app.queues[STOCK].pending_job_for(f"{workflow_id}:{STOCK}")
+    finally:
+        app.close()
+    assert job_id
+
+    text = run(env, "status", str(order_id))
+
+    assert job_id[:SHORT_ID] in text, text
+    assert "notification" in text and "waiting" in text
+
+
+def test_dead_letter_list_and_watch_keep_job_ids_whole_at_60_columns(
+    env: dict[str, str],
+) -> None:
+    app = app_for(env, migrate=True)
+    try:
+        # the longest queue name and reason: the columns cannot all fit 60 columns
+        queue = app.queues["cancel_shipment"]
+        job_id = queue.enqueue("orders.cancel_shipment", {"order_id": 7})
+        lease = queue.fetch(1).jobs[0].lease
+        assert queue.dead(lease, "retries_exhausted", error="boom " * 30)
+    finally:
+        app.close()
+
+    listed = run(env, "dlq", "list")
+    watched = run(env, "watch", "--once", "--interval", "0.2")
+
+    assert job_id[:SHORT_ID] in listed, listed
+    assert job_id[:SHORT_ID] in watched, watched
