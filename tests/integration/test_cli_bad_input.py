@@ -232,3 +232,15 @@ def test_the_web_refuses_a_setting_that_is_not_a_finite_number(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"invalid settings: {variable}:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["services", "start"], ["services", "status"], ["db", "upgrade"]]
+)
+def test_commands_reading_settings_directly_refuse_a_bad_one_without_a_traceback(
+    cli_env: dict[str, str], command: list[str]
+) -> None:
+    proc = run(dict(cli_env, ORDERS_LEASE_SECONDS="inf"), *command)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "invalid settings: ORDERS_LEASE_SECONDS:" in proc.stderr
+    assert "Traceback" not in proc.stderr
