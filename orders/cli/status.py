@@ -83,12 +83,14 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     ]
     headers = ["step", "state", "att", "job id", "finished", "outcome / last error"]
     caption = (
-        "att = attempts; times UTC; compensating steps (after a cancellation) come last; "
+        "times UTC; compensating steps (after a cancellation) come last; "
         "one job in full: orders explain JOB_ID"
     )
     # a job id is never cut (a cut id may be an ambiguous prefix): on a narrow terminal
     # the finish time, then the attempts, give way first
     table = fitted_table(headers, rows, flex=5, right=(2,), caption=caption, keep=(3,), drop=(4, 2))
+    if any(column.header == "att" for column in table.columns):
+        table.caption = f"att = attempts; {caption}"
     console.print(table)
 
 

@@ -50,6 +50,9 @@ def test_order_status_keeps_the_job_id_whole_at_60_columns(env: dict[str, str]) 
 
     assert job_id[:SHORT_ID] in text, text
     assert "notification" in text and "waiting" in text
+    # the caption explains "att" only where the column is shown
+    header = next(line for line in text.splitlines() if "step" in line and "state" in line)
+    assert ("att" in header.split()) == ("att = attempts" in text), text
 
 
 def test_dead_letter_list_and_watch_keep_job_ids_whole_at_60_columns(
