@@ -95,10 +95,26 @@ class StepGraph:
 NO_DEPENDENCIES = StepGraph()
 """The graph of a plain fan-out: every step starts at once."""
 
+_WS = WorkflowStep.__table__
+# built once: on a batch of one, building a statement costs more than running it
+_STEPS_OF = select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
+    _WS.c.workflow_id.in_(bindparam("ids", expanding=True))
+)
+_RELEASE = (
+    update(_WS)
+    .where(_WS.c.id.in_(bindparam("ids", expanding=True)), _WS.c.status == StepStatus.WAITING)
+    .values(status=StepStatus.PENDING)
+)
+_SKIP = (
+    update(_WS)
+    .where(_WS.c.id == bindparam("row_id"), _WS.c.status == StepStatus.WAITING)
+    .values(status=StepStatus.SKIPPED, outcome=bindparam("outcome"), finished_at=bindparam("now"))
+)
+
 
 def release_waiting(
     session: Session, graph: StepGraph, workflow_ids: Sequence[int], now: datetime
-) -> list[int]:
+) -> dict[int, tuple[int, ...]]:
     """Move decidable waiting steps of some workflows to ``pending`` or ``skipped``.
 
     Runs inside the caller's unit of work (after the finishing step's row was
@@ -111,51 +127,32 @@ def release_waiting(
         now: time written as a skipped step's finish time (timezone-aware).
 
     Returns:
-        Ids of the step rows released to ``pending`` (for an immediate publish).
+        Workflow id -> ids of its step rows released to ``pending`` (for an
+        immediate publish); workflows with none released are absent.
     """
     if not graph.after or not workflow_ids:
-        return []
-    rows = session.execute(
-        select(
-            WorkflowStep.id,
-            WorkflowStep.workflow_id,
-            WorkflowStep.step,
-            WorkflowStep.status,
-            WorkflowStep.outcome,
-        ).where(WorkflowStep.workflow_id.in_(sorted(set(workflow_ids))))
-    ).all()
+        return {}
+    rows = session.execute(_STEPS_OF, {"ids": sorted(set(workflow_ids))}).all()
     per_workflow: dict[int, dict[str, tuple[int, str, str | None]]] = defaultdict(dict)
     for row_id, wf_id, step, status, outcome in rows:
         per_workflow[wf_id][step] = (row_id, status, outcome)
-    released: list[int] = []
+    released: dict[int, tuple[int, ...]] = {}
     skipped: list[dict[str, object]] = []
-    for steps in per_workflow.values():
+    for wf_id, steps in per_workflow.items():
         if not any(status == StepStatus.WAITING for _, status, _ in steps.values()):
             continue
         decided = graph.resolve({name: (s, o) for name, (_, s, o) in steps.items()})
         for name, verdict in decided.items():
             row_id = steps[name][0]
             if verdict == StepStatus.PENDING:
-                released.append(row_id)
+                released[wf_id] = (*released.get(wf_id, ()), row_id)
             else:
                 blockers = [p for p in graph.after.get(name, ()) if p in steps]
                 skipped.append(
                     {"row_id": row_id, "outcome": (SKIPPED_PREFIX + ",".join(blockers))[:50]}
                 )
-    table = WorkflowStep.__table__
     if released:
-        session.execute(
-            update(table)
-            .where(table.c.id.in_(released), table.c.status == StepStatus.WAITING)
-            .values(status=StepStatus.PENDING),
-            execution_options={"synchronize_session": False},
-        )
+        session.execute(_RELEASE, {"ids": sorted(r for ids in released.values() for r in ids)})
     if skipped:
-        session.execute(
-            update(table)
-            .where(table.c.id == bindparam("row_id"), table.c.status == StepStatus.WAITING)
-            .values(status=StepStatus.SKIPPED, outcome=bindparam("outcome"), finished_at=now),
-            skipped,
-            execution_options={"synchronize_session": False},
-        )
-    return sorted(released)
+        session.execute(_SKIP, [{**row, "now": now} for row in skipped])
+    return {wf_id: tuple(sorted(ids)) for wf_id, ids in released.items()}

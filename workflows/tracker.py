@@ -1,21 +1,48 @@
-"""Completion tracker: run a step's effect and record its completion atomically.
+"""Completion tracker: apply a step's effect and record its completion atomically.
 
-Completion is set membership: each step row says done on its own (unique per
-workflow and step), never a counter. Every step transition also updates the
-workflow row, whose version column makes two steps finishing at once
-conflict; the loser reruns its unit of work, sees the winner's row, and
-whichever commit finds every step done marks the workflow done.
+There is one path: :func:`run_steps` takes the deliveries of ONE step that a
+worker fetched together, and a single delivery is a batch of one. Completion is
+set membership: each step row says done on its own (unique per workflow and
+step), never a counter. In one transaction and a handful of set-based
+statements, whatever the batch size:
+
+1. The workflow rows are locked and their version bumped first, in id order
+   (PostgreSQL: ``SELECT ... ORDER BY id FOR UPDATE``; SQLite: the first
+   statement is the write, which takes the database's write lock). A sibling
+   step finishing at the same time, or a cancellation (it locks the workflow
+   row first too), waits for this commit and then sees its rows, so whichever
+   commit finds every step done marks the workflow done. One exception, where
+   the lock is the whole database: a lone delivery on SQLite reads first and
+   bumps its workflow's version at its first write under a version check
+   (optimistic locking; :func:`fence_workflows`), so the write lock is held
+   for the writes only; a concurrent writer makes it rerun. A batch of
+   deliveries would rerun whole on any sibling's commit, so it locks first.
+2. Each delivery is classified: unknown step or subject (its own error, the
+   others go on), already done or skipped, or a second copy inside this batch
+   (a duplicate absorbed, no effect), still waiting for its prerequisites (its
+   own retryable error), or claimed.
+3. The step's effect runs once for every claim and returns, per step row, an
+   outcome word or that claim's own error (the effect applied nothing of it).
+4. The claimed step rows are marked done; waiting steps whose prerequisites
+   are now decided are released or skipped; workflows whose rows are all done
+   or skipped are marked done with their finish time; blocked workflows with no
+   dead step left resume.
+
+Any other error fails the whole batch (nothing is committed); conflicts rerun
+it a few times, and the caller may then run the deliveries one at a time (each
+a batch of one) so that one bad delivery cannot sink its batch-mates.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import bindparam, case, func, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
@@ -25,12 +52,6 @@ from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory, UnitOfWork
 
 _ERROR_LIMIT = 4000
-
-Effect = Callable[[Session, Workflow, WorkflowStep], str]
-"""Applies a step's effect in the given session and returns its outcome word."""
-
-OnWorkflowDone = Callable[[Session, Workflow], None]
-"""Called in the same transaction when a commit completes the workflow."""
 
 
 @dataclass(frozen=True)
@@ -57,11 +78,12 @@ class StepRun:
 
 @dataclass(frozen=True)
 class StepResult:
-    """What ``run_step`` did.
+    """What the tracker did with one delivery.
 
     Attributes:
         outcome: the step's outcome word (for a duplicate, the first run's).
-        duplicate: True when the step was already done: no effect was applied
+        duplicate: True when the step was already done or skipped, or the
+            delivery was a second copy inside its batch: no effect was applied
             (a redelivery absorbed).
         workflow_done: True when this commit completed the workflow.
         conflicts: units of work rerun because of concurrent writers.
@@ -78,8 +100,149 @@ class StepResult:
     released: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A delivery the batch runs: its run, its step row and its workflow's subject."""
+
+    run: StepRun
+    step_row_id: int
+    subject_id: int
+
+
+class StepRow(NamedTuple):
+    """One step row as the tracker reads it, and its workflow's version."""
+
+    row_id: int
+    subject_id: int
+    status: str
+    outcome: str | None
+    version: int
+
+
+Effect = Callable[[Session, list[Claim], datetime], Mapping[int, str | Exception]]
+"""Applies one step's effect for every claim (in the tracker's transaction, at the
+given time) and returns step row id -> outcome word (<= 50 chars), or the claim's own
+error when nothing of it was applied; one entry per claim."""
+
+OnWorkflowsDone = Callable[[Session, list[int]], None]
+"""Called in the same transaction with the subject ids of workflows this batch completed."""
+
+# The statements of the hot path, built once: building a statement (and its cache
+# key) costs more than running it on a batch of one.
+_WF = Workflow.__table__
+_WS = WorkflowStep.__table__
+_IDS = bindparam("ids", expanding=True)
+_LOCK_ORDER = select(_WF.c.id).where(_WF.c.id.in_(_IDS)).order_by(_WF.c.id).with_for_update()
+_LOCK = (
+    update(_WF)
+    .where(_WF.c.id.in_(_IDS))
+    .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
+)
+_FENCE = (
+    update(_WF)
+    .where(_WF.c.id == bindparam("wf"), _WF.c.version == bindparam("v"))
+    .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
+)
+_STEP_ROWS = (
+    select(
+        _WS.c.workflow_id, _WS.c.id, _WF.c.subject_id, _WS.c.status, _WS.c.outcome, _WF.c.version
+    )
+    .join(_WF, _WF.c.id == _WS.c.workflow_id)
+    .where(_WS.c.workflow_id.in_(_IDS), _WS.c.step == bindparam("step"))
+)
+_MARK_DONE = (
+    update(_WS)
+    .where(_WS.c.id == bindparam("row_id"))
+    .values(
+        status=StepStatus.DONE,
+        outcome=bindparam("outcome"),
+        attempts=case(
+            (_WS.c.attempts < bindparam("attempt"), bindparam("attempt")),
+            else_=_WS.c.attempts,
+        ),
+        job_id=func.coalesce(bindparam("job_id"), _WS.c.job_id),
+        fencing_token=func.coalesce(bindparam("fencing"), _WS.c.fencing_token),
+        started_at=bindparam("started"),
+        finished_at=bindparam("now"),
+    )
+)
+_STEP_COUNTS = (
+    select(
+        _WF.c.id,
+        _WF.c.status,
+        func.sum(case((_WS.c.status.not_in(StepStatus.FINAL), 1), else_=0)),
+        func.sum(case((_WS.c.status == StepStatus.DEAD, 1), else_=0)),
+    )
+    .join(_WS, _WS.c.workflow_id == _WF.c.id)
+    .where(_WF.c.id.in_(_IDS))
+    .group_by(_WF.c.id, _WF.c.status)
+)
+_MARK_WORKFLOWS_DONE = (
+    update(_WF)
+    .where(_WF.c.id.in_(_IDS))
+    .values(
+        status=WorkflowStatus.DONE,
+        finished_at=bindparam("now"),
+        blocked_step=None,
+        blocked_reason=None,
+    )
+)
+_RESUME = (
+    update(_WF)
+    .where(_WF.c.id.in_(_IDS))
+    .values(status=WorkflowStatus.RUNNING, blocked_step=None, blocked_reason=None)
+)
+
+
+def lock_workflows(session: Session, workflow_ids: Sequence[int], now: datetime) -> None:
+    """Lock the workflow rows in id order and bump their version (the sibling fence).
+
+    Args:
+        session: the caller's unit of work (nothing committed).
+        workflow_ids: the workflows (unknown ids are ignored).
+        now: written as their ``updated_at``.
+    """
+    ids = sorted(set(workflow_ids))
+    if len(ids) > 1 and session.get_bind().dialect.name == "postgresql":
+        # one row needs no lock order: the UPDATE below locks it
+        session.execute(_LOCK_ORDER, {"ids": ids})
+    session.execute(_LOCK, {"ids": ids, "now": now})
+
+
+def fence_workflows(session: Session, versions: Mapping[int, int], now: datetime) -> None:
+    """Bump the version of workflow rows that must still have the version read (optimistic).
+
+    Args:
+        session: the caller's unit of work (nothing committed).
+        versions: workflow id -> version read by :func:`step_rows`.
+        now: written as their ``updated_at``.
+
+    Raises:
+        StaleDataError: a workflow row changed since it was read (the tracker
+            reruns the unit of work).
+    """
+    result = session.execute(
+        _FENCE, [{"wf": wf, "v": v, "now": now} for wf, v in sorted(versions.items())]
+    )
+    if result.rowcount not in (-1, len(versions)):
+        raise StaleDataError(f"workflows changed since read ({result.rowcount}/{len(versions)})")
+
+
+def step_rows(session: Session, workflow_ids: Sequence[int], step: str) -> dict[int, StepRow]:
+    """Read the ``step`` rows of some workflows, by workflow id (workflows without one: absent).
+
+    After :func:`lock_workflows` the rows cannot change under the caller; else
+    :func:`fence_workflows` checks the versions read here before the caller's
+    writes commit.
+    """
+    return {
+        row[0]: StepRow(*row[1:])
+        for row in session.execute(_STEP_ROWS, {"ids": list(workflow_ids), "step": step})
+    }
+
+
 def load_step(session: Session, workflow_id: int, step: str) -> tuple[Workflow, WorkflowStep]:
-    """Load a workflow row and one of its step rows.
+    """Load a workflow row and one of its step rows (ORM objects).
 
     Raises:
         StepNotFound: no such workflow or step.
@@ -94,126 +257,209 @@ def load_step(session: Session, workflow_id: int, step: str) -> tuple[Workflow, 
     return row[0], row[1]
 
 
-def run_step(
+def run_steps(
     session_factory: SessionFactory,
-    run: StepRun,
+    runs: Sequence[StepRun],
     effect: Effect,
     *,
-    on_workflow_done: OnWorkflowDone | None = None,
+    on_workflows_done: OnWorkflowsDone | None = None,
     graph: StepGraph = NO_DEPENDENCIES,
     clock: Callable[[], datetime] = utcnow,
     conflict_attempts: int = 6,
-    sleep: Callable[[float], None] = time.sleep,
-) -> StepResult:
-    """Apply a step's effect and record its completion in one unit of work.
-
-    A step already done (or skipped) returns at once with ``duplicate=True``
-    and no effect; a step still waiting for its prerequisites raises
-    ``StepNotReady`` with nothing applied. Otherwise ``effect`` runs, the step
-    row is marked done with its outcome, attempts and times, the workflow row
-    is touched (version bump),
-    waiting steps whose prerequisites are now decided are released or skipped
-    (``graph``), a blocked workflow with no dead step left resumes, and the
-    workflow is marked done when every step row is done or skipped. Races with concurrent writers
-    rerun the whole unit of work.
+) -> list[StepResult | Exception]:
+    """Run deliveries of one step (one or many) in one unit of work.
 
     Args:
         session_factory: makes the session of each unit of work.
-        run: identifies the delivery.
-        effect: applies the effect; returns the outcome word (<= 50 chars).
-        on_workflow_done: extra work in the same transaction when the workflow
-            completes (for example setting the order's status).
-        graph: the workflow's step dependencies (default: none).
+        runs: deliveries, all of the same step; one is a batch of one.
+        effect: the step's set-based effect (see :data:`Effect`).
+        on_workflows_done: extra work in the same transaction when workflows
+            complete (for example setting the orders' status).
+        graph: the workflows' step dependencies; waiting steps are released or
+            skipped in the same transaction (default: none).
         clock: current time (timezone-aware).
-        conflict_attempts: units of work tried before giving up.
-        sleep: pause between tries (injectable for tests).
+        conflict_attempts: units of work tried while losing races.
 
     Returns:
-        A ``StepResult``.
+        Per run, in order: a :class:`StepResult` (``duplicate=True`` for an
+        absorbed redelivery, a skipped step or a second copy in the batch), or
+        the run's own error: :class:`StepNotFound`, :class:`SubjectMismatch`
+        (not retryable), :class:`StepNotReady` (retryable; nothing applied), or
+        the error the effect gave that claim.
 
     Raises:
-        StepNotFound: the workflow or step does not exist (not retryable).
-        SubjectMismatch: ``run.subject_id`` is not the workflow's subject.
-        StepNotReady: the step still waits for its prerequisites (retryable).
+        ValueError: runs of different steps.
         ConcurrencyConflict: still conflicting after ``conflict_attempts``
             (retryable).
-        Exception: whatever ``effect`` raises; nothing is committed.
+        Exception: whatever else ``effect`` or the database raises; nothing is
+            committed.
     """
-    started = clock()
+    if not runs:
+        return []
+    steps = {r.step for r in runs}
+    if len(steps) != 1:
+        raise ValueError(f"a batch holds one step, not {sorted(steps)}")
     conflicts = 0
 
     def count_conflict(_exc: BaseException) -> None:
         nonlocal conflicts
         conflicts += 1
 
-    def once() -> StepResult:
-        with UnitOfWork(session_factory) as uow:
-            session = uow.session
-            workflow, step = load_step(session, run.workflow_id, run.step)
-            if run.subject_id is not None and run.subject_id != workflow.subject_id:
-                raise SubjectMismatch(
-                    f"workflow {workflow.id} is about {workflow.subject_id}, not {run.subject_id}"
-                )
-            if step.status in StepStatus.FINAL:
-                return StepResult(
-                    workflow.id, step.step, step.outcome or "", True, False, conflicts
-                )
-            if step.status == StepStatus.WAITING:
-                raise StepNotReady(
-                    f"workflow {workflow.id} step {step.step!r} waits for its prerequisites"
-                )
-            outcome = effect(session, workflow, step)
-            done, released = _complete(
-                session, workflow, step, run, outcome, started, clock(), graph
-            )
-            if done and on_workflow_done is not None:
-                on_workflow_done(session, workflow)
-            uow.commit()
-            return StepResult(
-                workflow.id, step.step, outcome, False, done, conflicts, tuple(released)
-            )
-
     return retry_on_conflict(
-        once, attempts=conflict_attempts, sleep=sleep, on_conflict=count_conflict
+        lambda: _once(
+            session_factory, list(runs), effect, on_workflows_done, graph, clock, conflicts
+        ),
+        attempts=conflict_attempts,
+        on_conflict=count_conflict,
     )
 
 
-def _complete(
+def _classify(
+    runs: list[StepRun], rows: dict[int, StepRow], conflicts: int
+) -> tuple[list[StepResult | Exception | None], list[Claim], dict[int, int]]:
+    """Per run: its final result, or None when claimed (or a copy of a claim in this batch).
+
+    Returns:
+        (results, claims, workflow id -> index of its claim in ``runs``).
+    """
+    results: list[StepResult | Exception | None] = []
+    claims: list[Claim] = []
+    claimed: dict[int, int] = {}
+    for run in runs:
+        row = rows.get(run.workflow_id)
+        if row is None:
+            results.append(StepNotFound(f"workflow {run.workflow_id} has no step {run.step!r}"))
+        elif run.subject_id is not None and run.subject_id != row.subject_id:
+            results.append(
+                SubjectMismatch(
+                    f"workflow {run.workflow_id} is about {row.subject_id}, not {run.subject_id}"
+                )
+            )
+        elif row.status in StepStatus.FINAL:
+            results.append(
+                StepResult(run.workflow_id, run.step, row.outcome or "", True, False, conflicts)
+            )
+        elif row.status == StepStatus.WAITING:
+            results.append(
+                StepNotReady(
+                    f"workflow {run.workflow_id} step {run.step!r} waits for its prerequisites"
+                )
+            )
+        elif run.workflow_id in claimed:
+            results.append(None)  # a second copy in this batch: a duplicate of the claim
+        else:
+            claimed[run.workflow_id] = len(results)
+            claims.append(Claim(run, row.row_id, row.subject_id))
+            results.append(None)
+    return results, claims, claimed
+
+
+def _once(
+    session_factory: SessionFactory,
+    runs: list[StepRun],
+    effect: Effect,
+    on_done: OnWorkflowsDone | None,
+    graph: StepGraph,
+    clock: Callable[[], datetime],
+    conflicts: int,
+) -> list[StepResult | Exception]:
+    started = clock()
+    step = runs[0].step
+    wf_ids = sorted({r.workflow_id for r in runs})
+    with UnitOfWork(session_factory) as uow:
+        session = uow.session
+        lock_first = len(wf_ids) > 1 or session.get_bind().dialect.name != "sqlite"
+        if lock_first:
+            lock_workflows(session, wf_ids, started)
+        rows = step_rows(session, wf_ids, step)
+        results, claims, claimed = _classify(runs, rows, conflicts)
+        outcomes = dict(effect(session, claims, started)) if claims else {}
+        missing = [c.step_row_id for c in claims if c.step_row_id not in outcomes]
+        if missing:
+            raise RuntimeError(f"the {step!r} effect gave no outcome for step rows {missing}")
+        applied = [c for c in claims if not isinstance(outcomes[c.step_row_id], Exception)]
+        now = clock()
+        released: dict[int, tuple[int, ...]] = {}
+        done_ids: set[int] = set()
+        if applied:
+            applied_wf_ids = [c.run.workflow_id for c in applied]
+            if not lock_first:
+                fence_workflows(session, {wf: rows[wf].version for wf in applied_wf_ids}, started)
+            _mark_done(session, applied, outcomes, started, now)
+            released = release_waiting(session, graph, applied_wf_ids, now)
+            done_ids = _complete_workflows(session, applied_wf_ids, now)
+        if done_ids and on_done is not None:
+            on_done(session, sorted(rows[wf].subject_id for wf in done_ids))
+        uow.commit()
+    out: list[StepResult | Exception] = []
+    for i, (run, result) in enumerate(zip(runs, results, strict=True)):
+        if result is not None:
+            out.append(result)
+            continue
+        outcome = outcomes[rows[run.workflow_id].row_id]
+        if isinstance(outcome, Exception):
+            out.append(outcome)
+        elif claimed[run.workflow_id] == i:
+            out.append(
+                StepResult(
+                    run.workflow_id,
+                    step,
+                    outcome,
+                    False,
+                    run.workflow_id in done_ids,
+                    conflicts,
+                    released.get(run.workflow_id, ()),
+                )
+            )
+        else:  # a second copy of a claimed delivery in the same batch
+            out.append(StepResult(run.workflow_id, step, outcome, True, False, conflicts))
+    return out
+
+
+def _mark_done(
     session: Session,
-    workflow: Workflow,
-    step: WorkflowStep,
-    run: StepRun,
-    outcome: str,
+    claims: list[Claim],
+    outcomes: dict[int, str | Exception],
     started: datetime,
     now: datetime,
-    graph: StepGraph,
-) -> tuple[bool, list[int]]:
-    step.status = StepStatus.DONE
-    step.outcome = outcome
-    step.attempts = max(step.attempts, run.attempt)
-    step.job_id = run.job_id or step.job_id
-    step.fencing_token = run.fencing_token or step.fencing_token
-    step.started_at = started
-    step.finished_at = now
-    workflow.updated_at = now  # the version bump that serializes sibling steps
-    session.flush()
-    released = release_waiting(session, graph, [workflow.id], now)
-    states = dict(
-        session.execute(
-            select(WorkflowStep.status, func.count())
-            .where(WorkflowStep.workflow_id == workflow.id)
-            .group_by(WorkflowStep.status)
-        ).all()
+) -> None:
+    session.execute(
+        _MARK_DONE,
+        [
+            {
+                "row_id": c.step_row_id,
+                "outcome": str(outcomes[c.step_row_id])[:50],
+                "attempt": c.run.attempt,
+                "job_id": c.run.job_id,
+                "fencing": c.run.fencing_token,
+                "started": started,
+                "now": now,
+            }
+            for c in claims
+        ],
     )
-    if workflow.status == WorkflowStatus.BLOCKED and not states.get(StepStatus.DEAD):
-        workflow.status = WorkflowStatus.RUNNING
-        workflow.blocked_step = None
-        workflow.blocked_reason = None
-    if set(states) <= set(StepStatus.FINAL):
-        workflow.status = WorkflowStatus.DONE
-        workflow.finished_at = now
-        return True, released
-    return False, released
+
+
+def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> set[int]:
+    """Mark done the workflows whose step rows are all done or skipped; resume unblocked ones.
+
+    Returns:
+        Ids of the workflows this call marked done.
+    """
+    counts = session.execute(_STEP_COUNTS, {"ids": sorted(set(wf_ids))}).all()
+    done_ids = {
+        wf for wf, status, open_, _ in counts if not open_ and status != WorkflowStatus.DONE
+    }
+    resumable = [
+        wf
+        for wf, status, open_, dead_ in counts
+        if open_ and not dead_ and status == WorkflowStatus.BLOCKED
+    ]
+    if done_ids:
+        session.execute(_MARK_WORKFLOWS_DONE, {"ids": sorted(done_ids), "now": now})
+    if resumable:
+        session.execute(_RESUME, {"ids": resumable})
+    return done_ids
 
 
 def record_step_failure(
@@ -287,6 +533,8 @@ def mark_step_dead(
     the workflow row becomes ``blocked`` with ``blocked_step`` and
     ``blocked_reason``. A step already done is left done (its effect
     committed) and nothing is blocked; so is a skipped step (it never runs).
+    The workflow row is written under its version column: a step completing
+    at the same moment makes this unit of work rerun and see it.
 
     Args:
         session_factory: makes the session of the unit of work.

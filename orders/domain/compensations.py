@@ -1,31 +1,34 @@
 """The three compensating effects of a cancelled order: return stock, reverse points,
 cancel the shipment.
 
-Each runs inside the completion tracker's unit of work (like a forward step's
-effect), returns its outcome word and commits nothing. Each is idempotent on
-its own, on top of the tracker's done-step check: stock comes back once per
-(order, part) (``stock_returns`` is unique on it, inventory rows change under
-their version column); points are reversed by one ledger entry unique per
-(order, reason) — history is never deleted; a shipment is cancelled by a
-conditional update (the status set is natural).
+They have the forward effects' shape (``orders.domain.effects``): set-based over a
+batch of deliveries (one is a batch of one), run inside the completion tracker's
+unit of work, return step row id -> outcome word and commit nothing. Each is
+idempotent on its own, on top of the tracker's done-step check, with the same
+guards: stock comes back once per (order, part) (``stock_returns`` is unique on
+it; inventory rows change under their version column); points are reversed by
+one ledger entry unique per (order, reason) — history is never deleted; a
+shipment is cancelled by a conditional update (the status set is natural).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import defaultdict
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from orders.domain.models import (
-    Inventory,
-    Order,
-    PointsEntry,
-    Shipment,
-    StockDeduction,
-    StockReturn,
+from orders.domain.effects import (
+    Delivery,
+    Effect,
+    insert_into,
+    orders_with_row,
+    parts_with_row,
+    read_inventory,
+    write_inventory,
 )
+from orders.domain.models import PointsEntry, Shipment, StockDeduction, StockReturn
 from orders.domain.steps import CANCEL_SHIPMENT, RETURN_STOCK, REVERSE_POINTS
 
 RETURNED = "returned"
@@ -40,95 +43,118 @@ ALREADY_CANCELLED = "already_cancelled"
 ORDER_CANCELLED = "order_cancelled"
 """``points_ledger.reason`` of the entry reversing a cancelled order's points."""
 
-Effect = Callable[[Session, Order, datetime], str]
+# built once, as the forward effects' statements
+_IDS = bindparam("ids", expanding=True)
+_DEDUCTED = (
+    select(StockDeduction.order_id, StockDeduction.part_id, StockDeduction.quantity)
+    .where(StockDeduction.order_id.in_(_IDS))
+    .order_by(StockDeduction.order_id, StockDeduction.part_id)
+)
+_NET_POINTS = (
+    select(PointsEntry.order_id, func.sum(PointsEntry.points))
+    .where(PointsEntry.order_id.in_(_IDS))
+    .group_by(PointsEntry.order_id)
+)
+_SHIPMENTS = select(Shipment.order_id, Shipment.status).where(Shipment.order_id.in_(_IDS))
+_CANCEL = (
+    update(Shipment.__table__)
+    .where(Shipment.order_id.in_(_IDS), Shipment.status != SHIPMENT_CANCELLED)
+    .values(status=SHIPMENT_CANCELLED)
+)
 
 
-def return_stock(session: Session, order: Order, now: datetime) -> str:
-    """Give back every part deducted for the order that was not given back yet.
+def return_stock(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
+    """Give back every part deducted for each order that was not given back yet.
 
-    Inventory rows change through the ORM under their version column (a
-    concurrent deduction makes one of the two rerun); one ``stock_returns`` row
-    per (order, part) records the return.
+    One ``stock_returns`` row per (order, part) records the return; each touched
+    inventory row is written once under its version column.
 
     Returns:
-        ``returned``, or ``nothing_to_return`` when no deduction is left to return.
+        step row id -> ``returned``, or ``nothing_to_return`` when no deduction
+        of the order is left to return.
     """
-    returned = set(
-        session.scalars(select(StockReturn.part_id).where(StockReturn.order_id == order.id))
-    )
-    deductions = [
-        (part, qty)
-        for part, qty in session.execute(
-            select(StockDeduction.part_id, StockDeduction.quantity)
-            .where(StockDeduction.order_id == order.id)
-            .order_by(StockDeduction.part_id)
-        )
-        if part not in returned
-    ]
-    if not deductions:
-        return NOTHING_TO_RETURN
-    stock = {
-        row.part_id: row
-        for row in session.scalars(
-            select(Inventory)
-            .where(Inventory.part_id.in_([p for p, _ in deductions]))
-            .order_by(Inventory.part_id)
-        )
-    }
-    for part, qty in deductions:
-        stock[part].on_hand += qty
-        session.add(StockReturn(order_id=order.id, part_id=part, quantity=qty, created_at=now))
-    return RETURNED
+    ids = [d.order_id for d in deliveries]
+    returned = parts_with_row(session, StockReturn, ids)
+    due: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for oid, part, qty in session.execute(_DEDUCTED, {"ids": ids}):
+        if (oid, part) not in returned:
+            due[oid].append((part, qty))
+    stock = read_inventory(session, {p for lines in due.values() for p, _ in lines})
+    before = {part: values[0] for part, values in stock.items()}
+    out: dict[int, str] = {}
+    rows = []
+    for d in deliveries:
+        lines = due.get(d.order_id)
+        if not lines:
+            out[d.step_row_id] = NOTHING_TO_RETURN
+            continue
+        for part, qty in lines:
+            stock[part][0] += qty
+            rows.append(
+                {"order_id": d.order_id, "part_id": part, "quantity": qty, "created_at": now}
+            )
+        out[d.step_row_id] = RETURNED
+    write_inventory(session, stock, before)
+    if rows:
+        session.execute(insert_into(StockReturn), rows)
+    return out
 
 
-def reverse_points(session: Session, order: Order, now: datetime) -> str:
-    """Add one ledger entry that takes back every point credited for the order.
+def reverse_points(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
+    """Add one ledger entry per order that takes back every point credited for it.
 
     Returns:
-        ``reversed``, ``already_reversed`` (the entry exists), or
+        step row id -> ``reversed``, ``already_reversed`` (the entry exists), or
         ``nothing_to_reverse`` (nothing was credited; no entry is written).
     """
-    if session.scalar(
-        select(PointsEntry.id).where(
-            PointsEntry.order_id == order.id, PointsEntry.reason == ORDER_CANCELLED
-        )
-    ):
-        return ALREADY_REVERSED
-    net = session.scalar(
-        select(func.coalesce(func.sum(PointsEntry.points), 0)).where(
-            PointsEntry.order_id == order.id
-        )
-    )
-    if not net:
-        return NOTHING_TO_REVERSE
-    session.add(
-        PointsEntry(
-            order_id=order.id,
-            customer_id=order.customer_id,
-            reason=ORDER_CANCELLED,
-            points=-int(net),
-            created_at=now,
-        )
-    )
-    return REVERSED
+    ids = [d.order_id for d in deliveries]
+    done = orders_with_row(session, PointsEntry, ids, reason=ORDER_CANCELLED)
+    open_ids = [oid for oid in ids if oid not in done]
+    net = dict(session.execute(_NET_POINTS, {"ids": open_ids}).all()) if open_ids else {}
+    out: dict[int, str] = {}
+    rows = []
+    for d in deliveries:
+        if d.order_id in done:
+            out[d.step_row_id] = ALREADY_REVERSED
+        elif not net.get(d.order_id):
+            out[d.step_row_id] = NOTHING_TO_REVERSE
+        else:
+            rows.append(
+                {
+                    "order_id": d.order_id,
+                    "customer_id": d.customer_id,
+                    "reason": ORDER_CANCELLED,
+                    "points": -int(net[d.order_id]),
+                    "created_at": now,
+                }
+            )
+            out[d.step_row_id] = REVERSED
+    if rows:
+        session.execute(insert_into(PointsEntry), rows)
+    return out
 
 
-def cancel_shipment(session: Session, order: Order, now: datetime) -> str:
-    """Set the order's scheduled shipment to cancelled.
+def cancel_shipment(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
+    """Set each order's shipment to cancelled.
 
     Returns:
-        ``cancelled``, ``already_cancelled``, or ``no_shipment``.
+        step row id -> ``cancelled``, ``already_cancelled``, or ``no_shipment``.
     """
-    changed = session.execute(
-        update(Shipment)
-        .where(Shipment.order_id == order.id, Shipment.status != SHIPMENT_CANCELLED)
-        .values(status=SHIPMENT_CANCELLED),
-        execution_options={"synchronize_session": False},
-    ).rowcount
-    if changed:
-        return SHIPMENT_CANCELLED
-    exists = session.scalar(select(Shipment.id).where(Shipment.order_id == order.id))
-    return ALREADY_CANCELLED if exists is not None else NO_SHIPMENT
+    ids = [d.order_id for d in deliveries]
+    existing = dict(session.execute(_SHIPMENTS, {"ids": ids}).all())
+    to_cancel = {oid for oid, status in existing.items() if status != SHIPMENT_CANCELLED}
+    if to_cancel:
+        session.execute(_CANCEL, {"ids": sorted(to_cancel)})
+    return {
+        d.step_row_id: (
+            NO_SHIPMENT
+            if d.order_id not in existing
+            else SHIPMENT_CANCELLED
+            if d.order_id in to_cancel
+            else ALREADY_CANCELLED
+        )
+        for d in deliveries
+    }
 
 
 COMPENSATING_EFFECTS: dict[str, Effect] = {

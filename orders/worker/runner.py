@@ -45,9 +45,9 @@ def build_worker(
         app: the application.
         steps: step names (each is its own queue).
         concurrency: lanes (threads) per step.
-        batch_size: jobs leased per fetch per lane. Above 1, each fetched batch of a
-            step is handled in one database transaction (``orders.domain.handlers.handle_steps``);
-            1 runs one delivery per transaction and keeps slow jobs from holding others.
+        batch_size: jobs leased per fetch per lane. Each fetched batch of a step is
+            handled in one database transaction (``orders.domain.handlers.handle_steps``;
+            one job is a batch of one); 1 keeps slow jobs from holding others.
         grace_seconds: graceful-shutdown budget, seconds.
         observability: log context and metrics (default: log context only).
         fault_rng: randomness of the injected faults (seed it in tests; default unseeded).
@@ -85,12 +85,7 @@ def build_worker(
         except Exception as exc:  # left pending: the relay sweep publishes them
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
-    registry = build_registry(
-        app.session_factory,
-        app.settings,
-        on_results=on_results,
-        batch=batch_size > 1,
-    )
+    registry = build_registry(app.session_factory, app.settings, on_results=on_results)
     worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from orders.app.settings import Settings
 from orders.domain import handlers
 from orders.domain.errors import OrdersError
-from orders.domain.steps import ALL_STEPS, STEPS, task_name
+from orders.domain.steps import ALL_STEPS, task_name
 from reliable_queue import (
     JobContext,
     PermanentError,
@@ -53,46 +53,8 @@ OnResults = Callable[[str, list[StepResult]], None]
 committed or were absorbed as duplicates (a single delivery gives a list of one), so
 counters, metrics and releases are written once per batch, not once per job."""
 
-
-def make_handler(
-    session_factory: SessionFactory, step: str, on_results: OnResults | None = None
-) -> Callable[[StepPayload, JobContext], str]:
-    """The queue handler of one step: effect + completion in one unit of work.
-
-    Args:
-        session_factory: makes the sessions.
-        step: the step this handler serves.
-        on_results: told of every run that committed or was absorbed as a duplicate
-            (``result.duplicate``), e.g. to count them; must not raise.
-
-    Raises (to the worker):
-        PermanentError: the payload names a step, workflow or order that does not
-            exist (errors marked ``retryable = False``).
-        Exception: anything else (database busy, conflicts) is retried with backoff.
-    """
-
-    def handle(payload: StepPayload, ctx: JobContext) -> str:
-        if payload.step != step:
-            raise PermanentError(f"job for step {payload.step!r} arrived on the {step!r} queue")
-        run = StepRun(
-            workflow_id=payload.workflow_id,
-            step=step,
-            subject_id=payload.order_id,
-            attempt=ctx.attempt,
-            job_id=ctx.job_id,
-            fencing_token=ctx.fencing_token,
-        )
-        try:
-            result = handlers.handle_step(session_factory, run)
-        except (StepNotFound, SubjectMismatch, OrdersError) as exc:
-            if getattr(exc, "retryable", False):
-                raise
-            raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
-        if on_results is not None:
-            on_results(step, [result])
-        return result.outcome
-
-    return handle
+Items = list[tuple[StepPayload, JobContext]]
+"""The jobs of one handler call: a fetched batch of one step (a single job is a batch of one)."""
 
 
 def _as_job_error(exc: Exception) -> Exception:
@@ -104,29 +66,69 @@ def _as_job_error(exc: Exception) -> Exception:
     return exc
 
 
-def make_batch_handler(
+def _handle(session_factory: SessionFactory, runs: list[StepRun]) -> list[StepResult | Exception]:
+    """Run the deliveries in one transaction; if it fails as a whole, each in its own.
+
+    One delivery that fails its batch (an effect's error on one order, say) must
+    not sink its batch-mates: run alone, only it fails. A batch of one fails alone
+    already.
+    """
+    try:
+        return handlers.handle_steps(session_factory, runs)
+    except Exception as exc:
+        if len(runs) == 1:
+            return [exc]
+        log.warning(
+            "batch of %d %s deliveries failed (%s); running them one by one",
+            len(runs),
+            runs[0].step,
+            exc,
+        )
+    results: list[StepResult | Exception] = []
+    for run in runs:
+        try:
+            results.extend(handlers.handle_steps(session_factory, [run]))
+        except Exception as one:
+            results.append(one)
+    return results
+
+
+def make_handler(
     session_factory: SessionFactory,
     step: str,
     on_results: OnResults | None = None,
-) -> Callable[[list[tuple[StepPayload, JobContext]]], list[BaseException | None]]:
-    """The batch handler of one step: every delivery of a fetched batch in one transaction.
+) -> Callable[[Items], list[BaseException | None]]:
+    """The queue handler of one step: the deliveries of one fetch in one transaction.
 
-    The worker's middleware (metrics, injected faults) wraps the call and sees
-    each delivery; a delivery it failed never reaches this handler. If the
-    batch transaction fails as a whole, its deliveries are run one by one, so a
-    single bad delivery cannot fail its neighbours.
+    There is one path whatever the batch size: a single job is a batch of one
+    (``orders.domain.handlers.handle_steps``). The worker's middleware (metrics,
+    injected faults) wraps the call and sees each delivery; a delivery it failed
+    never reaches this handler. If the transaction fails as a whole, its
+    deliveries are run one by one, so a single bad delivery cannot fail its
+    batch-mates.
 
-    Returns (to the worker): per delivery, None or its error (``PermanentError``
-    for deliveries naming no known step, workflow or order).
+    Args:
+        session_factory: makes the sessions.
+        step: the step this handler serves.
+        on_results: told once per call of every run that committed or was
+            absorbed as a duplicate (``result.duplicate``), e.g. to count them;
+            must not raise.
+
+    Returns (to the worker): per delivery, None or its error: ``PermanentError``
+    for a delivery of another step or naming no known workflow, step or order
+    (errors marked ``retryable = False``); anything else (database busy,
+    conflicts, a step still waiting) is retried with backoff.
     """
 
-    def handle(items: list[tuple[StepPayload, JobContext]]) -> list[BaseException | None]:
+    def handle(items: Items) -> list[BaseException | None]:
         errors: list[BaseException | None] = [None] * len(items)
         runs: list[StepRun] = []
         positions: list[int] = []
         for i, (payload, ctx) in enumerate(items):
             if payload.step != step:
-                errors[i] = PermanentError(f"job for step {payload.step!r} arrived on {step!r}")
+                errors[i] = PermanentError(
+                    f"job for step {payload.step!r} arrived on the {step!r} queue"
+                )
                 continue
             runs.append(
                 StepRun(
@@ -139,24 +141,10 @@ def make_batch_handler(
                 )
             )
             positions.append(i)
-        results: list[StepResult | Exception]
-        try:
-            results = handlers.handle_steps(session_factory, runs)
-        except Exception as exc:
-            log.warning(
-                "batch of %d %s deliveries failed (%s); running them one by one",
-                len(runs),
-                step,
-                exc,
-            )
-            results = []
-            for run in runs:
-                try:
-                    results.append(handlers.handle_step(session_factory, run))
-                except Exception as one:
-                    results.append(one)
+        if not runs:
+            return errors
         done: list[StepResult] = []
-        for i, result in zip(positions, results, strict=True):
+        for i, result in zip(positions, _handle(session_factory, runs), strict=True):
             if isinstance(result, Exception):
                 errors[i] = _as_job_error(result)
             else:
@@ -172,28 +160,23 @@ def build_registry(
     session_factory: SessionFactory,
     settings: Settings,
     on_results: OnResults | None = None,
-    *,
-    batch: bool = False,
 ) -> TaskRegistry:
     """A registry with the step tasks (``orders.stock`` ... and the compensations).
 
+    Every step task is a batch task (:func:`make_handler`): the jobs of one fetch
+    go to one handler call and one transaction, and at batch size 1 that is a
+    batch of one. The worker's middleware sees every delivery either way.
+
     Args:
+        session_factory: makes the sessions.
+        settings: the retry policy and time limit (:func:`retry_policy`).
         on_results: see :func:`make_handler`.
-        batch: register batch handlers (:func:`make_batch_handler`) that take a
-            fetched batch in one transaction for the forward steps; else one
-            delivery per call. Either way the worker's middleware sees every
-            delivery. Compensations (rare: cancelled orders only) always run one
-            delivery per call.
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in ALL_STEPS:
-        batched = batch and step in STEPS
-        if batched:
-            handler = make_batch_handler(session_factory, step, on_results)
-        else:
-            handler = make_handler(session_factory, step, on_results)
-        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batched))
+        handler = make_handler(session_factory, step, on_results)
+        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batch=True))
     return registry
 
 

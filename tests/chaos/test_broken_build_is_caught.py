@@ -54,8 +54,6 @@ def test_double_deductions_from_a_broken_build_fail_the_run_naming_the_orders(
         data_dir,
         "--orders", "120",
         "--rate", "40",
-        # the sabotage patches the one-job delivery path (tracker.load_step, EFFECTS)
-        "--batch-size", "1",
         "--workers-per-step", "1",
         "--kill-every", "0",
         "--term-every", "0",

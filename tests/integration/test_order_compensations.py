@@ -428,3 +428,51 @@ def test_a_batch_holding_a_skipped_step_absorbs_it(session_factory, catalog, mak
     )
     assert [r.duplicate for r in results] == [True, False]
     assert points_rows(session_factory, placed[0].order_id) == []
+
+
+def test_a_batch_of_compensations_undoes_each_cancelled_order_once(
+    session_factory, catalog, make_draft
+):
+    """Compensations take the one delivery path too: a batch of them, sharing parts,
+    with a second copy inside the batch, undoes each order exactly once."""
+    placed = [place_one(session_factory, make_draft(total="250.00")) for _ in range(3)]
+
+    def batch(step: str, orders: list[PlacedOrder]) -> list:
+        return handle_steps(
+            session_factory, [StepRun(p.workflow_id, step, p.order_id) for p in orders]
+        )
+
+    for step in (STOCK, POINTS, LOGISTICS):
+        batch(step, placed)
+    for p in placed[:2]:
+        cancel(session_factory, Recorder(), p.order_id)
+    assert [r.duplicate for r in batch(NOTIFICATION, placed)] == [True, True, False]
+
+    returned = batch(RETURN_STOCK, [placed[0], placed[1], placed[0]])
+    assert [(r.outcome, r.duplicate) for r in returned] == [
+        ("returned", False),
+        ("returned", False),
+        ("returned", True),
+    ]
+    assert [r.outcome for r in batch(REVERSE_POINTS, placed[:2])] == ["reversed"] * 2
+    assert [r.outcome for r in batch(CANCEL_SHIPMENT, placed[:2])] == ["cancelled"] * 2
+    again = batch(RETURN_STOCK, placed[:2]) + batch(REVERSE_POINTS, placed[:2])
+    assert all(r.duplicate for r in again)
+
+    kept = {10: 2, 11: 3, 12: 1}  # the third order's deductions, the only ones left
+    assert on_hand(session_factory) == {p: n - kept.get(p, 0) for p, n in catalog.items()}
+    assert [sum(n for _, n in points_rows(session_factory, p.order_id)) for p in placed] == [
+        0,
+        0,
+        25,
+    ]
+    with session_factory() as session:
+        shipments = dict(session.execute(select(Shipment.order_id, Shipment.status)).all())
+        assert session.scalar(select(func.count()).select_from(StockReturn)) == 6
+    assert [shipments[p.order_id] for p in placed] == ["cancelled", "cancelled", "scheduled"]
+    assert [order_and_workflow(session_factory, p) for p in placed] == [
+        ("cancelled", "done"),
+        ("cancelled", "done"),
+        ("completed", "done"),
+    ]
+    assert check_invariants(session_factory) == []

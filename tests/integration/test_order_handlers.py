@@ -5,11 +5,21 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
+from sqlalchemy.orm.exc import StaleDataError
 
 from orders.app.placement import PlacedOrder, place_orders
 from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED
-from orders.domain.handlers import StepRequest, handle_step, mark_step_dead, record_step_failure
+from orders.domain.errors import OrderNotFound
+from orders.domain.handlers import (
+    StepRequest,
+    StepResult,
+    StepRun,
+    handle_step,
+    handle_steps,
+    mark_step_dead,
+    record_step_failure,
+)
 from orders.domain.invariants import check_invariants
 from orders.domain.models import (
     Inventory,
@@ -296,32 +306,50 @@ def test_steps_finishing_concurrently_all_end_done_and_the_workflow_once(
         assert set(session.scalars(select(Order.status))) == {OrderStatus.COMPLETED}
 
 
-def test_version_conflict_on_the_workflow_row_reruns_the_unit_of_work(
+def test_a_unit_of_work_that_loses_a_race_after_its_effect_is_rolled_back_and_rerun(
     session_factory, catalog, make_draft
 ):
-    """A step whose workflow row changed after it was read loses and retries."""
+    """A conflict raised after the effect ran (what a concurrent writer causes: a
+    version mismatch) rolls the whole unit of work back; the rerun applies the
+    effect once and completes the workflow."""
     placed = place_one(session_factory, make_draft())
     for step in (STOCK, NOTIFICATION, POINTS):
         handle_step(session_factory, request(placed, step))
     calls = []
 
-    def interfering_clock():
-        # Call 1 is the start time; by call 2 the logistics unit of work has
-        # read its workflow row, and a concurrent writer bumps its version.
+    def losing_clock():
+        # Call 1 is the start time; call 2 comes after the effect, inside the
+        # first unit of work: that one loses its race.
         calls.append(1)
         if len(calls) == 2:
-            with session_factory() as other:
-                workflow = other.get(Workflow, placed.workflow_id)
-                workflow.updated_at = utcnow()
-                other.commit()
+            raise StaleDataError("workflow row changed under the unit of work")
         return utcnow()
 
-    result = handle_step(session_factory, request(placed, LOGISTICS), clock=interfering_clock)
-    assert result.conflicts >= 1
+    result = handle_step(session_factory, request(placed, LOGISTICS), clock=losing_clock)
+    assert result.conflicts == 1
     assert result.workflow_done and not result.duplicate
     with session_factory() as session:
         assert session.get(Workflow, placed.workflow_id).status == WorkflowStatus.DONE
         assert session.scalar(select(func.count()).select_from(Shipment)) == 1
+
+
+def test_a_missing_order_fails_its_own_delivery_only(session_factory, catalog, make_draft):
+    """A workflow whose order row is gone: its delivery fails as OrderNotFound (not
+    retryable), and a batch-mate's effect still commits."""
+    orders = [place_one(session_factory, make_draft()) for _ in range(2)]
+    with session_factory() as session:
+        session.execute(
+            update(Workflow).where(Workflow.id == orders[0].workflow_id).values(subject_id=10_000)
+        )
+        session.commit()
+    with pytest.raises(OrderNotFound):
+        handle_step(session_factory, StepRun(orders[0].workflow_id, STOCK))
+    results = handle_steps(session_factory, [StepRun(p.workflow_id, STOCK) for p in orders])
+    assert isinstance(results[0], OrderNotFound) and not results[0].retryable
+    assert isinstance(results[1], StepResult) and results[1].outcome == "deducted"
+    with session_factory() as session:
+        _, row = load_step(session, orders[0].workflow_id, STOCK)
+    assert row.status == StepStatus.PENDING
 
 
 def test_notification_kind_is_the_confirmation(session_factory, catalog, make_draft):

@@ -7,8 +7,9 @@ it removes two of the stock step's three guards against applying a
 redelivered effect twice (the test drops the third, the unique index on
 ``stock_deductions``):
 
-1. the completion tracker's "step already done" check: a done stock step
-   reads as still open, so a redelivery runs the effect again;
+1. the completion tracker's "step already done" check (``tracker.step_rows``,
+   on the one delivery path, whatever the batch size): a done stock step reads
+   as still open, so a redelivery runs the effect again;
 2. the effect's own check for the order's existing deductions.
 
 With ``ORDERFLOW_TEST_BROKEN_BUILD=return_twice`` the compensation of the
@@ -25,53 +26,82 @@ from __future__ import annotations
 import os
 
 if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
-    from sqlalchemy import func, select
+    from collections import defaultdict
+
+    from sqlalchemy import func, insert, select, update
 
     from orders.domain import effects
-    from orders.domain.models import Inventory, OrderLine, OrderStatus, StockDeduction
+    from orders.domain.models import Order, OrderLine, OrderStatus, StockDeduction
     from workflows import tracker
     from workflows.models import StepStatus
 
-    _load_step = tracker.load_step
+    _step_rows = tracker.step_rows
 
-    def _forgetful_load_step(session, workflow_id, step):  # type: ignore[no-untyped-def]
-        workflow, row = _load_step(session, workflow_id, step)
-        if step == "stock" and row.status == StepStatus.DONE:
-            row.status = StepStatus.DISPATCHED
-        return workflow, row
+    def _forgetful_step_rows(session, workflow_ids, step):  # type: ignore[no-untyped-def]
+        rows = _step_rows(session, workflow_ids, step)
+        if step != "stock":
+            return rows
+        return {
+            wf: row._replace(status=StepStatus.DISPATCHED) if row.status == StepStatus.DONE else row
+            for wf, row in rows.items()
+        }
 
-    def _deduct_every_time(session, order, now):  # type: ignore[no-untyped-def]
-        needed = session.execute(
-            select(OrderLine.part_id, func.sum(OrderLine.quantity))
-            .where(OrderLine.order_id == order.id)
-            .group_by(OrderLine.part_id)
-            .order_by(OrderLine.part_id)
-        ).all()
-        stock = {part: session.get(Inventory, part) for part, _ in needed}
-        if any(stock[p] is None or stock[p].on_hand < q for p, q in needed):
-            order.status = OrderStatus.OUT_OF_STOCK
-            return effects.OUT_OF_STOCK
-        for part, quantity in needed:
-            stock[part].on_hand -= quantity
-            session.add(
-                StockDeduction(order_id=order.id, part_id=part, quantity=quantity, created_at=now)
+    def _deduct_every_time(session, deliveries, now):  # type: ignore[no-untyped-def]
+        needed = defaultdict(list)
+        for oid, part, qty in session.execute(
+            select(OrderLine.order_id, OrderLine.part_id, func.sum(OrderLine.quantity))
+            .where(OrderLine.order_id.in_([d.order_id for d in deliveries]))
+            .group_by(OrderLine.order_id, OrderLine.part_id)
+        ):
+            needed[oid].append((part, int(qty)))
+        stock = effects.read_inventory(session, {p for ls in needed.values() for p, _ in ls})
+        before = {part: values[0] for part, values in stock.items()}
+        out, rows, short = {}, [], []
+        for d in deliveries:
+            lines = needed[d.order_id]
+            if any(p not in stock or stock[p][0] < q for p, q in lines):
+                out[d.step_row_id] = effects.OUT_OF_STOCK
+                short.append(d.order_id)
+                continue
+            for part, qty in lines:
+                stock[part][0] -= qty
+                rows.append(
+                    {"order_id": d.order_id, "part_id": part, "quantity": qty, "created_at": now}
+                )
+            out[d.step_row_id] = effects.DEDUCTED
+        effects.write_inventory(session, stock, before)
+        if rows:
+            session.execute(insert(StockDeduction), rows)
+        if short:
+            session.execute(
+                update(Order).where(Order.id.in_(short)).values(status=OrderStatus.OUT_OF_STOCK)
             )
-        return effects.DEDUCTED
+        return out
 
-    tracker.load_step = _forgetful_load_step
+    tracker.step_rows = _forgetful_step_rows
     effects.EFFECTS["stock"] = _deduct_every_time
 
 if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "return_twice":
+    from sqlalchemy import select, update
+
     from orders.domain import compensations
     from orders.domain.models import Inventory, StockDeduction
 
     _return_stock = compensations.return_stock
 
-    def _return_twice(session, order, now):  # type: ignore[no-untyped-def]
-        outcome = _return_stock(session, order, now)
-        if outcome == compensations.RETURNED:
-            for deduction in session.query(StockDeduction).filter_by(order_id=order.id):
-                session.get(Inventory, deduction.part_id).on_hand += deduction.quantity
-        return outcome
+    def _return_twice(session, deliveries, now):  # type: ignore[no-untyped-def]
+        out = _return_stock(session, deliveries, now)
+        again = [d.order_id for d in deliveries if out[d.step_row_id] == compensations.RETURNED]
+        for part, qty in session.execute(
+            select(StockDeduction.part_id, StockDeduction.quantity).where(
+                StockDeduction.order_id.in_(again)
+            )
+        ).all():
+            session.execute(
+                update(Inventory)
+                .where(Inventory.part_id == part)
+                .values(on_hand=Inventory.on_hand + qty, version=Inventory.version + 1)
+            )
+        return out
 
     compensations.COMPENSATING_EFFECTS["return_stock"] = _return_twice
