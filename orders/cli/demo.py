@@ -162,7 +162,7 @@ def demo(
         typer.Option(
             min=1,
             max=1000,
-            help="Jobs per fetch; above 1 a batch is one transaction (as `orders worker`).",
+            help="Jobs per fetch; a fetched batch is one transaction (as `orders worker`).",
         ),
     ] = defaults.BATCH_SIZE,
     timeout: Annotated[

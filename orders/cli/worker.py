@@ -27,7 +27,7 @@ def worker(
         typer.Option(
             min=1,
             max=1000,
-            help="Jobs leased per fetch per lane; above 1 a batch is one transaction. "
+            help="Jobs leased per fetch per lane; a fetched batch is one transaction. "
             "A job that fails, hangs past its time limit or kills the worker is charged "
             "alone, never its batch-mates.",
         ),

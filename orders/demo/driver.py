@@ -51,7 +51,7 @@ class DemoOptions:
             (those orders end blocked with their step in the DLQ).
         source: ``tpch`` or ``random``.
         concurrency: lanes per worker process.
-        batch_size: jobs fetched per lane; above 1 a batch is handled in one transaction
+        batch_size: jobs fetched per lane; a fetched batch is handled in one transaction
             (default: ``orders worker``'s).
         timeout: seconds to wait for quiescence before giving up.
         rate: orders placed per second (None: as fast as possible).
