@@ -472,7 +472,11 @@ def record_step_failure(
     """Record a failed attempt (the queue will retry): attempts, last error, state.
 
     A step already done, skipped or dead is left as it is (a late failure report
-    of a step skipped by a compensation must not reopen it).
+    of a step skipped by a compensation must not reopen it), and so is a
+    ``waiting`` step: its delivery was a stale or forged message that failed
+    with ``StepNotReady``, and ``failed`` would make the step runnable (the next
+    delivery claims it, the relay republishes it) before its prerequisites
+    succeeded, and out of reach of the release or skip that decides it.
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -496,7 +500,7 @@ def record_step_failure(
                     WorkflowStep.workflow_id == run.workflow_id,
                     WorkflowStep.step == run.step,
                     WorkflowStep.status.not_in(
-                        (StepStatus.DONE, StepStatus.DEAD, StepStatus.SKIPPED)
+                        (StepStatus.DONE, StepStatus.DEAD, StepStatus.SKIPPED, StepStatus.WAITING)
                     ),
                 )
                 .values(
@@ -532,7 +536,10 @@ def mark_step_dead(
     The step row becomes ``dead`` with ``outcome=reason`` and ``last_error``;
     the workflow row becomes ``blocked`` with ``blocked_step`` and
     ``blocked_reason``. A step already done is left done (its effect
-    committed) and nothing is blocked; so is a skipped step (it never runs).
+    committed) and nothing is blocked; so is a skipped step (it never runs),
+    and a ``waiting`` step: it was never published, so the dead job was a
+    stale or forged message, and ``dead`` would take the step out of reach of
+    the release or skip that decides it (ADR 0011).
     The workflow row is written under its version column: a step completing
     at the same moment makes this unit of work rerun and see it.
 
@@ -546,7 +553,8 @@ def mark_step_dead(
         clock: current time (timezone-aware).
 
     Returns:
-        True when the step was marked dead; False when it was already done or skipped.
+        True when the step was marked dead; False when it was done, skipped or
+        still waiting.
 
     Raises:
         StepNotFound: no such workflow or step.
@@ -556,7 +564,7 @@ def mark_step_dead(
     def once() -> bool:
         with UnitOfWork(session_factory) as uow:
             workflow, row = load_step(uow.session, workflow_id, step)
-            if row.status in StepStatus.FINAL:
+            if row.status in StepStatus.FINAL or row.status == StepStatus.WAITING:
                 return False
             now = clock()
             row.status = StepStatus.DEAD

@@ -193,7 +193,8 @@ def record_step_failure(
     """Record a failed attempt of an order step (before the queue retries it).
 
     Returns:
-        True when the step row was updated (False if already done or dead).
+        True when the step row was updated (False if done, skipped, dead or
+        still waiting for its prerequisites).
 
     Raises:
         ConcurrencyConflict: the database stayed busy (retryable).
@@ -219,7 +220,8 @@ def mark_step_dead(
         attempts: attempts made, if known.
 
     Returns:
-        True when marked dead; False when the step was already done.
+        True when marked dead; False when the step was done, skipped or still
+        waiting for its prerequisites (a stale message: never published).
 
     Raises:
         StepNotFound: no such workflow or step.

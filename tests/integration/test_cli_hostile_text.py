@@ -17,7 +17,7 @@ from cli_processes import app_for, orders_command
 from orders.app.pacing import place_paced
 from orders.domain.handlers import StepRequest, record_step_failure
 from orders.domain.queries import order_status
-from orders.domain.steps import POINTS, STEPS
+from orders.domain.steps import STEPS, STOCK
 from orders.sources.tpch import load_tpch
 from workflows.uow import UnitOfWork
 
@@ -87,8 +87,8 @@ def test_order_status_shows_job_ids_and_a_hostile_error_safely(env: dict[str, st
         [order_id] = place_paced(app, 1, source="random").order_ids
         with UnitOfWork(app.session_factory) as uow:
             workflow_id = order_status(uow.session, order_id).workflow_id
-        assert record_step_failure(
-            app.session_factory, StepRequest(workflow_id, order_id, POINTS, 1), HOSTILE
+        assert record_step_failure(  # stock: the step that runs first (points waits)
+            app.session_factory, StepRequest(workflow_id, order_id, STOCK, 1), HOSTILE
         )
         job_ids = [app.queues[s].pending_job_for(f"{workflow_id}:{s}") for s in STEPS]
     finally:

@@ -232,8 +232,9 @@ def test_redriven_dead_step_unblocks_and_completes_the_workflow(
     session_factory, catalog, make_draft
 ):
     placed = place_one(session_factory, make_draft())
-    mark_step_dead(session_factory, placed.workflow_id, POINTS, "error", error="bad luck")
-    for step in (STOCK, NOTIFICATION, LOGISTICS):
+    handle_step(session_factory, request(placed, STOCK))  # releases points
+    assert mark_step_dead(session_factory, placed.workflow_id, POINTS, "error", error="bad luck")
+    for step in (NOTIFICATION, LOGISTICS):
         assert not handle_step(session_factory, request(placed, step)).workflow_done
     assert handle_step(session_factory, request(placed, POINTS, attempt=6)).workflow_done
     with session_factory() as session:
@@ -245,6 +246,45 @@ def test_redriven_dead_step_unblocks_and_completes_the_workflow(
         None,
     )
     assert order.status == OrderStatus.COMPLETED
+
+
+def test_a_failed_or_dead_stale_delivery_leaves_a_waiting_step_waiting(
+    session_factory, catalog, make_draft
+):
+    """ADR 0011: a delivery of a waiting step raises StepNotReady and the queue
+    retries it (and may dead-letter it). Recording that must not turn the step
+    into a runnable state: the next delivery would run points before stock,
+    and a stock that ends out of stock could no longer skip it."""
+    placed = place_one(session_factory, make_draft([(10, 2, "AIR"), (13, 6, "SHIP")]))
+    for attempt in (1, 2):
+        with pytest.raises(StepNotReady):
+            handle_step(session_factory, request(placed, POINTS, attempt))
+        assert not record_step_failure(
+            session_factory, request(placed, POINTS, attempt), "StepNotReady"
+        )
+    assert not mark_step_dead(
+        session_factory, placed.workflow_id, LOGISTICS, "retries_exhausted", attempts=5
+    )
+    with session_factory() as session:
+        workflow, row = load_step(session, placed.workflow_id, POINTS)
+        _, logistics = load_step(session, placed.workflow_id, LOGISTICS)
+    assert (row.status, row.attempts, row.last_error) == (StepStatus.WAITING, 0, None)
+    assert logistics.status == StepStatus.WAITING
+    assert workflow.status == WorkflowStatus.RUNNING
+    assert handle_step(session_factory, request(placed, STOCK)).outcome == "out_of_stock"
+    late = handle_step(session_factory, request(placed, POINTS, attempt=3))
+    assert late.duplicate and late.outcome == "skipped: stock"
+    with session_factory() as session:
+        order = session.get(Order, placed.order_id)
+        steps = set(
+            session.scalars(
+                select(WorkflowStep.status).where(WorkflowStep.workflow_id == placed.workflow_id)
+            )
+        )
+    assert order.status == OrderStatus.OUT_OF_STOCK
+    assert steps == {StepStatus.DONE, StepStatus.SKIPPED}
+    assert effect_rows(session_factory, placed.order_id)["points_ledger"] == 0
+    assert check_invariants(session_factory) == []
 
 
 def test_dead_letter_of_a_finished_step_changes_nothing(session_factory, catalog, make_draft):
