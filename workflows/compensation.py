@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from workflows.dependencies import StepGraph
@@ -38,6 +38,30 @@ from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 Route = Callable[[str], tuple[str, str]]
 """Compensating step name -> (queue, task name) of its message."""
+
+_WF = Workflow.__table__
+# a write that changes nothing: the version stays, so a second cancel changes nothing
+_HOLD = update(_WF).where(_WF.c.id == bindparam("wf")).values(version=_WF.c.version)
+
+
+def hold_workflow(session: Session, workflow_id: int) -> bool:
+    """Lock one workflow row until the caller's transaction ends, changing nothing.
+
+    Call it before reading anything that depends on the workflow's progress
+    (for example its subject's status) and then deciding to call it off. The
+    lock is a write: on PostgreSQL a row lock (like ``FOR UPDATE``); on SQLite,
+    where ``FOR UPDATE`` does nothing and the reads before a transaction's
+    first write run outside it, the database's write lock, so what is read
+    after it is current and no step completion commits before the caller does.
+
+    Args:
+        session: the caller's unit of work (nothing committed).
+        workflow_id: the workflow's id.
+
+    Returns:
+        True when the row exists (and is now held).
+    """
+    return session.execute(_HOLD, {"wf": workflow_id}).rowcount == 1
 
 
 @dataclass(frozen=True)
@@ -74,9 +98,11 @@ def compensate_workflow(
 
     Runs inside the caller's unit of work and commits nothing. Calling it again
     for the same workflow adds nothing (compensations are unique per step). The
-    workflow row is locked first (PostgreSQL ``FOR UPDATE``; SQLite has one
-    writer), so read what depends on the workflow's progress after this call
-    or after locking it yourself.
+    workflow row is read first (PostgreSQL: locked ``FOR UPDATE``) and written
+    under its version column, so a step completing during this call makes the
+    flush conflict. Whatever the caller read before this call (for example its
+    subject's status) is fenced only if it called :func:`hold_workflow` first:
+    on SQLite ``FOR UPDATE`` does nothing.
 
     Args:
         session: the caller's session.

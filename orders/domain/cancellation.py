@@ -20,7 +20,7 @@ from orders.domain.effects import notify_cancelled
 from orders.domain.errors import OrderNotCancellable, OrderNotFound
 from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ORDER_GRAPH, WORKFLOW_KIND, route
-from workflows.compensation import compensate_workflow
+from workflows.compensation import compensate_workflow, hold_workflow
 from workflows.models import Workflow, WorkflowStep
 
 CANCELLED_BY_CUSTOMER = "cancelled"
@@ -49,9 +49,11 @@ class CancelResult:
 def cancel_order(session: Session, order_id: int, now: datetime) -> CancelResult:
     """Cancel one order in the caller's unit of work (nothing committed).
 
-    The order's workflow row is locked first, then the order is read: a step
-    completing the order at the same moment either commits first (then this
-    raises ``OrderNotCancellable``) or sees its step skipped.
+    The order's workflow row is locked first (:func:`hold_workflow`: a write,
+    which on SQLite takes the database's write lock, where ``FOR UPDATE`` does
+    nothing), then the order is read: a step completing the order at the same
+    moment either commits first (then this raises ``OrderNotCancellable``) or
+    waits for this commit and sees its step skipped.
 
     Args:
         session: the caller's session.
@@ -68,10 +70,10 @@ def cancel_order(session: Session, order_id: int, now: datetime) -> CancelResult
             (retry the unit of work).
     """
     workflow_id = session.scalar(
-        select(Workflow.id)
-        .where(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == order_id)
-        .with_for_update()
+        select(Workflow.id).where(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == order_id)
     )
+    if workflow_id is not None:
+        hold_workflow(session, workflow_id)
     order = session.get(Order, order_id, populate_existing=True)
     if order is None or workflow_id is None:
         raise OrderNotFound(f"order {order_id} does not exist")

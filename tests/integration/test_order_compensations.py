@@ -295,6 +295,55 @@ def test_a_step_finishing_while_the_order_is_cancelled_is_compensated_or_skipped
     assert check_invariants(session_factory) == []
 
 
+def test_the_last_step_committing_while_a_cancel_checks_the_order_is_refused_or_skipped(
+    session_factory, catalog, make_draft, monkeypatch
+):
+    """ADR 0012: a completed order is too late to cancel. The last step commits
+    right after the cancel read the order as placed (just before it calls the
+    workflow off). The cancel's lock must hold that commit back until the
+    cancel commits (SQLite ignores FOR UPDATE: the lock is the first write), so
+    the step finds itself skipped; a cancel that did not lock would compensate
+    an order that completed and has its shipment scheduled."""
+    import orders.domain.cancellation as cancellation
+
+    placed = place_one(session_factory, make_draft(total="500.00"))
+    for step in (STOCK, NOTIFICATION, POINTS):
+        run(session_factory, placed, step)
+    real = cancellation.compensate_workflow
+    finished: list = []
+
+    def logistics() -> None:
+        try:
+            finished.append(run(session_factory, placed, LOGISTICS))
+        except Exception as exc:
+            finished.append(exc)
+
+    def compensate_after_the_last_step(*args, **kwargs):
+        thread = threading.Thread(target=logistics)
+        thread.start()
+        thread.join(3)  # it commits at once unless the cancel holds the lock
+        held.append(thread)
+        return real(*args, **kwargs)
+
+    held: list[threading.Thread] = []
+    monkeypatch.setattr(cancellation, "compensate_workflow", compensate_after_the_last_step)
+    result = cancel(session_factory, Recorder(), placed.order_id)
+    held[0].join(30)
+    [late] = finished
+    assert not isinstance(late, Exception), late
+    assert late.duplicate and late.outcome == "skipped: cancelled"
+    assert result.skipped == (LOGISTICS,)
+    assert set(result.compensations) == {RETURN_STOCK, REVERSE_POINTS}
+    with session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Shipment)) == 0
+    assert order_and_workflow(session_factory, placed) == ("cancelled", "running")
+    for step in result.compensations:
+        run(session_factory, placed, step)
+    assert sum(p for _, p in points_rows(session_factory, placed.order_id)) == 0
+    assert order_and_workflow(session_factory, placed) == ("cancelled", "done")
+    assert check_invariants(session_factory) == []
+
+
 @pytest.fixture
 def worker_app(database_url, redis_client, key_prefix):
     """An app whose queue retries fast (0.1-0.3 s backoff, 30 attempts), on this test's
