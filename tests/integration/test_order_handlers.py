@@ -8,7 +8,9 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm.exc import StaleDataError
 
+import workflows.tracker as tracker
 from orders.app.placement import PlacedOrder, place_orders
+from orders.domain.cancellation import cancel_order
 from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED
 from orders.domain.errors import OrderNotFound
 from orders.domain.handlers import (
@@ -371,6 +373,55 @@ def test_a_unit_of_work_that_loses_a_race_after_its_effect_is_rolled_back_and_re
     with session_factory() as session:
         assert session.get(Workflow, placed.workflow_id).status == WorkflowStatus.DONE
         assert session.scalar(select(func.count()).select_from(Shipment)) == 1
+
+
+@pytest.mark.parametrize("writer", ["cancel", "sibling"])
+def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
+    session_factory, catalog, make_draft, monkeypatch, writer
+):
+    """ADR 0005: a lone delivery on SQLite reads its step row without a lock and
+    fences its writes with the workflow version it read (fence_workflows). Another
+    writer commits right after that read: a cancellation (points must then be
+    skipped, never credited on a cancelled order) or a sibling step's version bump
+    (points are credited once). Either way the unit of work conflicts once and
+    reruns on what was committed."""
+    if session_factory.kw["bind"].dialect.name != "sqlite":
+        pytest.skip("PostgreSQL locks the workflow rows before it reads: nothing to fence")
+    placed = place_one(session_factory, make_draft(total="1234.56"))
+    handle_step(session_factory, request(placed, STOCK))
+    real = tracker.step_rows
+    reads: list[int] = []
+
+    def step_rows_then_a_concurrent_commit(session, workflow_ids, step):
+        rows = real(session, workflow_ids, step)
+        reads.append(1)
+        if len(reads) == 1:
+            with UnitOfWork(session_factory) as uow:
+                if writer == "cancel":
+                    cancel_order(uow.session, placed.order_id, utcnow())
+                else:
+                    uow.session.execute(
+                        update(Workflow)
+                        .where(Workflow.id == placed.workflow_id)
+                        .values(version=Workflow.version + 1),
+                        execution_options={"synchronize_session": False},
+                    )
+                uow.commit()
+        return rows
+
+    monkeypatch.setattr(tracker, "step_rows", step_rows_then_a_concurrent_commit)
+    result = handle_step(session_factory, request(placed, POINTS))
+    assert (result.conflicts, len(reads)) == (1, 2)
+    points = effect_rows(session_factory, placed.order_id)["points_ledger"]
+    with session_factory() as session:
+        _, row = load_step(session, placed.workflow_id, POINTS)
+        order = session.get(Order, placed.order_id)
+    if writer == "cancel":
+        assert result.duplicate and result.outcome == "skipped: cancelled"
+        assert (row.status, points, order.status) == (StepStatus.SKIPPED, 0, "cancelled")
+    else:
+        assert not result.duplicate and result.outcome == "credited"
+        assert (row.status, points, order.status) == (StepStatus.DONE, 1, "placed")
 
 
 def test_a_missing_order_fails_its_own_delivery_only(session_factory, catalog, make_draft):
