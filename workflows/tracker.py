@@ -12,11 +12,13 @@ statements, whatever the batch size:
    step finishing at the same time, or a cancellation (it locks the workflow
    row first too), waits for this commit and then sees its rows, so whichever
    commit finds every step done marks the workflow done. One exception, where
-   the lock is the whole database: a lone delivery on SQLite reads first and
-   bumps its workflow's version at its first write under a version check
-   (optimistic locking; :func:`fence_workflows`), so the write lock is held
-   for the writes only; a concurrent writer makes it rerun. A batch of
-   deliveries would rerun whole on any sibling's commit, so it locks first.
+   the lock is the whole database: a lone delivery on SQLite reads its step
+   row first, and only when it claims it bumps its workflow's version under a
+   version check (optimistic locking; :func:`fence_workflows`) as its first
+   write, before the effect: that write takes the write lock, so the effect
+   reads current rows, a duplicate takes no lock at all, and a concurrent
+   writer makes it rerun on a clean version conflict. A batch of deliveries
+   would rerun whole on any sibling's commit, so it locks first.
 2. Each delivery is classified: unknown step or subject (its own error, the
    others go on), already done or skipped, or a second copy inside this batch
    (a duplicate absorbed, no effect), still waiting for its prerequisites (its
@@ -232,8 +234,8 @@ def step_rows(session: Session, workflow_ids: Sequence[int], step: str) -> dict[
     """Read the ``step`` rows of some workflows, by workflow id (workflows without one: absent).
 
     After :func:`lock_workflows` the rows cannot change under the caller; else
-    :func:`fence_workflows` checks the versions read here before the caller's
-    writes commit.
+    :func:`fence_workflows` checks the versions read here as the caller's first
+    write.
     """
     return {
         row[0]: StepRow(*row[1:])
@@ -373,6 +375,11 @@ def _once(
             lock_workflows(session, wf_ids, started)
         rows = step_rows(session, wf_ids, step)
         results, claims, claimed = _classify(runs, rows, conflicts)
+        if claims and not lock_first:
+            # the first write, before the effect: it takes SQLite's write lock, so
+            # the effect reads current rows, and a lost race is a version conflict
+            claimed_versions = {c.run.workflow_id: rows[c.run.workflow_id].version for c in claims}
+            fence_workflows(session, claimed_versions, started)
         outcomes = dict(effect(session, claims, started)) if claims else {}
         missing = [c.step_row_id for c in claims if c.step_row_id not in outcomes]
         if missing:
@@ -383,8 +390,6 @@ def _once(
         done_ids: set[int] = set()
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]
-            if not lock_first:
-                fence_workflows(session, {wf: rows[wf].version for wf in applied_wf_ids}, started)
             _mark_done(session, applied, outcomes, started, now)
             released = release_waiting(session, graph, applied_wf_ids, now)
             done_ids = _complete_workflows(session, applied_wf_ids, now)

@@ -2,7 +2,9 @@
 being a batch of one.
 
 Each effect runs inside the completion tracker's unit of work, after the batch's
-workflow rows are locked, and commits nothing. It takes the batch's deliveries
+workflow rows are locked (a lone delivery on SQLite: after its workflow's version
+was checked and bumped, the write that takes the database's write lock), and
+commits nothing. It takes the batch's deliveries
 (:class:`Delivery`, in claim order) and returns step row id -> outcome word. Each is
 idempotent on its own, on top of the tracker's done-step check: its row is unique per
 order (and kind, reason or part), and an existing one means the effect is already

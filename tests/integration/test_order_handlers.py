@@ -11,7 +11,7 @@ from sqlalchemy.orm.exc import StaleDataError
 import workflows.tracker as tracker
 from orders.app.placement import PlacedOrder, place_orders
 from orders.domain.cancellation import cancel_order
-from orders.domain.effects import CANCELLATION, CONFIRMATION, ORDER_PLACED
+from orders.domain.effects import CANCELLATION, CONFIRMATION, EFFECTS, ORDER_PLACED, credit_points
 from orders.domain.errors import OrderNotFound
 from orders.domain.handlers import (
     StepRequest,
@@ -384,7 +384,8 @@ def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
     writer commits right after that read: a cancellation (points must then be
     skipped, never credited on a cancelled order) or a sibling step's version bump
     (points are credited once). Either way the unit of work conflicts once and
-    reruns on what was committed."""
+    reruns on what was committed. The version check is its first write, before
+    the effect: the losing attempt never runs the effect on its stale read."""
     if session_factory.kw["bind"].dialect.name != "sqlite":
         pytest.skip("PostgreSQL locks the workflow rows before it reads: nothing to fence")
     placed = place_one(session_factory, make_draft(total="1234.56"))
@@ -409,9 +410,17 @@ def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
                 uow.commit()
         return rows
 
+    effect_calls: list[int] = []
+
+    def counted_points(session, deliveries, now):
+        effect_calls.append(len(deliveries))
+        return credit_points(session, deliveries, now)
+
     monkeypatch.setattr(tracker, "step_rows", step_rows_then_a_concurrent_commit)
+    monkeypatch.setitem(EFFECTS, POINTS, counted_points)
     result = handle_step(session_factory, request(placed, POINTS))
     assert (result.conflicts, len(reads)) == (1, 2)
+    assert effect_calls == ([] if writer == "cancel" else [1])
     points = effect_rows(session_factory, placed.order_id)["points_ledger"]
     with session_factory() as session:
         _, row = load_step(session, placed.workflow_id, POINTS)
