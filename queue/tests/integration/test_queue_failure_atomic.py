@@ -206,7 +206,9 @@ def _snapshot(queue):
     return {k: queue.client.dump(k) for k in queue.keys.script_keys()}
 
 
-FETCH_KEYS = ["ready", "delayed", "active", "jobs", "attempts", "leases", "dead", "info"]
+#: keys every fetch that leases touches (dead and stats only when it dead-letters or
+#: counts something: see the test after the next)
+FETCH_KEYS = ["ready", "delayed", "active", "jobs", "attempts", "leases", "info"]
 ACK_KEYS = ["active", "leases", "done"]
 #: keys an ack writes only when it deletes records (retention 0, or a retention trim)
 ACK_DELETE_KEYS = ["jobs", "attempts", "info"]
@@ -214,7 +216,7 @@ ACK_DELETE_KEYS = ["jobs", "attempts", "info"]
 
 @pytest.mark.parametrize(
     ("script", "kind", "retention"),
-    [("fetch", k, 3600) for k in [*FETCH_KEYS, "stats", "seq"]]
+    [("fetch", k, 3600) for k in [*FETCH_KEYS, "seq"]]
     + [("ack", k, 3600) for k in [*ACK_KEYS, "stats"]]
     + [("ack", k, 0) for k in [*ACK_KEYS, *ACK_DELETE_KEYS, "stats"]],
 )
@@ -244,6 +246,37 @@ def test_every_key_the_hot_path_touches_is_validated_before_its_first_write(
         if queue.client.exists(aside):
             queue.client.rename(aside, key)
     assert _snapshot(queue) == before
+
+
+@pytest.mark.parametrize(
+    ("foreign", "kind"),
+    [("invalid", k) for k in ["dead", "stats", "attempts"]] + [("orphan", "stats")],
+)
+def test_a_fetch_that_dead_letters_or_counts_checks_those_keys_first(make_queue, foreign, kind):
+    """A fetch writes dead, stats (and deletes from attempts, in the DLQ trim) only when
+    it dead-letters an id that cannot be a job id or counts an id without a record; it
+    checks those keys then, before its first write."""
+    queue = make_queue(settings=QueueSettings(lease_seconds=60))
+    enqueue_n(queue, 2)
+    bad_id = b"\xff\xfe-foreign" if foreign == "invalid" else b"no-record"
+    if foreign == "invalid":
+        queue.client.hset(queue.keys.key("jobs"), bad_id, b'{"t":"t","p":{},"e":0,"m":1}')
+    queue.client.rpush(queue.keys.key("ready"), bad_id)  # the RPOP end: fetched first
+    key, aside = queue.keys.key(kind), queue.keys.key("aside")
+    before = _snapshot(queue)
+    if queue.client.exists(key):
+        queue.client.rename(key, aside)
+    queue.client.sadd(key, "planted")
+    try:
+        with pytest.raises(QueueDataError, match=kind):
+            queue.fetch(1)
+    finally:
+        queue.client.delete(key)
+        if queue.client.exists(aside):
+            queue.client.rename(aside, key)
+    assert _snapshot(queue) == before
+    assert queue.fetch(3).jobs  # with the keys back, the same fetch goes ahead
+    assert queue.client.lpos(queue.keys.key("ready"), bad_id) is None
 
 
 @pytest.mark.parametrize("kind", ACK_DELETE_KEYS)

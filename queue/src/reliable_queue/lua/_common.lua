@@ -44,6 +44,14 @@ local function corrupt(k, want)
     .. ', expected a ' .. want
 end
 
+-- A read that is also the type check of the key it reads: its reply, or nil and the
+-- refusal text when the key holds another type than `want`.
+local function read(want, cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r['err'] then return nil, corrupt(key, want) end
+  return r
+end
+
 -- nil when every key holds its type (or nothing) and every named stats counter is an
 -- integer (or unset); otherwise the error text to return, before any write.
 local function check(keys, counters)

@@ -34,13 +34,11 @@ for i = 1, n do
     refused[#refused + 1] = ids[i]
   end
 end
--- then the keys this call writes without having read them, and its counters
+-- then the keys this call writes without having read them; its first write, the bump
+-- of one counter, is its own check of stats (under pcall, below)
 local keys, counters = {}, {}
-if #ok > 0 then
-  keys[1] = K_ACTIVE
-  counters[1] = 'succeeded'
-end
-if #refused > 0 then counters[#counters + 1] = 'stale_refused' end
+if #ok > 0 then keys[1] = K_ACTIVE end
+if #ok > 0 and #refused > 0 then counters[1] = 'stale_refused' end
 if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget)
   keys[#keys + 1] = K_JOBS
   keys[#keys + 1] = K_ATTEMPTS
@@ -48,6 +46,17 @@ if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget
 end
 bad = check(keys, counters)
 if bad then return redis.error_reply(bad) end
+if #ok > 0 or #refused > 0 then
+  local counter, by = 'succeeded', #ok
+  if #ok == 0 then counter, by = 'stale_refused', #refused end
+  local r = redis.pcall('HINCRBY', K_STATS, counter, by)
+  if type(r) == 'table' and r['err'] then
+    if string.find(r['err'], 'WRONGTYPE', 1, true) then
+      return redis.error_reply(corrupt(K_STATS, 'hash'))
+    end
+    return redis.error_reply('QUEUE_CORRUPT stats counter ' .. counter .. ' is not an integer')
+  end
+end
 -- validated: no command below can fail
 if #ok > 0 then
   chunked('ZREM', K_ACTIVE, ok)
@@ -57,9 +66,8 @@ if #ok > 0 then
   else
     forget(ok)
   end
-  redis.call('HINCRBY', K_STATS, 'succeeded', #ok)
+  if #refused > 0 then redis.call('HINCRBY', K_STATS, 'stale_refused', #refused) end
 end
-if #refused > 0 then redis.call('HINCRBY', K_STATS, 'stale_refused', #refused) end
 if #old > 0 then
   chunked('ZREM', K_DONE, old)
   forget(old)

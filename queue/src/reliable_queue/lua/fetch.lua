@@ -47,15 +47,18 @@ end
 local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now,
                         'LIMIT', 0, math.max(count * 4, 1000))
 if due['err'] then return redis.error_reply(corrupt(K_DELAYED, 'zset')) end
--- then the keys written without having been read: ready too when reaping or promoting
--- writes before its RPOP (otherwise that RPOP is the first write, and its own check)
-local keys = {K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS}
-if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
-if #expired > 0 or #due > 0 then keys[#keys + 1] = K_READY end
-bad = check(keys, {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
-                   'dlq_dropped'})
-if bad then return redis.error_reply(bad) end
--- validated: no command below can fail, but for that RPOP
+-- Reaping or promoting writes before the lease step reads: then every key is checked
+-- first. Otherwise (the drain's common case) the lease step's own reads are the checks
+-- of the keys they read, and a key it writes unread is checked when it will write it.
+local moved = #expired > 0 or #due > 0
+local COUNTERS = {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
+                  'dlq_dropped'}
+if moved then
+  local keys = {K_READY, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS}
+  if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
+  bad = check(keys, COUNTERS)
+  if bad then return redis.error_reply(bad) end
+end
 local reaped = #expired
 local dead_any = false
 if reaped > 0 then
@@ -100,20 +103,26 @@ if #due > 0 then
   chunked('LPUSH', K_READY, due)
 end
 
--- 3. lease up to count ready jobs (count 0: reap and promote only; RPOP with a
--- count of 0 replies an empty array, not nil).
+-- 3. lease up to count ready jobs. The ids RPOP would pop are read first (LRANGE of
+-- the tail, then their failure info, records and delivery counts); only what is
+-- leased is then taken off the line (LTRIM), so a batch cut at a suspect leaves the
+-- rest where it was.
 local out = {-1, reaped, (reap_limit > 0 and reaped >= reap_limit) and 1 or 0}
-local ids = false
+local ids, err = {}, nil
 if count > 0 then
-  ids = redis.pcall('RPOP', K_READY, count)
-  if ids and ids['err'] then return redis.error_reply(corrupt(K_READY, 'list')) end
+  local tail
+  tail, err = read('list', 'LRANGE', K_READY, -count, -1)
+  if err then return redis.error_reply(err) end
+  for i = #tail, 1, -1 do ids[#ids + 1] = tail[i] end  -- in RPOP order
 end
-if not ids then
+if #ids == 0 then
   if dead_any then trim_dead(now, dlq_size, dlq_age) end
   local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   local wait = -1
   if #nxt > 0 then wait = math.max(tonumber(nxt[2]) - now, 0) end
-  local lease = redis.call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+  local lease
+  lease, err = read('zset', 'ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')  -- unread when reap 0
+  if err then return redis.error_reply(err) end
   if #lease > 0 then
     local w = math.max(tonumber(lease[2]) - now, 0) + 1
     if wait < 0 or w < wait then wait = w end
@@ -122,72 +131,94 @@ if not ids then
   return out
 end
 -- a suspect (lost with a worker, not run since) is leased alone: the batch ends
--- before the first suspect that is not its first job; the rest go back to the head.
+-- before the first suspect that is not its first job; the rest stay at the head.
 -- A later call of a split fetch (reap limit 0) never leases a suspect: its fetch
 -- already holds jobs (the caller sends it only after a full first call).
-local infos = chunked_read('HMGET', K_INFO, ids)
+local infos
+infos, err = read('hash', 'HMGET', K_INFO, unpack(ids, 1, #ids))
+if err then return redis.error_reply(err) end
 for i = 1, #ids do
   if infos[i] and is_suspect(infos[i]) then
     local cut = (i == 1 and reap_limit > 0) and 2 or i
-    if cut <= #ids then
-      local rest = {}
-      for j = cut, #ids do rest[#rest + 1] = ids[j] end
-      for j = #ids, cut, -1 do ids[j] = nil end
-      push_head(rest)
-    end
+    for j = #ids, cut, -1 do ids[j] = nil end
     break
   end
 end
--- ids that cannot be job ids (not UTF-8, too long) are isolated: never leased
-local good, invalid = {}, {}
-for _, id in ipairs(ids) do
-  if valid_id(id) then good[#good + 1] = id else invalid[#invalid + 1] = id end
+local n = #ids  -- taken off the line: leased, dead-lettered (invalid id) or orphans
+if n == 0 then
+  if dead_any then trim_dead(now, dlq_size, dlq_age) end
+  return out
 end
-local recs = chunked_read('HMGET', K_JOBS, good)
+local recs
+recs, err = read('hash', 'HMGET', K_JOBS, unpack(ids, 1, n))
+if err then return redis.error_reply(err) end
+-- ids that cannot be job ids (not UTF-8, too long) are isolated: never leased
+local good, grecs, invalid, orphans = {}, {}, {}, 0
+for i, id in ipairs(ids) do
+  if not recs[i] then
+    orphans = orphans + 1  -- an id with no record (a foreign producer, or a dropped record)
+  elseif valid_id(id) then
+    good[#good + 1] = id
+    grecs[#grecs + 1] = recs[i]
+  else
+    invalid[#invalid + 1] = id
+  end
+end
+local counts = {}
+if #good > 0 then
+  counts, err = read('hash', 'HMGET', K_ATTEMPTS, unpack(good, 1, #good))
+  if err then return redis.error_reply(err) end
+end
+-- the keys written below without having been read: active when not read by the reap
+-- (split calls), dead and stats only for an invalid id or an orphan, leases by its
+-- HSET, the first write (under pcall: a wrong type fails it with nothing written)
+if not moved and (reap_limit == 0 or #invalid > 0 or orphans > 0) then
+  local keys, counters = {}, nil
+  if reap_limit == 0 then keys[1] = K_ACTIVE end
+  if #invalid > 0 or orphans > 0 then
+    keys[#keys + 1] = K_DEAD
+    keys[#keys + 1] = K_ATTEMPTS
+    keys[#keys + 1] = K_STATS
+    counters = COUNTERS
+  end
+  bad = check(keys, counters)
+  if bad then return redis.error_reply(bad) end
+end
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
-local counts = chunked_read('HMGET', K_ATTEMPTS, good)
 local seq = tonumber(seq0 or '0')
 local deadline = now + lease_ms
-local zargs, hargs, aargs, orphans, counted = {}, {}, {}, 0, {}
+local zargs, hargs, aargs, counted = {}, {}, {}, {}
 for i, id in ipairs(good) do
-  local rec = recs[i]
-  if rec then
-    seq = seq + 1
-    local token = seq .. ':' .. worker
-    local att = (counted[id] or tonumber(counts[i]) or 0) + 1  -- counted: an id twice in a batch
-    counted[id] = att
-    aargs[#aargs + 1] = id
-    aargs[#aargs + 1] = att
-    zargs[#zargs + 1] = deadline
-    zargs[#zargs + 1] = id
-    hargs[#hargs + 1] = id
-    hargs[#hargs + 1] = token
-    out[#out + 1] = id
-    out[#out + 1] = token
-    out[#out + 1] = att
-    out[#out + 1] = rec
-  else
-    -- an id with no record (written by a foreign producer, or its record dropped)
-    orphans = orphans + 1
-  end
+  seq = seq + 1
+  local token = seq .. ':' .. worker
+  local att = (counted[id] or tonumber(counts[i]) or 0) + 1  -- counted: an id twice in a batch
+  counted[id] = att
+  aargs[#aargs + 1] = id
+  aargs[#aargs + 1] = att
+  zargs[#zargs + 1] = deadline
+  zargs[#zargs + 1] = id
+  hargs[#hargs + 1] = id
+  hargs[#hargs + 1] = token
+  out[#out + 1] = id
+  out[#out + 1] = token
+  out[#out + 1] = att
+  out[#out + 1] = grecs[i]
 end
-if #zargs > 0 then
+if #hargs > 0 then
+  local r = redis.pcall('HSET', K_LEASES, unpack(hargs, 1, #hargs))  -- 2 * MAX_BATCH at most
+  if type(r) == 'table' and r['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
+end
+-- validated: no command below can fail
+redis.call('LTRIM', K_READY, 0, -n - 1)
+if #hargs > 0 then
   redis.call('SET', K_SEQ, seq)
   chunked('ZADD', K_ACTIVE, zargs)
-  chunked('HSET', K_LEASES, hargs)
   chunked('HSET', K_ATTEMPTS, aargs)
 end
-if #invalid > 0 then
-  local irecs = chunked_read('HMGET', K_JOBS, invalid)
-  for i, id in ipairs(invalid) do
-    if irecs[i] then
-      to_dead(id, 'invalid_record', cjson.encode({reason = 'invalid_record',
-        error = 'the job id is not valid UTF-8 or longer than ' .. MAX_ID_BYTES .. ' bytes'}), now)
-      dead_any = true
-    else
-      orphans = orphans + 1
-    end
-  end
+for _, id in ipairs(invalid) do
+  to_dead(id, 'invalid_record', cjson.encode({reason = 'invalid_record',
+    error = 'the job id is not valid UTF-8 or longer than ' .. MAX_ID_BYTES .. ' bytes'}), now)
+  dead_any = true
 end
 if dead_any then trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
