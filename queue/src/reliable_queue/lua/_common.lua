@@ -26,62 +26,17 @@ local TRIM_STEP = 500
 -- Job ids longer than this are refused as invalid records (ids are short ASCII).
 local MAX_ID_BYTES = 200
 
--- Every script validates before its first write: Redis keeps the writes a script made
--- before an error, so a failure after a write would leave a job half moved.
--- The type each queue key must hold (or nothing), and a read of that type with an
--- integer reply: it fails on a key of another type, and is cheaper than TYPE (whose
--- status reply Lua receives as a table).
-local SIZE_OF = {list = 'LLEN', zset = 'ZCARD', hash = 'HLEN', string = 'STRLEN'}
-local function key_type(k)
-  if k == K_DELAYED or k == K_ACTIVE or k == K_DEAD or k == K_DONE then return 'zset' end
-  if k == K_READY or k == K_WAKE then return 'list' end
-  if k == K_SEQ then return 'string' end
-  return 'hash'  -- jobs, attempts, leases, info, stats
-end
+-- Each function of this fragment is a closure made anew at every script call, used or
+-- not: about a thousand instructions apiece, once a third of the cost of a small
+-- script. So only the helpers of the drain's hot path (fetch and ack) are made up
+-- front; helpers() makes the others, and a script calls it before its first use of one
+-- of them (the scripts off the hot path call it at their top).
+local SIZE_OF, key_type, check, check_string, chunked_read, push_head, wake, forget
+local trim_dead, trim_done, to_dead, is_suspect, max_attempts_in, valid_utf8
 
 local function corrupt(k, want)
   return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. redis.call('TYPE', k)['ok']
     .. ', expected a ' .. want
-end
-
--- A read that is also the type check of the key it reads: its reply, or nil and the
--- refusal text when the key holds another type than `want`.
-local function read(want, cmd, key, ...)
-  local r = redis.pcall(cmd, key, ...)
-  if type(r) == 'table' and r['err'] then return nil, corrupt(key, want) end
-  return r
-end
-
--- nil when every key holds its type (or nothing) and every named stats counter is an
--- integer (or unset); otherwise the error text to return, before any write.
-local function check(keys, counters)
-  local with_counters = counters and #counters > 0
-  for _, k in ipairs(keys) do
-    if not (with_counters and k == K_STATS) then  -- the HMGET below reads the stats
-      local want = key_type(k)
-      local r = redis.pcall(SIZE_OF[want], k)
-      if type(r) == 'table' and r['err'] then return corrupt(k, want) end
-    end
-  end
-  if with_counters then
-    local vals = redis.pcall('HMGET', K_STATS, unpack(counters))
-    if vals['err'] then return corrupt(K_STATS, 'hash') end
-    for i, v in ipairs(counters) do
-      if vals[i] and not string.match(vals[i], '^%-?%d+$') then
-        return 'QUEUE_CORRUPT stats counter ' .. v .. ' is not an integer'
-      end
-    end
-  end
-  return nil
-end
-
--- The error text for a key that must be a STRING (or absent), else nil.
-local function check_string(k)
-  local t = redis.call('TYPE', k)['ok']
-  if t ~= 'none' and t ~= 'string' then
-    return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. t .. ', expected a string'
-  end
-  return nil
 end
 
 local function check_count(n)
@@ -108,133 +63,189 @@ local function chunked(cmd, key, list, from)
   end
 end
 
--- A read of a variadic command in chunks, the replies concatenated (HMGET).
-local function chunked_read(cmd, key, list)
-  local n = #list
-  if n <= 1000 then return n > 0 and redis.call(cmd, key, unpack(list, 1, n)) or {} end
-  local out, i = {}, 1
-  while i <= n do
-    local j = math.min(i + 999, n)
-    local part = redis.call(cmd, key, unpack(list, i, j))
-    for x = 1, j - i + 1 do out[i + x - 1] = part[x] end
-    i = j + 1
+local function helpers()
+  if check then return end
+  -- Every script validates before its first write: Redis keeps the writes a script made
+  -- before an error, so a failure after a write would leave a job half moved.
+  -- The type each queue key must hold (or nothing), and a read of that type with an
+  -- integer reply: it fails on a key of another type, and is cheaper than TYPE (whose
+  -- status reply Lua receives as a table).
+  SIZE_OF = {list = 'LLEN', zset = 'ZCARD', hash = 'HLEN', string = 'STRLEN'}
+  function key_type(k)
+    if k == K_DELAYED or k == K_ACTIVE or k == K_DEAD or k == K_DONE then return 'zset' end
+    if k == K_READY or k == K_WAKE then return 'list' end
+    if k == K_SEQ then return 'string' end
+    return 'hash'  -- jobs, attempts, leases, info, stats
   end
-  return out
-end
 
--- Put ids back at the head of the line (RPOP end), the first of them to be popped first.
-local function push_head(ids)
-  local rev = {}
-  for i = #ids, 1, -1 do rev[#rev + 1] = ids[i] end
-  chunked('RPUSH', K_READY, rev)
-end
-
-local function wake(count, cap)
-  local n = math.min(count, cap)
-  if n <= 0 then return end
-  local t = {}
-  for i = 1, n do t[i] = '1' end
-  redis.call('LPUSH', K_WAKE, unpack(t))
-  redis.call('LTRIM', K_WAKE, 0, cap - 1)
-end
-
--- Forget every trace of the given job ids (record, attempts, failure info).
-local function forget(ids)
-  if #ids == 0 then return end
-  chunked('HDEL', K_JOBS, ids)
-  chunked('HDEL', K_ATTEMPTS, ids)
-  chunked('HDEL', K_INFO, ids)
-end
-
--- Drop dead-letter entries beyond the age and size bounds, at most TRIM_STEP per call
--- (maintenance calls again until nothing is left); dropping is counted.
--- Returns how many were dropped.
-local function trim_dead(now, max_size, max_age_ms)
-  local old = redis.call('ZRANGEBYSCORE', K_DEAD, '-inf', now - max_age_ms, 'LIMIT', 0, TRIM_STEP)
-  local dropped = #old
-  if dropped > 0 then
-    chunked('ZREM', K_DEAD, old)
-    forget(old)
-  end
-  local excess = math.min(redis.call('ZCARD', K_DEAD) - max_size, TRIM_STEP - dropped)
-  if excess > 0 then
-    local ids = redis.call('ZRANGE', K_DEAD, 0, excess - 1)
-    chunked('ZREM', K_DEAD, ids)
-    forget(ids)
-    dropped = dropped + #ids
-  end
-  if dropped > 0 then redis.call('HINCRBY', K_STATS, 'dlq_dropped', dropped) end
-  return dropped
-end
-
--- Drop finished records older than the retention window, at most `limit` per call.
-local function trim_done(now, retention, limit)
-  local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now - retention, 'LIMIT', 0, limit)
-  if #old > 0 then
-    chunked('ZREM', K_DONE, old)
-    forget(old)
-  end
-  return #old
-end
-
--- Move a job (already out of active/leases) to the dead-letter queue (no trim: the
--- caller trims once, bounded).
-local function to_dead(id, reason, info_json, now)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('HSET', K_INFO, id, info_json)
-  redis.call('HINCRBY', K_STATS, 'dead', 1)
-  redis.call('HINCRBY', K_STATS, 'dead:' .. reason, 1)
-end
-
--- Was this job lost with its worker, or did its last run time out (alone or in a
--- batch call), and not run since (its last failure a lease expiry or a time-out)?
--- Such a suspect is leased alone until it settles otherwise (ack, a plain nack,
--- dead as anything but timed_out). `info` is the job's failure-info text or
--- nil/false; bounded work per call.
-local function is_suspect(info)
-  if not info then return false end
-  if not string.find(info, 'lease_expired', 1, true)
-    and not string.find(info, 'timed_out', 1, true) then return false end
-  local ok, data = pcall(cjson.decode, info)
-  if not ok or type(data) ~= 'table' then return false end
-  return data['reason'] == 'lease_expired' or data['reason'] == 'timed_out'
-end
-
--- Max attempts of a job from its record text; the default when it is unreadable.
-local function max_attempts_in(rec, default)
-  if not rec then return default end
-  local ok, data = pcall(cjson.decode, rec)
-  if ok and type(data) == 'table' and tonumber(data['m']) then return tonumber(data['m']) end
-  return default
-end
-
--- Is s valid UTF-8 (what Python's strict decode accepts)? Used for job ids only,
--- whose length is bounded by MAX_ID_BYTES before this is called.
-local function valid_utf8(s)
-  if not string.find(s, '[\128-\255]') then return true end
-  local i, n = 1, #s
-  while i <= n do
-    local c = string.byte(s, i)
-    local len, lo, hi = 1, 0x80, 0xBF
-    if c < 0x80 then len = 1
-    elseif c >= 0xC2 and c <= 0xDF then len = 2
-    elseif c == 0xE0 then len, lo = 3, 0xA0
-    elseif c == 0xED then len, hi = 3, 0x9F
-    elseif c >= 0xE1 and c <= 0xEF then len = 3
-    elseif c == 0xF0 then len, lo = 4, 0x90
-    elseif c >= 0xF1 and c <= 0xF3 then len = 4
-    elseif c == 0xF4 then len, hi = 4, 0x8F
-    else return false end
-    if i + len - 1 > n then return false end
-    for j = i + 1, i + len - 1 do
-      local d = string.byte(s, j)
-      local a, b = 0x80, 0xBF
-      if j == i + 1 then a, b = lo, hi end
-      if d < a or d > b then return false end
+  -- nil when every key holds its type (or nothing) and every named stats counter is an
+  -- integer (or unset); otherwise the error text to return, before any write.
+  function check(keys, counters)
+    local with_counters = counters and #counters > 0
+    for _, k in ipairs(keys) do
+      if not (with_counters and k == K_STATS) then  -- the HMGET below reads the stats
+        local want = key_type(k)
+        local r = redis.pcall(SIZE_OF[want], k)
+        if type(r) == 'table' and r['err'] then return corrupt(k, want) end
+      end
     end
-    i = i + len
+    if with_counters then
+      local vals = redis.pcall('HMGET', K_STATS, unpack(counters))
+      if vals['err'] then return corrupt(K_STATS, 'hash') end
+      for i, v in ipairs(counters) do
+        if vals[i] and not string.match(vals[i], '^%-?%d+$') then
+          return 'QUEUE_CORRUPT stats counter ' .. v .. ' is not an integer'
+        end
+      end
+    end
+    return nil
   end
-  return true
+
+  -- The error text for a key that must be a STRING (or absent), else nil.
+  function check_string(k)
+    local t = redis.call('TYPE', k)['ok']
+    if t ~= 'none' and t ~= 'string' then
+      return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. t .. ', expected a string'
+    end
+    return nil
+  end
+
+  -- A read of a variadic command in chunks, the replies concatenated (HMGET).
+  function chunked_read(cmd, key, list)
+    local n = #list
+    if n <= 1000 then return n > 0 and redis.call(cmd, key, unpack(list, 1, n)) or {} end
+    local out, i = {}, 1
+    while i <= n do
+      local j = math.min(i + 999, n)
+      local part = redis.call(cmd, key, unpack(list, i, j))
+      for x = 1, j - i + 1 do out[i + x - 1] = part[x] end
+      i = j + 1
+    end
+    return out
+  end
+
+  -- Put ids back at the head of the line (RPOP end), the first of them to be popped first.
+  function push_head(ids)
+    local rev = {}
+    for i = #ids, 1, -1 do rev[#rev + 1] = ids[i] end
+    chunked('RPUSH', K_READY, rev)
+  end
+
+  function wake(count, cap)
+    local n = math.min(count, cap)
+    if n <= 0 then return end
+    local t = {}
+    for i = 1, n do t[i] = '1' end
+    redis.call('LPUSH', K_WAKE, unpack(t))
+    redis.call('LTRIM', K_WAKE, 0, cap - 1)
+  end
+
+  -- Forget every trace of the given job ids (record, attempts, failure info).
+  function forget(ids)
+    if #ids == 0 then return end
+    chunked('HDEL', K_JOBS, ids)
+    chunked('HDEL', K_ATTEMPTS, ids)
+    chunked('HDEL', K_INFO, ids)
+  end
+
+  -- Drop dead-letter entries beyond the age and size bounds, at most TRIM_STEP per call
+  -- (maintenance calls again until nothing is left); dropping is counted.
+  -- Returns how many were dropped.
+  function trim_dead(now, max_size, max_age_ms)
+    local old = redis.call('ZRANGEBYSCORE', K_DEAD, '-inf', now - max_age_ms, 'LIMIT', 0, TRIM_STEP)
+    local dropped = #old
+    if dropped > 0 then
+      chunked('ZREM', K_DEAD, old)
+      forget(old)
+    end
+    local excess = math.min(redis.call('ZCARD', K_DEAD) - max_size, TRIM_STEP - dropped)
+    if excess > 0 then
+      local ids = redis.call('ZRANGE', K_DEAD, 0, excess - 1)
+      chunked('ZREM', K_DEAD, ids)
+      forget(ids)
+      dropped = dropped + #ids
+    end
+    if dropped > 0 then redis.call('HINCRBY', K_STATS, 'dlq_dropped', dropped) end
+    return dropped
+  end
+
+  -- Drop finished records older than the retention window, at most `limit` per call.
+  function trim_done(now, retention, limit)
+    local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now - retention, 'LIMIT', 0, limit)
+    if #old > 0 then
+      chunked('ZREM', K_DONE, old)
+      forget(old)
+    end
+    return #old
+  end
+
+  -- Move a job (already out of active/leases) to the dead-letter queue (no trim: the
+  -- caller trims once, bounded).
+  function to_dead(id, reason, info_json, now)
+    redis.call('ZADD', K_DEAD, now, id)
+    redis.call('HSET', K_INFO, id, info_json)
+    redis.call('HINCRBY', K_STATS, 'dead', 1)
+    redis.call('HINCRBY', K_STATS, 'dead:' .. reason, 1)
+  end
+
+  -- Was this job lost with its worker, or did its last run time out (alone or in a
+  -- batch call), and not run since (its last failure a lease expiry or a time-out)?
+  -- Such a suspect is leased alone until it settles otherwise (ack, a plain nack,
+  -- dead as anything but timed_out). `info` is the job's failure-info text or
+  -- nil/false; bounded work per call.
+  function is_suspect(info)
+    if not info then return false end
+    if not string.find(info, 'lease_expired', 1, true)
+      and not string.find(info, 'timed_out', 1, true) then return false end
+    local ok, data = pcall(cjson.decode, info)
+    if not ok or type(data) ~= 'table' then return false end
+    return data['reason'] == 'lease_expired' or data['reason'] == 'timed_out'
+  end
+
+  -- Max attempts of a job from its record text; the default when it is unreadable.
+  function max_attempts_in(rec, default)
+    if not rec then return default end
+    local ok, data = pcall(cjson.decode, rec)
+    if ok and type(data) == 'table' and tonumber(data['m']) then return tonumber(data['m']) end
+    return default
+  end
+
+  -- Is s valid UTF-8 (what Python's strict decode accepts)? Used for job ids only,
+  -- whose length is bounded by MAX_ID_BYTES before this is called.
+  function valid_utf8(s)
+    if not string.find(s, '[\128-\255]') then return true end
+    local i, n = 1, #s
+    while i <= n do
+      local c = string.byte(s, i)
+      local len, lo, hi = 1, 0x80, 0xBF
+      if c < 0x80 then len = 1
+      elseif c >= 0xC2 and c <= 0xDF then len = 2
+      elseif c == 0xE0 then len, lo = 3, 0xA0
+      elseif c == 0xED then len, hi = 3, 0x9F
+      elseif c >= 0xE1 and c <= 0xEF then len = 3
+      elseif c == 0xF0 then len, lo = 4, 0x90
+      elseif c >= 0xF1 and c <= 0xF3 then len = 4
+      elseif c == 0xF4 then len, hi = 4, 0x8F
+      else return false end
+      if i + len - 1 > n then return false end
+      for j = i + 1, i + len - 1 do
+        local d = string.byte(s, j)
+        local a, b = 0x80, 0xBF
+        if j == i + 1 then a, b = lo, hi end
+        if d < a or d > b then return false end
+      end
+      i = i + len
+    end
+    return true
+  end
+end
+
+-- A read that is also the type check of the key it reads: its reply, or nil and the
+-- refusal text when the key holds another type than `want`.
+local function read(want, cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r['err'] then return nil, corrupt(key, want) end
+  return r
 end
 
 local function valid_id(id)
@@ -242,5 +253,6 @@ local function valid_id(id)
   if n == 0 or n > MAX_ID_BYTES then return false end
   -- ASCII (every id this library makes): the largest byte, found in C, is below 128
   if math.max(string.byte(id, 1, n)) < 128 then return true end
+  helpers()
   return valid_utf8(id)
 end

@@ -36,16 +36,22 @@ for i = 1, n do
 end
 -- then the keys this call writes without having read them; its first write, the bump
 -- of one counter, is its own check of stats (under pcall, below)
+if #ok > 0 then
+  local _, err = read('zset', 'ZCARD', K_ACTIVE)
+  if err then return redis.error_reply(err) end
+end
 local keys, counters = {}, {}
-if #ok > 0 then keys[1] = K_ACTIVE end
 if #ok > 0 and #refused > 0 then counters[1] = 'stale_refused' end
 if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget)
   keys[#keys + 1] = K_JOBS
   keys[#keys + 1] = K_ATTEMPTS
   keys[#keys + 1] = K_INFO
 end
-bad = check(keys, counters)
-if bad then return redis.error_reply(bad) end
+if #keys > 0 or #counters > 0 then
+  helpers()
+  bad = check(keys, counters)
+  if bad then return redis.error_reply(bad) end
+end
 if #ok > 0 or #refused > 0 then
   local counter, by = 'succeeded', #ok
   if #ok == 0 then counter, by = 'stale_refused', #refused end

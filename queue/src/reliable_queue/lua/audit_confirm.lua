@@ -10,6 +10,7 @@
 -- Changes (repair only): ready (LPUSH; the attempt count is left as it is), info,
 --          stats orphans_repaired, wake.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local n = #ARGV - 3
 if n > 50 then return redis.error_reply('QUEUE_LIMIT at most 50 candidates per call') end
 local bad = check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_DEAD, K_DONE, K_INFO, K_STATS,

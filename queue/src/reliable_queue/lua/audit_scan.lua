@@ -14,6 +14,7 @@
 --   A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error for a key of the wrong type or a bad count.
 -- Changes: nothing.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local kind, cursor, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local bad = check_count(count)
   or check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_DEAD, K_DONE})

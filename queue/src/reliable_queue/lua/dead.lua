@@ -8,6 +8,7 @@
 -- Changes: active, leases, dead, info, stats dead / dead:<reason> / dlq_dropped;
 --          trims the DLQ by age and size, at most TRIM_STEP entries.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check({K_LEASES, K_ACTIVE, K_DEAD, K_INFO, K_JOBS, K_ATTEMPTS, K_STATS},
                   {'stale_refused', 'dead', 'dead:' .. ARGV[3], 'dlq_dropped'})
 if bad then return redis.error_reply(bad) end

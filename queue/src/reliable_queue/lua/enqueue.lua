@@ -12,6 +12,7 @@
 -- Changes: jobs (HSETNX), ready (LPUSH) or delayed (ZADD), idem keys (SET NX PX),
 --          stats enqueued / duplicates, wake.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local bad = check_count(n)

@@ -6,6 +6,7 @@
 --   type or too many leases.
 -- Changes: active (scores of held jobs only), stats stale_extends.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[2])
 local bad = check_count(n) or check({K_ACTIVE, K_LEASES, K_STATS}, {'stale_extends'})
 if bad then return redis.error_reply(bad) end

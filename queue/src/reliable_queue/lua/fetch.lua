@@ -54,6 +54,7 @@ local moved = #expired > 0 or #due > 0
 local COUNTERS = {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
                   'dlq_dropped'}
 if moved then
+  helpers()
   local keys = {K_READY, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS}
   if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
   bad = check(keys, COUNTERS)
@@ -138,10 +139,13 @@ local infos
 infos, err = read('hash', 'HMGET', K_INFO, unpack(ids, 1, #ids))
 if err then return redis.error_reply(err) end
 for i = 1, #ids do
-  if infos[i] and is_suspect(infos[i]) then
-    local cut = (i == 1 and reap_limit > 0) and 2 or i
-    for j = #ids, cut, -1 do ids[j] = nil end
-    break
+  if infos[i] then
+    helpers()
+    if is_suspect(infos[i]) then
+      local cut = (i == 1 and reap_limit > 0) and 2 or i
+      for j = #ids, cut, -1 do ids[j] = nil end
+      break
+    end
   end
 end
 local n = #ids  -- taken off the line: leased, dead-lettered (invalid id) or orphans
@@ -173,6 +177,7 @@ end
 -- (split calls), dead and stats only for an invalid id or an orphan, leases by its
 -- HSET, the first write (under pcall: a wrong type fails it with nothing written)
 if not moved and (reap_limit == 0 or #invalid > 0 or orphans > 0) then
+  helpers()
   local keys, counters = {}, nil
   if reap_limit == 0 then keys[1] = K_ACTIVE end
   if #invalid > 0 or orphans > 0 then

@@ -6,6 +6,7 @@
 --   check is one LPOS (O(length of ready), no script-side loop).
 -- Changes: nothing.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local id = ARGV[1]
 local has = redis.call('HEXISTS', K_JOBS, id)
 local place = ''

@@ -7,6 +7,7 @@
 --   written) for a key of the wrong type.
 -- Changes: dead, done, jobs, attempts, info, stats dlq_dropped.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check({K_DEAD, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'dlq_dropped'})
 if bad then return redis.error_reply(bad) end
 local now = now_ms()

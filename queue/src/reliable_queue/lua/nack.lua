@@ -6,6 +6,7 @@
 --   'QUEUE_CORRUPT' error (nothing written) for a key of the wrong type.
 -- Changes: active, leases, delayed (or the back of ready), info, stats retried / stale_refused, wake.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check({K_LEASES, K_ACTIVE, K_INFO, K_DELAYED, K_READY, K_STATS, K_WAKE},
                   {'retried', 'stale_refused'})
 if bad then return redis.error_reply(bad) end

@@ -5,6 +5,7 @@
 --   (nothing written) for a key of the wrong type or too many ids.
 -- Changes: dead, jobs, attempts, info, stats purged.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV)
   or check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'purged'})
 if bad then return redis.error_reply(bad) end

@@ -6,6 +6,7 @@
 --          'QUEUE_LIMIT' error (nothing written) for a wrong-type key or too many ids.
 -- Changes: dead, attempts (reset), ready, stats redriven, wake.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV - 1)
   or check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'redriven'})
 if bad then return redis.error_reply(bad) end

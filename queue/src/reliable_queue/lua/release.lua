@@ -9,6 +9,7 @@
 -- Changes: active, leases, attempts (-1), ready (to the head of the line), wake, info
 --          (only with the optional ARGV).
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[2])
 local bad = check_count(n)
   or check({K_ACTIVE, K_LEASES, K_ATTEMPTS, K_READY, K_INFO, K_STATS, K_WAKE}, {'released'})

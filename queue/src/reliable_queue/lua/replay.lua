@@ -11,6 +11,7 @@
 -- Changes: done, attempts (reset: the rerun starts at attempt 1), info, ready,
 --          stats replayed, wake.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV - 1)
   or check({K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'replayed'})
 if bad then return redis.error_reply(bad) end
