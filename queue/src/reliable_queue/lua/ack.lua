@@ -20,15 +20,16 @@ local cur = {}
 if n > 0 then cur = redis.pcall('HMGET', K_LEASES, unpack(ids, 1, n)) end
 if cur['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
 local now = now_ms()
+local now_s = string.format('%d', now)  -- formatted once, not per job (see fetch.lua)
 -- retention: finished records past the window, a bounded amount per call
-local old = redis.pcall('ZRANGEBYSCORE', K_DONE, '-inf', now - retention,
-                        'LIMIT', 0, math.min(2 * n + 100, TRIM_STEP))
+local old = redis.pcall('ZRANGEBYSCORE', K_DONE, '-inf', string.format('%d', now - retention),
+                        'LIMIT', '0', string.format('%d', math.min(2 * n + 100, TRIM_STEP)))
 if old['err'] then return redis.error_reply(corrupt(K_DONE, 'zset')) end
 local ok, refused, zdone = {}, {}, {}
 for i = 1, n do
   if cur[i] and cur[i] == ARGV[2 + 2 * i] then
     ok[#ok + 1] = ids[i]
-    zdone[#zdone + 1] = now
+    zdone[#zdone + 1] = now_s
     zdone[#zdone + 1] = ids[i]
   else
     refused[#refused + 1] = ids[i]

@@ -32,6 +32,10 @@ if seq0 and not string.match(seq0, '^%d+$') then
   return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer')
 end
 local now = now_ms()
+-- Numbers passed to redis.call are formatted with '%.14g' on every pass (over a
+-- thousand instructions for a 13-digit time): the drain's numbers are formatted once
+-- each, as integers.
+local now_s = string.format('%d', now)
 
 -- 1. reap. A job lost with its worker is charged the attempt only when it ran alone
 -- (it was already a suspect: its last failure a lease expiry). A job lost in a batch,
@@ -41,11 +45,12 @@ local now = now_ms()
 -- At max attempts a charged job is dead (worker_lost).
 local expired = {}
 if reap_limit > 0 then
-  expired = redis.pcall('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, reap_limit)
+  expired = redis.pcall('ZRANGEBYSCORE', K_ACTIVE, '-inf', now_s, 'LIMIT', '0',
+                         string.format('%d', reap_limit))
   if expired['err'] then return redis.error_reply(corrupt(K_ACTIVE, 'zset')) end
 end
-local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now,
-                        'LIMIT', 0, math.max(count * 4, 1000))
+local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now_s,
+                        'LIMIT', '0', string.format('%d', math.max(count * 4, 1000)))
 if due['err'] then return redis.error_reply(corrupt(K_DELAYED, 'zset')) end
 -- Reaping or promoting writes before the lease step reads: then every key is checked
 -- first. Otherwise (the drain's common case) the lease step's own reads are the checks
@@ -112,7 +117,7 @@ local out = {-1, reaped, (reap_limit > 0 and reaped >= reap_limit) and 1 or 0}
 local ids, err = {}, nil
 if count > 0 then
   local tail
-  tail, err = read('list', 'LRANGE', K_READY, -count, -1)
+  tail, err = read('list', 'LRANGE', K_READY, string.format('%d', -count), '-1')
   if err then return redis.error_reply(err) end
   for i = #tail, 1, -1 do ids[#ids + 1] = tail[i] end  -- in RPOP order
 end
@@ -191,15 +196,15 @@ if not moved and (reap_limit == 0 or #invalid > 0 or orphans > 0) then
 end
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
 local seq = tonumber(seq0 or '0')
-local deadline = now + lease_ms
+local deadline = string.format('%d', now + lease_ms)
 local zargs, hargs, aargs, counted = {}, {}, {}, {}
 for i, id in ipairs(good) do
   seq = seq + 1
-  local token = seq .. ':' .. worker
+  local token = string.format('%d:%s', seq, worker)
   local att = (counted[id] or tonumber(counts[i]) or 0) + 1  -- counted: an id twice in a batch
   counted[id] = att
   aargs[#aargs + 1] = id
-  aargs[#aargs + 1] = att
+  aargs[#aargs + 1] = string.format('%d', att)
   zargs[#zargs + 1] = deadline
   zargs[#zargs + 1] = id
   hargs[#hargs + 1] = id
@@ -214,9 +219,9 @@ if #hargs > 0 then
   if type(r) == 'table' and r['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
 end
 -- validated: no command below can fail
-redis.call('LTRIM', K_READY, 0, -n - 1)
+redis.call('LTRIM', K_READY, '0', string.format('%d', -n - 1))
 if #hargs > 0 then
-  redis.call('SET', K_SEQ, seq)
+  redis.call('SET', K_SEQ, string.format('%d', seq))
   chunked('ZADD', K_ACTIVE, zargs)
   chunked('HSET', K_ATTEMPTS, aargs)
 end
