@@ -85,6 +85,20 @@ def decode_record(raw: bytes | str) -> JobRecord:
     Raises:
         RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
     """
+    return JobRecord(*decode_fields(raw))
+
+
+def decode_fields(raw: bytes | str) -> tuple[str, Any, int, int, str | None]:
+    """Decode a stored record into its fields, without building a :class:`JobRecord`
+    (the worker's per-job path).
+
+    Returns:
+        ``(task, payload, enqueued_at_ms, max_attempts, idempotency_key)``, as the
+        attributes of :class:`JobRecord`.
+
+    Raises:
+        RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
+    """
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:  # also raised for invalid UTF-8
@@ -97,7 +111,7 @@ def decode_record(raw: bytes | str) -> JobRecord:
     if not isinstance(enq, int) or not isinstance(max_attempts, int):
         raise RecordDecodeError("record fields 'e' and 'm' must be integers")
     key = data.get("k")
-    return JobRecord(task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None)
+    return task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None
 
 
 def dumps(value: Any) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .codec import RecordDecodeError, decode_record
+from .codec import RecordDecodeError, decode_fields
 from .errors import PermanentError, UnknownTaskError
 from .job import JobContext, Lease, RawJob
 from .middleware import call_batch
@@ -65,9 +65,11 @@ def fencing_number(token: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
-    """A decoded, validated job ready for its handler."""
+    """A decoded, validated job ready for its handler (the worker's own per-job record,
+    built once per delivery and never changed; not frozen, which makes it cheaper to
+    build)."""
 
     job: RawJob
     definition: TaskDefinition
@@ -85,31 +87,31 @@ def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
         record or whose payload does not validate, ``unknown_task``) — a bad job never
         raises out of here and never affects its batch-mates.
     """
-    lease = job.lease
     try:
-        record = decode_record(job.record)
+        task, raw_payload, enqueued_at_ms, max_attempts, key = decode_fields(job.record)
     except RecordDecodeError as exc:
-        return Dead(lease, _undecodable_reason(job.record), str(exc), "")
+        return Dead(job.lease, _undecodable_reason(job.record), str(exc), "")
     try:
-        definition = registry.get(record.task)
+        definition = registry.get(task)
     except UnknownTaskError as exc:
-        return Dead(lease, "unknown_task", str(exc), "")
+        return Dead(job.lease, "unknown_task", str(exc), "")
     try:
-        payload = definition.validate(record.payload)
+        payload = definition.validate(raw_payload)
     except ValidationError as exc:
-        return Dead(lease, "invalid_payload", f"payload for {record.task!r} is invalid: {exc}", "")
+        return Dead(job.lease, "invalid_payload", f"payload for {task!r} is invalid: {exc}", "")
+    token = job.token
     ctx = JobContext(
-        job_id=job.job_id,
-        queue=job.queue,
-        task=record.task,
-        attempt=job.attempt,
-        max_attempts=record.max_attempts,
-        lease_token=job.token,
-        fencing_token=fencing_number(job.token),
-        enqueued_at=record.enqueued_at_ms / 1000.0,
-        idempotency_key=record.idempotency_key,
+        job.job_id,
+        job.queue,
+        task,
+        job.attempt,
+        max_attempts,
+        token,
+        fencing_number(token),
+        enqueued_at_ms / 1000.0,
+        key,
     )
-    return Prepared(job, definition, payload, ctx, record.max_attempts)
+    return Prepared(job, definition, payload, ctx, max_attempts)
 
 
 def _undecodable_reason(raw: bytes | str) -> str:
@@ -226,6 +228,9 @@ def _trace_of(error: BaseException | None) -> str:
 def _call(
     definition: TaskDefinition, payload: Any, ctx: JobContext, middleware: Sequence[Middleware]
 ) -> Any:
+    if not middleware:
+        return definition.handler(payload, ctx)
+
     def at(i: int) -> Any:
         if i == len(middleware):
             return definition.handler(payload, ctx)

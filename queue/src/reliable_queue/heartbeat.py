@@ -31,9 +31,14 @@ class LaneRun:
     abandoned: threading.Event = field(default_factory=threading.Event)
 
 
-@dataclass
+@dataclass(slots=True)
 class Held:
     """A job this process holds: its queue, lease, and whether its handler started.
+
+    The lane that holds it marks its run's start and end on the entry itself
+    (:meth:`start`, :meth:`finish`), without the book's lock: each is a few attribute
+    stores, which the heartbeat thread reads whole (``deadline`` is stored before
+    ``started``, so a started entry it sees has its deadline).
 
     Attributes:
         lane: the lane running it (None when held outside a lane).
@@ -50,6 +55,21 @@ class Held:
     deadline: float | None = None
     context: Any = None
 
+    def start(self, deadline: float | None = None, context: Any = None) -> None:
+        """Mark the run as started (``deadline``: monotonic seconds, None: no limit)."""
+        self.deadline = deadline
+        self.context = context
+        self.started = True
+
+    def finish(self) -> None:
+        """Mark the run as ended: past its deadline it is no longer overdue.
+
+        A lane settles a fetched batch once every job of it ran, so a job that finished
+        stays held (and heartbeated) until then; this keeps a later job's hang from
+        timing it out too.
+        """
+        self.deadline = None
+
 
 class LeaseBook:
     """Thread-safe map of the jobs this process holds, by job id."""
@@ -59,37 +79,19 @@ class LeaseBook:
         self._held: dict[str, Held] = {}
         self.lost: set[str] = set()
 
-    def add(self, queue: Queue, leases: list[Lease], lane: LaneRun | None = None) -> None:
-        """Record newly fetched leases (held by ``lane``, if given)."""
-        with self._lock:
-            for lease in leases:
-                self._held[lease.job_id] = Held(queue, lease, lane=lane)
+    def add(self, queue: Queue, leases: list[Lease], lane: LaneRun | None = None) -> list[Held]:
+        """Record newly fetched leases (held by ``lane``, if given).
 
-    def start(self, job_id: str, deadline: float | None = None, context: Any = None) -> None:
-        """Mark a held job's handler as started.
-
-        Args:
-            job_id: the job.
-            deadline: monotonic seconds its run must end by (None: no limit).
-            context: kept with the entry for whoever settles it on a timeout.
+        Returns:
+            The new entries, one per lease in order: the lane marks its runs on them
+            (:meth:`Held.start` / :meth:`Held.finish`) without taking the book's lock.
         """
+        entries = [Held(queue, lease, False, lane) for lease in leases]
+        held = self._held
         with self._lock:
-            held = self._held.get(job_id)
-            if held is not None:
-                held.started, held.deadline, held.context = True, deadline, context
-
-    def finish(self, job_ids: list[str]) -> None:
-        """Mark held jobs' runs as ended: past their deadline they are no longer overdue.
-
-        A lane settles a fetched batch once every job of it ran, so a job that finished
-        stays held (and heartbeated) until then; this keeps a later job's hang from
-        timing it out too.
-        """
-        with self._lock:
-            for job_id in job_ids:
-                held = self._held.get(job_id)
-                if held is not None:
-                    held.deadline = None
+            for entry in entries:
+                held[entry.lease.job_id] = entry
+        return entries
 
     def take_overdue(self, now: float) -> tuple[list[Held], list[Held]]:
         """Remove runs past their deadline, and everything else their lanes hold.

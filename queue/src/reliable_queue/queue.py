@@ -299,6 +299,8 @@ class Queue:
 
     def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
         """Merge the replies of :meth:`fetch_calls` into one :class:`FetchResult`."""
+        if len(replies) == 1:
+            return self.parse_fetch(replies[0])
         return self.merge_fetches([self.parse_fetch(r) for r in replies])
 
     @staticmethod

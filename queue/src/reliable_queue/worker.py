@@ -347,13 +347,10 @@ class Worker:
     def _lane_loop(self, queue: Queue, run: LaneRun) -> None:
         pending: list[Call] = []
         backoff = 0.05
-        lease = self.settings.lease_seconds
+        # the fetch's calls are the same every time (immutable): built once per lane
+        fetch = queue.fetch_calls(self.batch_size, self.settings.lease_seconds, self.worker_id)
         while True:
-            parts = (
-                []
-                if self.stopping.is_set() or run.abandoned.is_set()
-                else queue.fetch_calls(self.batch_size, lease, self.worker_id)
-            )
+            parts = [] if self.stopping.is_set() or run.abandoned.is_set() else fetch
             # a split fetch sends its later calls only after a full first call
             fetches = parts[:1]
             calls = pending + fetches
@@ -442,9 +439,9 @@ class Worker:
         return queue.merge_fetches([first, *rest])
 
     def _run_batch(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
-        self.book.add(queue, [j.lease for j in jobs], run)
+        entries = self.book.add(queue, [j.lease for j in jobs], run)
         try:
-            return self._run_held(queue, jobs, run)
+            return self._run_held(queue, jobs, entries, run)
         finally:
             # settled in the next round trip, or (after an unexpected error) left to
             # expire and be reaped: either way the heartbeat must stop extending them
@@ -464,50 +461,55 @@ class Worker:
             limits[name] = limit
         return None if limit is None else self.clock() + limit
 
-    def _run_held(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
+    def _run_held(
+        self, queue: Queue, jobs: list[RawJob], entries: list[Held], run: LaneRun
+    ) -> list[Call]:
+        """Run a fetched batch; ``entries`` are its lease-book entries, one per job."""
         if self.hooks.after_fetch:
             self.hooks.after_fetch(jobs)
         outcomes: list[tuple[RawJob, Outcome]] = []
-        batched: dict[str, list[Prepared]] = {}
+        batched: dict[str, list[tuple[Prepared, Held]]] = {}
         released: list[RawJob] = []
         limits: dict[str, float | None] = {}
-        for job in jobs:
-            if run.abandoned.is_set():
+        abandoned, stopping = run.abandoned, self.stopping
+        registry, middleware, rng = self.registry, self.middleware, self.rng
+        for job, entry in zip(jobs, entries, strict=True):
+            if abandoned.is_set():
                 break  # the rest of the batch was handed back by the time-limit check
-            if self.stopping.is_set():
+            if stopping.is_set():
                 released.append(job)
                 continue
-            item = prepare(job, self.registry)
-            if isinstance(item, Prepared) and item.definition.batch:
-                batched.setdefault(item.definition.name, []).append(item)
-                continue
+            item = prepare(job, registry)
             if isinstance(item, Prepared):
-                self.book.start(job.job_id, self._deadline(item, limits), item)
+                if item.definition.batch:
+                    batched.setdefault(item.definition.name, []).append((item, entry))
+                    continue
+                entry.start(self._deadline(item, limits), item)
+                outcome: Outcome = run_prepared(item, middleware=middleware, rng=rng)
+                entry.finish()
             else:
-                self.book.start(job.job_id)
-            if isinstance(item, Prepared):
-                outcome = run_prepared(item, middleware=self.middleware, rng=self.rng)
-                self.book.finish([job.job_id])
-            else:
+                entry.start()
                 outcome = item
             outcomes.append((job, outcome))
-        for items in batched.values():
-            if run.abandoned.is_set():
+        for pairs in batched.values():
+            if abandoned.is_set():
                 break
-            if self.stopping.is_set():
+            items = [i for i, _ in pairs]
+            if stopping.is_set():
                 released.extend(i.job for i in items)
                 continue
             deadline = self._deadline(items[0], limits)
-            for i in items:
-                self.book.start(i.job.job_id, deadline, i)
+            for i, entry in pairs:
+                entry.start(deadline, i)
             outcomes.extend(
                 zip(
                     [i.job for i in items],
-                    run_batch(items, self.rng, middleware=self.middleware),
+                    run_batch(items, rng, middleware=middleware),
                     strict=True,
                 )
             )
-            self.book.finish([i.job.job_id for i in items])
+            for _, entry in pairs:
+                entry.finish()
         calls = self._settlements(queue, outcomes)
         if released:
             calls.extend(queue.release_calls([j.lease for j in released]))
@@ -702,6 +704,8 @@ class Worker:
                 self.counters.add("settle_errors")
                 continue
             if call.script == "ack":
+                if reply and reply[-1] in (b"|", "|"):
+                    continue  # nothing refused: the '|' separator ends the reply
                 _, refused = _split(reply)
                 stale = len(refused)
             elif call.script in ("nack", "dead"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 
 from reliable_queue import Lease, Queue
-from reliable_queue.heartbeat import LeaseBook
+from reliable_queue.heartbeat import LaneRun, LeaseBook
 
 
 def _queue() -> Queue:
@@ -31,3 +31,22 @@ def test_take_all_empties_the_book() -> None:
     book.add(_queue(), [Lease("a", "1:w"), Lease("b", "2:w")])
     assert {h.lease.job_id for h in book.take_all()} == {"a", "b"}
     assert book.snapshot() == []
+
+
+def test_a_stale_delivery_marking_its_run_leaves_the_newer_delivery_alone() -> None:
+    """A lane still running a job whose lease expired (and that another lane of the
+    same process fetched again) marks its run on its own entry: the book keyed by job
+    id used to mark the newer delivery as started, so its deadline timed out a run
+    that had not begun and a late finish cleared the deadline of one that had."""
+    book = LeaseBook()
+    queue = _queue()
+    stale = book.add(queue, [Lease("job-1", "1:w")], LaneRun(queue))[0]
+    fresh = book.add(queue, [Lease("job-1", "7:w")], LaneRun(queue))[0]
+
+    stale.start(deadline=0.0)
+    assert book.take_overdue(now=1.0) == ([], [])
+
+    fresh.start(deadline=0.5)
+    stale.finish()
+    overdue, mates = book.take_overdue(now=1.0)
+    assert [h.lease for h in overdue] == [Lease("job-1", "7:w")] and mates == []
