@@ -31,8 +31,9 @@ local MAX_ID_BYTES = 200
 -- script. So only the helpers of the drain's hot path (fetch and ack) are made up
 -- front; helpers() makes the others, and a script calls it before its first use of one
 -- of them (the scripts off the hot path call it at their top).
-local SIZE_OF, key_type, check, check_string, chunked_read, push_head, wake, forget
-local trim_dead, trim_done, to_dead, is_suspect, max_attempts_in, valid_utf8
+-- They live in the table H (H.check, H.trim_dead, ...): one upvalue for the lot, where
+-- a local per helper made every closure that names one capture it anew at each call.
+local H = {}
 
 local function corrupt(k, want)
   return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. redis.call('TYPE', k)['ok']
@@ -64,14 +65,19 @@ local function chunked(cmd, key, list, from)
 end
 
 local function helpers()
-  if check then return end
+  if H.check then return end
+  -- the key names again, as this function's own locals: closures made here capture
+  -- these, so the scripts' hot paths capture none
+  local K_READY, K_DELAYED, K_ACTIVE, K_JOBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+  local K_DONE, K_STATS, K_SEQ, K_WAKE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
   -- Every script validates before its first write: Redis keeps the writes a script made
   -- before an error, so a failure after a write would leave a job half moved.
   -- The type each queue key must hold (or nothing), and a read of that type with an
   -- integer reply: it fails on a key of another type, and is cheaper than TYPE (whose
   -- status reply Lua receives as a table).
-  SIZE_OF = {list = 'LLEN', zset = 'ZCARD', hash = 'HLEN', string = 'STRLEN'}
-  function key_type(k)
+  local SIZE_OF = {list = 'LLEN', zset = 'ZCARD', hash = 'HLEN', string = 'STRLEN'}
+  local function key_type(k)
     if k == K_DELAYED or k == K_ACTIVE or k == K_DEAD or k == K_DONE then return 'zset' end
     if k == K_READY or k == K_WAKE then return 'list' end
     if k == K_SEQ then return 'string' end
@@ -80,7 +86,7 @@ local function helpers()
 
   -- nil when every key holds its type (or nothing) and every named stats counter is an
   -- integer (or unset); otherwise the error text to return, before any write.
-  function check(keys, counters)
+  local function check(keys, counters)
     local with_counters = counters and #counters > 0
     for _, k in ipairs(keys) do
       if not (with_counters and k == K_STATS) then  -- the HMGET below reads the stats
@@ -102,7 +108,7 @@ local function helpers()
   end
 
   -- The error text for a key that must be a STRING (or absent), else nil.
-  function check_string(k)
+  local function check_string(k)
     local t = redis.call('TYPE', k)['ok']
     if t ~= 'none' and t ~= 'string' then
       return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. t .. ', expected a string'
@@ -111,7 +117,7 @@ local function helpers()
   end
 
   -- A read of a variadic command in chunks, the replies concatenated (HMGET).
-  function chunked_read(cmd, key, list)
+  local function chunked_read(cmd, key, list)
     local n = #list
     if n <= 1000 then return n > 0 and redis.call(cmd, key, unpack(list, 1, n)) or {} end
     local out, i = {}, 1
@@ -125,13 +131,13 @@ local function helpers()
   end
 
   -- Put ids back at the head of the line (RPOP end), the first of them to be popped first.
-  function push_head(ids)
+  local function push_head(ids)
     local rev = {}
     for i = #ids, 1, -1 do rev[#rev + 1] = ids[i] end
     chunked('RPUSH', K_READY, rev)
   end
 
-  function wake(count, cap)
+  local function wake(count, cap)
     local n = math.min(count, cap)
     if n <= 0 then return end
     local t = {}
@@ -141,7 +147,7 @@ local function helpers()
   end
 
   -- Forget every trace of the given job ids (record, attempts, failure info).
-  function forget(ids)
+  local function forget(ids)
     if #ids == 0 then return end
     chunked('HDEL', K_JOBS, ids)
     chunked('HDEL', K_ATTEMPTS, ids)
@@ -151,7 +157,7 @@ local function helpers()
   -- Drop dead-letter entries beyond the age and size bounds, at most TRIM_STEP per call
   -- (maintenance calls again until nothing is left); dropping is counted.
   -- Returns how many were dropped.
-  function trim_dead(now, max_size, max_age_ms)
+  local function trim_dead(now, max_size, max_age_ms)
     local old = redis.call('ZRANGEBYSCORE', K_DEAD, '-inf', now - max_age_ms, 'LIMIT', 0, TRIM_STEP)
     local dropped = #old
     if dropped > 0 then
@@ -170,7 +176,7 @@ local function helpers()
   end
 
   -- Drop finished records older than the retention window, at most `limit` per call.
-  function trim_done(now, retention, limit)
+  local function trim_done(now, retention, limit)
     local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now - retention, 'LIMIT', 0, limit)
     if #old > 0 then
       chunked('ZREM', K_DONE, old)
@@ -181,7 +187,7 @@ local function helpers()
 
   -- Move a job (already out of active/leases) to the dead-letter queue (no trim: the
   -- caller trims once, bounded).
-  function to_dead(id, reason, info_json, now)
+  local function to_dead(id, reason, info_json, now)
     redis.call('ZADD', K_DEAD, now, id)
     redis.call('HSET', K_INFO, id, info_json)
     redis.call('HINCRBY', K_STATS, 'dead', 1)
@@ -193,7 +199,7 @@ local function helpers()
   -- Such a suspect is leased alone until it settles otherwise (ack, a plain nack,
   -- dead as anything but timed_out). `info` is the job's failure-info text or
   -- nil/false; bounded work per call.
-  function is_suspect(info)
+  local function is_suspect(info)
     if not info then return false end
     if not string.find(info, 'lease_expired', 1, true)
       and not string.find(info, 'timed_out', 1, true) then return false end
@@ -203,7 +209,7 @@ local function helpers()
   end
 
   -- Max attempts of a job from its record text; the default when it is unreadable.
-  function max_attempts_in(rec, default)
+  local function max_attempts_in(rec, default)
     if not rec then return default end
     local ok, data = pcall(cjson.decode, rec)
     if ok and type(data) == 'table' and tonumber(data['m']) then return tonumber(data['m']) end
@@ -212,7 +218,7 @@ local function helpers()
 
   -- Is s valid UTF-8 (what Python's strict decode accepts)? Used for job ids only,
   -- whose length is bounded by MAX_ID_BYTES before this is called.
-  function valid_utf8(s)
+  local function valid_utf8(s)
     if not string.find(s, '[\128-\255]') then return true end
     local i, n = 1, #s
     while i <= n do
@@ -238,6 +244,9 @@ local function helpers()
     end
     return true
   end
+  H.check, H.check_string, H.chunked_read, H.push_head = check, check_string, chunked_read, push_head
+  H.wake, H.forget, H.trim_dead, H.trim_done, H.to_dead = wake, forget, trim_dead, trim_done, to_dead
+  H.is_suspect, H.max_attempts_in, H.valid_utf8 = is_suspect, max_attempts_in, valid_utf8
 end
 
 -- A read that is also the type check of the key it reads: its reply, or nil and the
@@ -254,5 +263,5 @@ local function valid_id(id)
   -- ASCII (every id this library makes): the largest byte, found in C, is below 128
   if math.max(string.byte(id, 1, n)) < 128 then return true end
   helpers()
-  return valid_utf8(id)
+  return H.valid_utf8(id)
 end

@@ -50,7 +50,7 @@ if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget
 end
 if #keys > 0 or #counters > 0 then
   helpers()
-  bad = check(keys, counters)
+  bad = H.check(keys, counters)
   if bad then return redis.error_reply(bad) end
 end
 if #ok > 0 or #refused > 0 then
@@ -71,13 +71,13 @@ if #ok > 0 then
   if retention > 0 then
     chunked('ZADD', K_DONE, zdone)
   else
-    forget(ok)
+    H.forget(ok)
   end
   if #refused > 0 then redis.call('HINCRBY', K_STATS, 'stale_refused', #refused) end
 end
 if #old > 0 then
   chunked('ZREM', K_DONE, old)
-  forget(old)
+  H.forget(old)
 end
 ok[#ok + 1] = '|'
 for _, id in ipairs(refused) do ok[#ok + 1] = id end

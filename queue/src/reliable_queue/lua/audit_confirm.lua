@@ -13,7 +13,7 @@
 helpers()  -- off the drain's hot path: every helper, made up front
 local n = #ARGV - 3
 if n > 50 then return redis.error_reply('QUEUE_LIMIT at most 50 candidates per call') end
-local bad = check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_DEAD, K_DONE, K_INFO, K_STATS,
+local bad = H.check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_DEAD, K_DONE, K_INFO, K_STATS,
                    K_WAKE}, {'orphans_repaired'})
 if bad then return redis.error_reply(bad) end
 local orphans, seen = {}, {}
@@ -37,6 +37,6 @@ if ARGV[1] == '1' and #orphans > 0 then
   end
   chunked('LPUSH', K_READY, orphans)
   redis.call('HINCRBY', K_STATS, 'orphans_repaired', #orphans)
-  wake(#orphans, tonumber(ARGV[2]))
+  H.wake(#orphans, tonumber(ARGV[2]))
 end
 return orphans

@@ -17,7 +17,7 @@
 helpers()  -- off the drain's hot path: every helper, made up front
 local kind, cursor, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local bad = check_count(count)
-  or check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_DEAD, K_DONE})
+  or H.check({K_READY, K_DELAYED, K_ACTIVE, K_JOBS, K_DEAD, K_DONE})
 if bad then return redis.error_reply(bad) end
 local ZKEY = {delayed = K_DELAYED, active = K_ACTIVE, dead = K_DEAD, done = K_DONE}
 

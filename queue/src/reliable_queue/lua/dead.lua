@@ -9,7 +9,7 @@
 --          trims the DLQ by age and size, at most TRIM_STEP entries.
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
-local bad = check({K_LEASES, K_ACTIVE, K_DEAD, K_INFO, K_JOBS, K_ATTEMPTS, K_STATS},
+local bad = H.check({K_LEASES, K_ACTIVE, K_DEAD, K_INFO, K_JOBS, K_ATTEMPTS, K_STATS},
                   {'stale_refused', 'dead', 'dead:' .. ARGV[3], 'dlq_dropped'})
 if bad then return redis.error_reply(bad) end
 local id, token = ARGV[1], ARGV[2]
@@ -21,6 +21,6 @@ end
 local now = now_ms()
 redis.call('ZREM', K_ACTIVE, id)
 redis.call('HDEL', K_LEASES, id)
-to_dead(id, ARGV[3], ARGV[4], now)
-trim_dead(now, tonumber(ARGV[5]), tonumber(ARGV[6]))
+H.to_dead(id, ARGV[3], ARGV[4], now)
+H.trim_dead(now, tonumber(ARGV[5]), tonumber(ARGV[6]))
 return 1

@@ -16,11 +16,11 @@ helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local bad = check_count(n)
-  or check({K_READY, K_DELAYED, K_JOBS, K_STATS, K_WAKE}, {'enqueued', 'duplicates'})
+  or H.check({K_READY, K_DELAYED, K_JOBS, K_STATS, K_WAKE}, {'enqueued', 'duplicates'})
 if not bad and (not window or window < 1) then bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms' end
 if bad then return redis.error_reply(bad) end
 for i = 13, #KEYS do
-  bad = check_string(KEYS[i])
+  bad = H.check_string(KEYS[i])
   if bad then return redis.error_reply(bad) end
 end
 -- validated: no command below can fail
@@ -63,5 +63,5 @@ if #ready > 0 then chunked('LPUSH', K_READY, ready) end
 chunked('ZADD', K_DELAYED, delayed)
 if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', added) end
 if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dups) end
-wake(#ready + math.floor(#delayed / 2), tonumber(ARGV[3]))
+H.wake(#ready + math.floor(#delayed / 2), tonumber(ARGV[3]))
 return out

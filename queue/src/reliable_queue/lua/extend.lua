@@ -8,12 +8,12 @@
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[2])
-local bad = check_count(n) or check({K_ACTIVE, K_LEASES, K_STATS}, {'stale_extends'})
+local bad = check_count(n) or H.check({K_ACTIVE, K_LEASES, K_STATS}, {'stale_extends'})
 if bad then return redis.error_reply(bad) end
 local deadline = now_ms() + tonumber(ARGV[1])
 local ids = {}
 for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
-local cur = chunked_read('HMGET', K_LEASES, ids)
+local cur = H.chunked_read('HMGET', K_LEASES, ids)
 local zargs, refused = {}, {}
 for i = 1, n do
   if cur[i] and cur[i] == ARGV[2 + 2 * i] then

@@ -56,32 +56,31 @@ if due['err'] then return redis.error_reply(corrupt(K_DELAYED, 'zset')) end
 -- first. Otherwise (the drain's common case) the lease step's own reads are the checks
 -- of the keys they read, and a key it writes unread is checked when it will write it.
 local moved = #expired > 0 or #due > 0
-local COUNTERS = {'reaped', 'orphaned', 'dead', 'dead:worker_lost', 'dead:invalid_record',
-                  'dlq_dropped'}
 if moved then
   helpers()
   local keys = {K_READY, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS}
   if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
-  bad = check(keys, COUNTERS)
+  bad = H.check(keys, {'reaped', 'orphaned', 'dead', 'dead:worker_lost',
+                        'dead:invalid_record', 'dlq_dropped'})
   if bad then return redis.error_reply(bad) end
 end
 local reaped = #expired
 local dead_any = false
 if reaped > 0 then
-  local atts = chunked_read('HMGET', K_ATTEMPTS, expired)
-  local recs = chunked_read('HMGET', K_JOBS, expired)
-  local infos = chunked_read('HMGET', K_INFO, expired)
+  local atts = H.chunked_read('HMGET', K_ATTEMPTS, expired)
+  local recs = H.chunked_read('HMGET', K_JOBS, expired)
+  local infos = H.chunked_read('HMGET', K_INFO, expired)
   chunked('ZREM', K_ACTIVE, expired)
   chunked('HDEL', K_LEASES, expired)
   local back, aargs = {}, {}
   for i, id in ipairs(expired) do
     local att = tonumber(atts[i]) or 0
-    local alone = is_suspect(infos[i])
-    if alone and att >= math.max(max_attempts_in(recs[i], default_max), 1) then
+    local alone = H.is_suspect(infos[i])
+    if alone and att >= math.max(H.max_attempts_in(recs[i], default_max), 1) then
       local info = cjson.encode({reason = 'worker_lost', attempts = att,
         error = 'lease expired without ack ' .. att .. ' time(s) while the job ran alone: '
           .. 'the job is taken to cause the loss of its worker'})
-      to_dead(id, 'worker_lost', info, now)
+      H.to_dead(id, 'worker_lost', info, now)
       dead_any = true
     else
       local note = 'lease expired without ack while the job ran alone: the attempt counts'
@@ -97,7 +96,7 @@ if reaped > 0 then
     end
   end
   if #aargs > 0 then chunked('HSET', K_ATTEMPTS, aargs) end
-  if #back > 0 then push_head(back) end
+  if #back > 0 then H.push_head(back) end
   redis.call('HINCRBY', K_STATS, 'reaped', reaped)
 end
 
@@ -122,7 +121,7 @@ if count > 0 then
   for i = #tail, 1, -1 do ids[#ids + 1] = tail[i] end  -- in RPOP order
 end
 if #ids == 0 then
-  if dead_any then trim_dead(now, dlq_size, dlq_age) end
+  if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
   local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   local wait = -1
   if #nxt > 0 then wait = math.max(tonumber(nxt[2]) - now, 0) end
@@ -146,7 +145,7 @@ if err then return redis.error_reply(err) end
 for i = 1, #ids do
   if infos[i] then
     helpers()
-    if is_suspect(infos[i]) then
+    if H.is_suspect(infos[i]) then
       local cut = (i == 1 and reap_limit > 0) and 2 or i
       for j = #ids, cut, -1 do ids[j] = nil end
       break
@@ -155,7 +154,7 @@ for i = 1, #ids do
 end
 local n = #ids  -- taken off the line: leased, dead-lettered (invalid id) or orphans
 if n == 0 then
-  if dead_any then trim_dead(now, dlq_size, dlq_age) end
+  if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
   return out
 end
 local recs
@@ -189,9 +188,9 @@ if not moved and (reap_limit == 0 or #invalid > 0 or orphans > 0) then
     keys[#keys + 1] = K_DEAD
     keys[#keys + 1] = K_ATTEMPTS
     keys[#keys + 1] = K_STATS
-    counters = COUNTERS
+    counters = {'orphaned', 'dead', 'dead:invalid_record', 'dlq_dropped'}
   end
-  bad = check(keys, counters)
+  bad = H.check(keys, counters)
   if bad then return redis.error_reply(bad) end
 end
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
@@ -226,10 +225,10 @@ if #hargs > 0 then
   chunked('HSET', K_ATTEMPTS, aargs)
 end
 for _, id in ipairs(invalid) do
-  to_dead(id, 'invalid_record', cjson.encode({reason = 'invalid_record',
+  H.to_dead(id, 'invalid_record', cjson.encode({reason = 'invalid_record',
     error = 'the job id is not valid UTF-8 or longer than ' .. MAX_ID_BYTES .. ' bytes'}), now)
   dead_any = true
 end
-if dead_any then trim_dead(now, dlq_size, dlq_age) end
+if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
 return out

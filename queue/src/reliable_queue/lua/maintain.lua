@@ -8,9 +8,9 @@
 -- Changes: dead, done, jobs, attempts, info, stats dlq_dropped.
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
-local bad = check({K_DEAD, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'dlq_dropped'})
+local bad = H.check({K_DEAD, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'dlq_dropped'})
 if bad then return redis.error_reply(bad) end
 local now = now_ms()
-local dropped = trim_dead(now, tonumber(ARGV[1]), tonumber(ARGV[2]))
-local expired = trim_done(now, tonumber(ARGV[3]), TRIM_STEP)
+local dropped = H.trim_dead(now, tonumber(ARGV[1]), tonumber(ARGV[2]))
+local expired = H.trim_done(now, tonumber(ARGV[3]), TRIM_STEP)
 return {dropped, expired, TRIM_STEP}

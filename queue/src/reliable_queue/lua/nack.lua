@@ -7,7 +7,7 @@
 -- Changes: active, leases, delayed (or the back of ready), info, stats retried / stale_refused, wake.
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
-local bad = check({K_LEASES, K_ACTIVE, K_INFO, K_DELAYED, K_READY, K_STATS, K_WAKE},
+local bad = H.check({K_LEASES, K_ACTIVE, K_INFO, K_DELAYED, K_READY, K_STATS, K_WAKE},
                   {'retried', 'stale_refused'})
 if bad then return redis.error_reply(bad) end
 local id, token, delay = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -26,5 +26,5 @@ else
   redis.call('LPUSH', K_READY, id)  -- due now: the back of the line
 end
 redis.call('HINCRBY', K_STATS, 'retried', 1)
-wake(1, tonumber(ARGV[5]))
+H.wake(1, tonumber(ARGV[5]))
 return 1

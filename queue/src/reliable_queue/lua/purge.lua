@@ -7,7 +7,7 @@
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV)
-  or check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'purged'})
+  or H.check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'purged'})
 if bad then return redis.error_reply(bad) end
 local gone, seen = {}, {}
 for i = 1, #ARGV do
@@ -17,6 +17,6 @@ for i = 1, #ARGV do
 end
 -- validated: no command below can fail
 chunked('ZREM', K_DEAD, gone)
-forget(gone)
+H.forget(gone)
 if #gone > 0 then redis.call('HINCRBY', K_STATS, 'purged', #gone) end
 return #gone

@@ -8,7 +8,7 @@
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV - 1)
-  or check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'redriven'})
+  or H.check({K_DEAD, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'redriven'})
 if bad then return redis.error_reply(bad) end
 local done, skipped, lost, seen = {}, {}, {}, {}
 for i = 2, #ARGV do
@@ -25,13 +25,13 @@ for i = 2, #ARGV do
 end
 -- validated: no command below can fail
 chunked('ZREM', K_DEAD, lost)
-forget(lost)
+H.forget(lost)
 if #done > 0 then
   chunked('ZREM', K_DEAD, done)
   chunked('HDEL', K_ATTEMPTS, done)
   chunked('LPUSH', K_READY, done)
   redis.call('HINCRBY', K_STATS, 'redriven', #done)
-  wake(#done, tonumber(ARGV[1]))
+  H.wake(#done, tonumber(ARGV[1]))
 end
 done[#done + 1] = '|'
 for _, id in ipairs(skipped) do done[#done + 1] = id end

@@ -12,12 +12,12 @@
 helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[2])
 local bad = check_count(n)
-  or check({K_ACTIVE, K_LEASES, K_ATTEMPTS, K_READY, K_INFO, K_STATS, K_WAKE}, {'released'})
+  or H.check({K_ACTIVE, K_LEASES, K_ATTEMPTS, K_READY, K_INFO, K_STATS, K_WAKE}, {'released'})
 if bad then return redis.error_reply(bad) end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
-local cur = chunked_read('HMGET', K_LEASES, ids)
-local atts = chunked_read('HMGET', K_ATTEMPTS, ids)
+local cur = H.chunked_read('HMGET', K_LEASES, ids)
+local atts = H.chunked_read('HMGET', K_ATTEMPTS, ids)
 local back, aargs, seen = {}, {}, {}
 for i = 1, n do
   local id = ids[i]
@@ -42,8 +42,8 @@ if #back > 0 then
     end
     chunked('HSET', K_INFO, iargs)
   end
-  push_head(back)
+  H.push_head(back)
   redis.call('HINCRBY', K_STATS, 'released', #back)
-  wake(#back, tonumber(ARGV[1]))
+  H.wake(#back, tonumber(ARGV[1]))
 end
 return #back

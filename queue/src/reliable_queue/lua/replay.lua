@@ -13,7 +13,7 @@
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV - 1)
-  or check({K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'replayed'})
+  or H.check({K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'replayed'})
 if bad then return redis.error_reply(bad) end
 local replayed, skipped, lost, seen = {}, {}, {}, {}
 for i = 2, #ARGV do
@@ -30,14 +30,14 @@ for i = 2, #ARGV do
 end
 -- validated: no command below can fail
 chunked('ZREM', K_DONE, lost)
-forget(lost)
+H.forget(lost)
 if #replayed > 0 then
   chunked('ZREM', K_DONE, replayed)
   chunked('HDEL', K_ATTEMPTS, replayed)
   chunked('HDEL', K_INFO, replayed)
   chunked('LPUSH', K_READY, replayed)
   redis.call('HINCRBY', K_STATS, 'replayed', #replayed)
-  wake(#replayed, tonumber(ARGV[1]))
+  H.wake(#replayed, tonumber(ARGV[1]))
 end
 replayed[#replayed + 1] = '|'
 for _, id in ipairs(skipped) do replayed[#replayed + 1] = id end
