@@ -81,6 +81,47 @@ def translate(exc: redis.ResponseError) -> Exception:
     return exc
 
 
+def round_trip(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` in one write on one pooled connection and read every reply.
+
+    What a non-transactional redis-py pipeline does with ``raise_on_error=False``,
+    without its per-call set-up (a pipeline object, its command stack and resets),
+    which cost a worker lane more than its own work at batch size 1. Replies are
+    returned raw (no response callbacks: scripts and WAIT have none).
+
+    Args:
+        client: a ``redis.Redis`` (a cluster node's client included).
+        commands: each a tuple ``(name, *args)``.
+
+    Returns:
+        One reply per command; a command's error reply is its ``redis.ResponseError``
+        (``NoScriptError`` included), in its place.
+
+    Raises:
+        redis.ConnectionError / redis.TimeoutError: the connection failed (it is
+            dropped; some commands may have run). Never re-sent here.
+    """
+    pool = client.connection_pool
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py before 5.3 takes a command name (5.3 warns if given)
+        conn = pool.get_connection("EVALSHA")
+    try:
+        conn.send_packed_command(conn.pack_commands(commands))
+        out: list[Any] = []
+        for _ in commands:
+            try:
+                out.append(conn.read_response())
+            except redis.ResponseError as exc:
+                out.append(exc)
+        return out
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+
+
 @dataclass(frozen=True)
 class Call:
     """One script invocation: script name, KEYS and ARGV."""
@@ -206,17 +247,15 @@ class ScriptRunner:
         sends = 0  # rounds that met NOSCRIPT so far
         redirects = 0  # rounds that met a redirect so far
         for _round in range(REDIRECT_ATTEMPTS + SCRIPT_ATTEMPTS):
-            target = node_client(self._client, slot_key)
+            target = node_client(self._client, slot_key) if self._cluster else self._client
             waits = self.min_replicas > 0 and any(
                 i < len(calls) and calls[i].script in DURABLE_SCRIPTS for i in todo
             )
+            sent = [commands[i] for i in todo]
+            if waits:
+                sent.append(("WAIT", self.min_replicas, self.replica_timeout_ms))
             try:
-                pipe = target.pipeline(transaction=False)
-                for i in todo:
-                    pipe.execute_command(*commands[i])
-                if waits:
-                    pipe.execute_command("WAIT", self.min_replicas, self.replica_timeout_ms)
-                out = pipe.execute(raise_on_error=False)
+                out = round_trip(target, sent)
             except UNAVAILABLE as exc:
                 refresh(self._client)
                 raise QueueConnectionError(f"Redis command failed: {exc}") from exc
