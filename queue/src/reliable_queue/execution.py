@@ -61,7 +61,7 @@ Outcome = Succeeded | Retry | Dead
 
 def fencing_number(token: str) -> int:
     """The monotonic sequence number at the start of a lease token (0 if absent)."""
-    head = token.split(":", 1)[0]
+    head = token.partition(":")[0]
     return int(head) if head.isdigit() else 0
 
 
@@ -176,7 +176,7 @@ def run_prepared(
         _call(item.definition, item.payload, item.ctx, middleware)
     except Exception as exc:  # an ordinary failure: retry per policy (or DLQ if permanent)
         return outcome_of(item, exc, tb.format_exc(), rng)
-    return outcome_of(item, None, "", rng)
+    return Succeeded(item.job.lease)
 
 
 def run_batch(

@@ -290,10 +290,16 @@ class Queue:
         """
         wait_ms, reaped, more = int(reply[0]), int(reply[1]), bool(int(reply[2]))
         name, items = self.name, iter(reply[3:])
-        jobs = [
-            RawJob(name, _text(job_id), _text(token), int(attempt), record)
-            for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
-        ]
+        if len(reply) > 3 and type(reply[3]) is bytes:  # the usual bytes replies
+            jobs = [
+                RawJob(name, job_id.decode(), token.decode(), int(attempt), record)
+                for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
+            ]
+        else:
+            jobs = [
+                RawJob(name, _text(job_id), _text(token), int(attempt), record)
+                for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
+            ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
         return FetchResult(jobs, wait, reaped, more)
 
