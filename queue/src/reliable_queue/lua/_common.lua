@@ -33,7 +33,7 @@ local MAX_ID_BYTES = 200
 -- of them (the scripts off the hot path call it at their top).
 -- They live in the table H (H.check, H.trim_dead, ...): one upvalue for the lot, where
 -- a local per helper made every closure that names one capture it anew at each call.
-local H = {}
+local H  -- the helpers' table, made by helpers()
 
 local function corrupt(k, want)
   return 'QUEUE_CORRUPT key ' .. k .. ' holds a ' .. redis.call('TYPE', k)['ok']
@@ -65,7 +65,7 @@ local function chunked(cmd, key, list, from)
 end
 
 local function helpers()
-  if H.check then return end
+  if H then return end
   -- the key names again, as this function's own locals: closures made here capture
   -- these, so the scripts' hot paths capture none
   local K_READY, K_DELAYED, K_ACTIVE, K_JOBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -244,9 +244,11 @@ local function helpers()
     end
     return true
   end
-  H.check, H.check_string, H.chunked_read, H.push_head = check, check_string, chunked_read, push_head
-  H.wake, H.forget, H.trim_dead, H.trim_done, H.to_dead = wake, forget, trim_dead, trim_done, to_dead
-  H.is_suspect, H.max_attempts_in, H.valid_utf8 = is_suspect, max_attempts_in, valid_utf8
+  -- one constructor: the table is sized once (assigning field by field regrows it)
+  H = {check = check, check_string = check_string, chunked_read = chunked_read,
+       push_head = push_head, wake = wake, forget = forget, trim_dead = trim_dead,
+       trim_done = trim_done, to_dead = to_dead, is_suspect = is_suspect,
+       max_attempts_in = max_attempts_in, valid_utf8 = valid_utf8}
 end
 
 -- A read that is also the type check of the key it reads: its reply, or nil and the
