@@ -53,20 +53,33 @@ if #keys > 0 or #counters > 0 then
   bad = H.check(keys, counters)
   if bad then return redis.error_reply(bad) end
 end
+local counter, by, deferred = 'succeeded', #ok, false
 if #ok > 0 or #refused > 0 then
-  local counter, by = 'succeeded', #ok
   if #ok == 0 then counter, by = 'stale_refused', #refused end
   local r = redis.pcall('HINCRBY', K_STATS, counter, by)
   if type(r) == 'table' and r['err'] then
     if string.find(r['err'], 'WRONGTYPE', 1, true) then
       return redis.error_reply(corrupt(K_STATS, 'hash'))
     end
-    return redis.error_reply('QUEUE_CORRUPT stats counter ' .. counter .. ' is not an integer')
+    if string.find(r['err'], 'not an integer', 1, true) then
+      return redis.error_reply('QUEUE_CORRUPT stats counter ' .. counter .. ' is not an integer')
+    end
+    -- Refused, nothing written: over maxmemory Redis refuses a script's first write
+    -- that may grow memory (OOM), and allows the writes after it. Settling frees memory,
+    -- so it goes on: the counter is checked by a read and bumped after the ZREM, which
+    -- is never refused. With nothing to settle (stale leases only) there is no such
+    -- write: the refusal is the reply, nothing written.
+    if #ok == 0 then return redis.error_reply(r['err']) end
+    helpers()
+    bad = H.check({}, {counter})
+    if bad then return redis.error_reply(bad) end
+    deferred = true
   end
 end
 -- validated: no command below can fail
 if #ok > 0 then
   chunked('ZREM', K_ACTIVE, ok)
+  if deferred then redis.call('HINCRBY', K_STATS, counter, by) end
   chunked('HDEL', K_LEASES, ok)
   if retention > 0 then
     chunked('ZADD', K_DONE, zdone)

@@ -213,12 +213,28 @@ for i, id in ipairs(good) do
   out[#out + 1] = att
   out[#out + 1] = grecs[i]
 end
+local trimmed = false
 if #hargs > 0 then
   local r = redis.pcall('HSET', K_LEASES, unpack(hargs, 1, #hargs))  -- 2 * MAX_BATCH at most
-  if type(r) == 'table' and r['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
+  if type(r) == 'table' and r['err'] then
+    if string.find(r['err'], 'WRONGTYPE', 1, true) then
+      return redis.error_reply(corrupt(K_LEASES, 'hash'))
+    end
+    -- Refused, nothing written: over maxmemory Redis refuses a script's first write
+    -- that may grow memory (OOM), and allows the writes after it. Leasing frees memory
+    -- (settled jobs leave), so it goes on: leases is checked by a read, then the LTRIM,
+    -- which is never refused, writes first. Any other refusal (READONLY) refuses the
+    -- LTRIM too, and the call fails with nothing written.
+    local _
+    _, err = read('hash', 'HLEN', K_LEASES)
+    if err then return redis.error_reply(err) end
+    redis.call('LTRIM', K_READY, '0', string.format('%d', -n - 1))
+    trimmed = true
+    redis.call('HSET', K_LEASES, unpack(hargs, 1, #hargs))
+  end
 end
 -- validated: no command below can fail
-redis.call('LTRIM', K_READY, '0', string.format('%d', -n - 1))
+if not trimmed then redis.call('LTRIM', K_READY, '0', string.format('%d', -n - 1)) end
 if #hargs > 0 then
   redis.call('SET', K_SEQ, string.format('%d', seq))
   chunked('ZADD', K_ACTIVE, zargs)
