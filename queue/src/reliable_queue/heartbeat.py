@@ -105,10 +105,12 @@ class LeaseBook:
             waiting for their settlement). Neither is heartbeated any more.
         """
         with self._lock:
+            # a lane finishes a run without this lock (Held.finish clears the deadline):
+            # each deadline is read once, so it cannot turn None between two reads
             overdue = [
                 h
                 for h in self._held.values()
-                if h.started and h.deadline is not None and h.deadline <= now
+                if h.started and (d := h.deadline) is not None and d <= now
             ]
             lanes = {id(h.lane) for h in overdue if h.lane is not None}
             taken = {id(h) for h in overdue}

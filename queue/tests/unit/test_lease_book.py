@@ -50,3 +50,30 @@ def test_a_stale_delivery_marking_its_run_leaves_the_newer_delivery_alone() -> N
     stale.finish()
     overdue, mates = book.take_overdue(now=1.0)
     assert [h.lease for h in overdue] == [Lease("job-1", "7:w")] and mates == []
+
+
+def test_a_run_finishing_while_the_heartbeat_looks_is_not_an_error() -> None:
+    """A lane clears its entry's deadline (``Held.finish``) without the book's lock:
+    the heartbeat reads each deadline once, so one that turns None between two reads
+    cannot reach a ``None <= now`` comparison (a TypeError that skipped the beat's
+    time-limit check)."""
+    from reliable_queue.heartbeat import Held
+
+    class FinishingWhileRead(Held):
+        """An entry whose run ends right after its deadline is first read."""
+
+        @property
+        def deadline(self) -> float | None:
+            self.__dict__["reads"] = self.__dict__.get("reads", 0) + 1
+            return 1.0 if self.__dict__["reads"] == 1 else None
+
+        @deadline.setter
+        def deadline(self, value: float | None) -> None:
+            pass
+
+    book = LeaseBook()
+    entry = FinishingWhileRead(_queue(), Lease("job-1", "1:w"), started=True)
+    book._held["job-1"] = entry
+    overdue, mates = book.take_overdue(now=5.0)
+    assert [h.lease for h in overdue] == [Lease("job-1", "1:w")]
+    assert mates == []
