@@ -173,6 +173,10 @@ def test_explain_shows_a_job_and_refuses_an_unknown_id(
     info = json.loads(shown.stdout)
     assert (info["state"], info["queue"], info["task"]) == ("delayed", "points", "orders.points")
     missing = subprocess.run(
-        [*orders_command(), "explain", "nope"], env=env, capture_output=True, text=True, timeout=60
+        [*orders_command(), "explain", "nosuchjob"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    assert missing.returncode == 1 and "no job" in missing.stderr
+    assert missing.returncode == 1 and "no job" in missing.stderr, missing.stderr
