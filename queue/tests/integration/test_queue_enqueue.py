@@ -55,12 +55,29 @@ def test_enqueue_many_stores_a_batch_in_one_round_trip(private_client, key_prefi
     # commandstats also counts the commands a script issues; the client sent one EVALSHA
     assert calls.pop("evalsha") == 1
     assert calls.pop("hsetnx") == 200
-    # llen / zcard / hlen / type / hmget: the script validates its keys (a read of each
-    # key's own type; TYPE for the idempotency keys) and counters before its first write
+    # llen / zcard / hmget: the script validates the keys it writes (a read of each key's
+    # own type; an idempotency key by its GET) and counters before its first write
     checks = {"llen", "zcard", "hlen", "type", "hmget"}
     assert set(calls) <= {"time", "lpush", "ltrim", "hincrby", "config", "info", *checks}
     assert len(set(ids)) == 200
     assert stats(queue).ready == 201
+
+
+def test_wake_tokens_stay_within_their_cap_and_duplicates_add_none(make_queue):
+    queue = make_queue(settings=QueueSettings(wake_tokens=4))
+    wake = queue.keys.key("wake")
+
+    queue.enqueue_many([EnqueueRequest("t", {"i": i}) for i in range(3)])
+    assert queue.client.llen(wake) == 3
+    queue.enqueue_many([EnqueueRequest("t", {"i": i}) for i in range(3)])
+    assert queue.client.llen(wake) == 4
+    queue.client.rpop(wake, 3)  # three idle workers took a token each
+    queue.enqueue("t", {}, idempotency_key="once")
+    assert queue.client.llen(wake) == 2
+    queue.enqueue("t", {}, idempotency_key="once")  # a duplicate wakes no one
+    assert queue.client.llen(wake) == 2
+    queue.enqueue("t", {}, delay=3600)  # a delayed job wakes a worker to wait for it
+    assert queue.client.llen(wake) == 3
 
 
 def test_delayed_job_is_promoted_and_runs_once_due(make_queue):

@@ -91,6 +91,40 @@ def test_a_wrong_type_idempotency_key_mid_batch_enqueues_nothing(make_queue):
     assert stats(queue).counters["enqueued"] == 3
 
 
+@pytest.mark.parametrize(
+    "kind", ["ready", "delayed", "jobs", "stats", "wake", "counter", "idempotency"]
+)
+def test_a_wrong_type_key_refuses_a_single_enqueue_with_nothing_written(make_queue, kind):
+    """Enqueue checks each key it writes by a read, or by its first write under pcall."""
+    queue = make_queue()
+    queue.enqueue("t", {}, idempotency_key="before")
+    queue.enqueue("t", {}, delay=3600)  # every structure exists: each can be set aside
+    client, keys = queue.client, queue.keys
+    names = ("ready", "delayed", "jobs", "stats", "wake")
+    before = {k: client.dump(keys.key(k)) for k in names}
+    if kind == "counter":
+        client.hset(keys.key("stats"), "enqueued", "many")
+    elif kind == "idempotency":
+        client.rpush(keys.idempotency_key("k"), "x")
+    else:  # the structure set aside, a wrong-type key in its place
+        client.rename(keys.key(kind), keys.key("aside"))
+        client.set(keys.key(kind), "planted")
+
+    with pytest.raises(
+        QueueDataError, match={"counter": "enqueued", "idempotency": "idem"}.get(kind, kind)
+    ):
+        queue.enqueue("t", {}, idempotency_key="k", delay=3600 if kind == "delayed" else 0)
+
+    if kind == "counter":
+        client.hset(keys.key("stats"), "enqueued", "2")
+    elif kind != "idempotency":
+        client.delete(keys.key(kind))
+        client.rename(keys.key("aside"), keys.key(kind))
+    assert {k: client.dump(keys.key(k)) for k in names} == before
+    if kind != "idempotency":
+        assert client.exists(keys.idempotency_key("k")) == 0
+
+
 @pytest.mark.parametrize("kind", ["done", "info", "stats"])
 def test_a_wrong_type_structure_refuses_the_call_before_any_write(make_queue, kind):
     # an ack writes info only when it deletes the record (retention 0, or a trim)

@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+import redis
 from queue_helpers import running_worker, wait_until
 
 from reliable_queue import (
@@ -116,3 +117,23 @@ def test_out_of_memory_does_not_hide_a_corrupt_key_from_fetch_and_ack(private_cl
     finally:
         private_client.config_set("maxmemory", 0)
     assert explain(queue, second).state == "ready"
+
+
+def test_an_enqueue_over_maxmemory_is_refused_with_nothing_written(private_client, key_prefix):
+    """Enqueue's first write (the record's HSETNX, under pcall) is its check of jobs; a
+    refusal over maxmemory is the reply, not corruption, and nothing is written."""
+    queue = Queue(private_client, "jobs", prefix=key_prefix)
+    (first,) = queue.enqueue_many([EnqueueRequest("t", {})])
+    keys = [queue.keys.key(k) for k in ("ready", "jobs", "stats", "wake")]
+    before = [private_client.dump(k) for k in keys]
+    try:
+        private_client.config_set("maxmemory", 1)
+        with pytest.raises(redis.ResponseError, match="maxmemory") as refused:
+            queue.enqueue("t", {}, idempotency_key="k")
+        assert not isinstance(refused.value, QueueDataError)
+    finally:
+        private_client.config_set("maxmemory", 0)
+
+    assert [private_client.dump(k) for k in keys] == before
+    assert private_client.exists(queue.keys.idempotency_key("k")) == 0
+    assert queue.enqueue("t", {}) != first

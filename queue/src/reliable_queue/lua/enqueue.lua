@@ -8,60 +8,140 @@
 --                 the same index, and a key whose job record is gone is replaced)
 -- Returns: a list of n job ids; for a duplicate, the id of the first job. A
 --   'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
---   type, a bad counter or too many jobs.
+--   type, a bad counter or too many jobs. Keys are checked when this call would
+--   write them: ready only for a job due now, delayed only for a job due later.
 -- Changes: jobs (HSETNX), ready (LPUSH) or delayed (ZADD), idem keys (SET NX PX),
 --          stats enqueued / duplicates, wake.
 -- @include _common.lua
-helpers()  -- off the drain's hot path: every helper, made up front
+-- Off the drain's hot path, yet a single enqueue is one script per job: it makes no
+-- helpers (a dozen closures) and checks each key by a read it makes anyway, or by its
+-- first write, or by one integer-reply read, all before that first write.
 local n = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local bad = check_count(n)
-  or H.check({K_READY, K_DELAYED, K_JOBS, K_STATS, K_WAKE}, {'enqueued', 'duplicates'})
 if not bad and (not window or window < 1) then bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms' end
 if bad then return redis.error_reply(bad) end
-for i = 13, #KEYS do
-  bad = H.check_string(KEYS[i])
-  if bad then return redis.error_reply(bad) end
-end
--- validated: no command below can fail
+-- One pass over the jobs, before any write: where each job goes if it is added (a
+-- duplicate goes nowhere) and its idempotency key's GET, the read the loop needs and
+-- the key's type check (pcall: a wrong type is QUEUE_CORRUPT with nothing written).
 local now = now_ms()
+-- by job: due ms (delayed jobs only), index of its idempotency key in KEYS, replace a
+-- stale key; by key name: its value (the GET, then the id this call set)
+local dues, iks, replace, seen = {}, {}, {}, {}
+local to_ready, to_delayed = false, false
+local err
+for i = 0, n - 1 do
+  local b = 4 + i * 5
+  local delay, run_at, ik = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local due = 0
+  if run_at > 0 then due = run_at elseif delay > 0 then due = now + delay end
+  if due > now then
+    dues[i] = due
+    to_delayed = true
+  else
+    to_ready = true
+  end
+  if ik ~= 0 then
+    iks[i] = 12 + (ik < 0 and -ik or ik)  -- its index in KEYS
+    replace[i] = ik < 0
+    local k = KEYS[iks[i]]
+    if seen[k] == nil then
+      local v
+      v, err = read('string', 'GET', k)
+      if err then return redis.error_reply(err) end
+      seen[k] = v
+    end
+  end
+end
+-- the keys written unread: the line a job joins, the wake list, the two counters (an
+-- integer or unset)
+local _
+if to_ready then
+  _, err = read('list', 'LLEN', K_READY)
+  if err then return redis.error_reply(err) end
+end
+if to_delayed then
+  _, err = read('zset', 'ZCARD', K_DELAYED)
+  if err then return redis.error_reply(err) end
+end
+_, err = read('list', 'LLEN', K_WAKE)
+if err then return redis.error_reply(err) end
+local counts
+counts, err = read('hash', 'HMGET', K_STATS, 'enqueued', 'duplicates')
+if err then return redis.error_reply(err) end
+for i, c in ipairs({'enqueued', 'duplicates'}) do
+  if counts[i] and not string.match(counts[i], '^%-?%d+$') then
+    return redis.error_reply('QUEUE_CORRUPT stats counter ' .. c .. ' is not an integer')
+  end
+end
+-- jobs: read by HEXISTS (a stale key, under pcall) or by the first HSETNX, the call's
+-- first write (under pcall: a wrong type, or a refusal over maxmemory, fails it with
+-- nothing written). Nothing is written before it: a duplicate writes nothing, and a
+-- job's record is written before its idempotency key.
+local jobs_ok = false
 local out, ready, delayed = {}, {}, {}
 local added, dups = 0, 0
 for i = 0, n - 1 do
   local b = 4 + i * 5
-  local id, rec = ARGV[b], ARGV[b + 1]
-  local delay, run_at, ik = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local id, rec, ki = ARGV[b], ARGV[b + 1], iks[i]
   local first = nil
-  local replace = ik < 0
-  if replace then ik = -ik end
-  if ik > 0 then
-    first = redis.call('GET', KEYS[12 + ik])
-    if first and replace and redis.call('HEXISTS', K_JOBS, first) == 0 then first = nil end
-    if not first then redis.call('SET', KEYS[12 + ik], id, 'PX', window) end
+  if ki then
+    first = seen[KEYS[ki]]
+    if first and replace[i] then  -- replace a key whose job record is gone
+      local r = redis.pcall('HEXISTS', K_JOBS, first)
+      if type(r) == 'table' then return redis.error_reply(corrupt(K_JOBS, 'hash')) end
+      jobs_ok = true
+      if r == 0 then first = nil end
+    end
+  end
+  local fresh = 0
+  if not first then
+    if jobs_ok then
+      fresh = redis.call('HSETNX', K_JOBS, id, rec)
+    else
+      fresh = redis.pcall('HSETNX', K_JOBS, id, rec)
+      if type(fresh) == 'table' then
+        if string.find(fresh['err'], 'WRONGTYPE', 1, true) then
+          return redis.error_reply(corrupt(K_JOBS, 'hash'))
+        end
+        return redis.error_reply(fresh['err'])  -- refused (OOM, READONLY): nothing written
+      end
+      jobs_ok = true
+    end
+    if ki then
+      redis.call('SET', KEYS[ki], id, 'PX', window)
+      seen[KEYS[ki]] = id
+    end
   end
   if first then
     out[#out + 1] = first
     dups = dups + 1
-  elseif redis.call('HSETNX', K_JOBS, id, rec) == 0 then
+  elseif fresh == 0 then
     -- the same id sent twice (a client retry after a lost reply): natural dedup
     out[#out + 1] = id
     dups = dups + 1
   else
     out[#out + 1] = id
     added = added + 1
-    local due = 0
-    if run_at > 0 then due = run_at elseif delay > 0 then due = now + delay end
-    if due > now then
-      delayed[#delayed + 1] = due
+    if dues[i] then
+      delayed[#delayed + 1] = dues[i]
       delayed[#delayed + 1] = id
     else
       ready[#ready + 1] = id
     end
   end
 end
+-- validated: no command below can fail
 if #ready > 0 then chunked('LPUSH', K_READY, ready) end
 chunked('ZADD', K_DELAYED, delayed)
 if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', added) end
 if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dups) end
-H.wake(#ready + math.floor(#delayed / 2), tonumber(ARGV[3]))
+-- wake-up tokens: one per job added, the list kept at most cap long
+local wake = math.min(#ready + #delayed / 2, tonumber(ARGV[3]))
+if wake > 0 then
+  local t = {}
+  for i = 1, wake do t[i] = '1' end
+  redis.call('LPUSH', K_WAKE, unpack(t))
+  redis.call('LTRIM', K_WAKE, 0, tonumber(ARGV[3]) - 1)
+end
 return out
