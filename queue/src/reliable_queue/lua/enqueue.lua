@@ -21,6 +21,7 @@ local window = tonumber(ARGV[2])
 local bad = check_count(n)
 if not bad and (not window or window < 1) then bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms' end
 if bad then return redis.error_reply(bad) end
+local window_s = string.format('%d', window)  -- formatted once (see fetch.lua)
 -- One pass over the jobs, before any write: where each job goes if it is added (a
 -- duplicate goes nowhere) and its idempotency key's GET, the read the loop needs and
 -- the key's type check (pcall: a wrong type is QUEUE_CORRUPT with nothing written).
@@ -53,8 +54,8 @@ for i = 0, n - 1 do
     end
   end
 end
--- the keys written unread: the line a job joins, the wake list, the two counters (an
--- integer or unset)
+-- the keys written unread: the line a job joins, the wake list (its length also sizes
+-- the push: no trim after it), the two counters (an integer or unset)
 local _
 if to_ready then
   _, err = read('list', 'LLEN', K_READY)
@@ -64,7 +65,8 @@ if to_delayed then
   _, err = read('zset', 'ZCARD', K_DELAYED)
   if err then return redis.error_reply(err) end
 end
-_, err = read('list', 'LLEN', K_WAKE)
+local woken
+woken, err = read('list', 'LLEN', K_WAKE)
 if err then return redis.error_reply(err) end
 local counts
 counts, err = read('hash', 'HMGET', K_STATS, 'enqueued', 'duplicates')
@@ -109,7 +111,7 @@ for i = 0, n - 1 do
       jobs_ok = true
     end
     if ki then
-      redis.call('SET', KEYS[ki], id, 'PX', window)
+      redis.call('SET', KEYS[ki], id, 'PX', window_s)
       seen[KEYS[ki]] = id
     end
   end
@@ -124,7 +126,7 @@ for i = 0, n - 1 do
     out[#out + 1] = id
     added = added + 1
     if dues[i] then
-      delayed[#delayed + 1] = dues[i]
+      delayed[#delayed + 1] = string.format('%d', dues[i])
       delayed[#delayed + 1] = id
     else
       ready[#ready + 1] = id
@@ -134,14 +136,14 @@ end
 -- validated: no command below can fail
 if #ready > 0 then chunked('LPUSH', K_READY, ready) end
 chunked('ZADD', K_DELAYED, delayed)
-if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', added) end
-if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dups) end
--- wake-up tokens: one per job added, the list kept at most cap long
-local wake = math.min(#ready + #delayed / 2, tonumber(ARGV[3]))
+if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', string.format('%d', added)) end
+if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', string.format('%d', dups)) end
+-- wake-up tokens: one per job added, the list kept at most cap long (its length was
+-- read above, so no LTRIM)
+local wake = math.min(#ready + #delayed / 2, tonumber(ARGV[3]) - woken)
 if wake > 0 then
   local t = {}
   for i = 1, wake do t[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(t))
-  redis.call('LTRIM', K_WAKE, 0, tonumber(ARGV[3]) - 1)
 end
 return out
