@@ -63,6 +63,24 @@ def test_enqueue_many_stores_a_batch_in_one_round_trip(private_client, key_prefi
     assert stats(queue).ready == 201
 
 
+def test_a_single_enqueue_makes_only_the_calls_it_needs(private_client, key_prefix):
+    """Each redis.call costs thousands of instructions: a job due now, with no key, is
+    checked by the reads and the first write it makes anyway (no TIME, no TYPE, no
+    trim of the wake list, no check of delayed)."""
+    queue = Queue(private_client, "jobs", prefix=key_prefix)
+    queue.enqueue("warm", {})
+    private_client.config_resetstat()
+
+    job_id = queue.enqueue("t", {})
+
+    calls = command_calls(private_client)
+    # ready and wake read (LLEN), the counters read (HMGET), the record (HSETNX, the
+    # first write), the line and a wake token (LPUSH each), the counter (HINCRBY)
+    assert calls == {"evalsha": 1, "llen": 2, "hmget": 1, "hsetnx": 1, "lpush": 2,
+                     "hincrby": 1}  # fmt: skip
+    assert places(queue, job_id) == ["ready"]
+
+
 def test_wake_tokens_stay_within_their_cap_and_duplicates_add_none(make_queue):
     queue = make_queue(settings=QueueSettings(wake_tokens=4))
     wake = queue.keys.key("wake")

@@ -25,7 +25,9 @@ local window_s = string.format('%d', window)  -- formatted once (see fetch.lua)
 -- One pass over the jobs, before any write: where each job goes if it is added (a
 -- duplicate goes nowhere) and its idempotency key's GET, the read the loop needs and
 -- the key's type check (pcall: a wrong type is QUEUE_CORRUPT with nothing written).
-local now = now_ms()
+-- Python sends 0 as '0': comparing strings (interned) skips tonumber, which costs a
+-- strtod, for the common job (no delay, no run_at, no key).
+local now = nil  -- the server time, read only when a job has a delay or a run_at
 -- by job: due ms (delayed jobs only), index of its idempotency key in KEYS, replace a
 -- stale key; by key name: its value (the GET, then the id this call set)
 local dues, iks, replace, seen = {}, {}, {}, {}
@@ -33,19 +35,28 @@ local to_ready, to_delayed = false, false
 local err
 for i = 0, n - 1 do
   local b = 4 + i * 5
-  local delay, run_at, ik = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  local due = 0
-  if run_at > 0 then due = run_at elseif delay > 0 then due = now + delay end
-  if due > now then
-    dues[i] = due
-    to_delayed = true
-  else
+  local delay, run_at, ik = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  if delay == '0' and run_at == '0' then
     to_ready = true
+  else
+    if not now then now = now_ms() end
+    local due = tonumber(run_at)
+    if due <= 0 then
+      due = tonumber(delay)
+      due = due > 0 and now + due or 0
+    end
+    if due > now then
+      dues[i] = due
+      to_delayed = true
+    else
+      to_ready = true
+    end
   end
-  if ik ~= 0 then
+  if ik ~= '0' then
+    ik = tonumber(ik)
     iks[i] = 12 + (ik < 0 and -ik or ik)  -- its index in KEYS
-    replace[i] = ik < 0
     local k = KEYS[iks[i]]
+    replace[i] = ik < 0
     if seen[k] == nil then
       local v
       v, err = read('string', 'GET', k)
