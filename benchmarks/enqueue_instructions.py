@@ -7,6 +7,8 @@ zeroing the counters before and dumping them after each kind:
 - ``ping``: N ``PING`` (the cost of a round trip alone);
 - ``evalsha``: N ``EVALSHA`` of ``return 1`` with the queue's 12 keys;
 - ``enqueue``: N ``Queue.enqueue`` (one EVALSHA of enqueue.lua each);
+- ``enqueue_key``: N ``Queue.enqueue`` each with a new idempotency key;
+- ``enqueue_delay``: N ``Queue.enqueue`` each with a delay of an hour;
 - ``enqueue_many``: N jobs as ``Queue.enqueue_many`` batches of 100.
 
 Instruction counts are stable under machine load, wall-clock is not. Standalone (no
@@ -88,6 +90,11 @@ def main(n: int = 2000) -> None:
             "ping": (lambda: [client.ping() for _ in range(n)], n),
             "evalsha": (lambda: [client.evalsha(one, len(keys), *keys) for _ in range(n)], n),
             "enqueue": (lambda: [queue.enqueue("t", {"i": i}) for i in range(n)], n),
+            "enqueue_key": (
+                lambda: [queue.enqueue("t", {}, idempotency_key=f"k{i}") for i in range(n)],
+                n,
+            ),
+            "enqueue_delay": (lambda: [queue.enqueue("t", {}, delay=3600) for _ in range(n)], n),
             "enqueue_many": (lambda: [queue.enqueue_many(req) for _ in range(n // 100)], n),
         }
         for name, (work, calls) in kinds.items():
