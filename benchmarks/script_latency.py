@@ -83,7 +83,7 @@ def _exercise(queue: Queue, n: int) -> None:
     queue.dead_letters.redrive(ids=[f"d{i:07d}" for i in range(100)])
     queue.dead_letters.purge(ids=[f"d{i:07d}" for i in range(100, 200)])
     queue.replay([f"f{i:07d}" for i in range(100)])
-    queue.locate(f"r{0:07d}")  # the oldest ready id: LPOS walks the whole list
+    queue.locate(f"f{0:07d}")  # a finished id: LPOS walks all of ready before done
     audit(queue, step=200, max_steps=50)
     # lower the bounds under the full DLQ and done set: bounded upkeep steps
     low = Queue(

@@ -5,9 +5,9 @@ A job record can outlive its place in the queue: a script that failed half-way
 leaves a record and an idempotency key that point at a job nothing will run.
 The relay must not take such a key for proof that the step is queued.
 
-The check is the queue's own :meth:`~reliable_queue.Queue.locate` (one
-read-only script, so a job moving between structures meanwhile is seen in
-exactly one of them).
+The check is the queue's own :meth:`~reliable_queue.Queue.locate_many` (read-only
+scripts, so a job moving between structures meanwhile is seen in exactly one of
+them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ QUEUED = (READY, DELAYED, ACTIVE, DEAD)
 def where_is(queue: Queue, job_ids: Sequence[str]) -> list[str]:
     """The state of each job: ready, delayed, active, dead, done, nowhere or unknown.
 
-    One :meth:`reliable_queue.Queue.locate` script per id (a consistent snapshot).
+    :meth:`reliable_queue.Queue.locate_many`: one pipelined round trip, each script
+    call a consistent snapshot of its ids.
 
     Args:
         queue: the jobs' queue.
@@ -43,7 +44,7 @@ def where_is(queue: Queue, job_ids: Sequence[str]) -> list[str]:
     Raises:
         QueueConnectionError: Redis unreachable.
     """
-    return [queue.locate(job_id) for job_id in job_ids]
+    return queue.locate_many(job_ids)
 
 
 def forget_key_if(queue: Queue, idempotency_key: str, job_id: str) -> bool:

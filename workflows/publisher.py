@@ -72,8 +72,30 @@ class QueuePublisher:
         Raises:
             QueueConnectionError: Redis unreachable.
         """
-        queue = self.queue_for(self.queue_of_key(idempotency_key))
-        return queue.pending_job_for(idempotency_key) is not None
+        return bool(self.known_keys([idempotency_key]))
+
+    def known_keys(self, idempotency_keys: Sequence[str]) -> set[str]:
+        """The keys among ``idempotency_keys`` whose step the queue really holds.
+
+        :meth:`is_known` for many keys: per queue, one pipelined GET of the keys
+        and one round trip of ``locate`` scripts
+        (:meth:`reliable_queue.Queue.pending_jobs_for`), not two round trips a key.
+
+        Returns:
+            The keys that map to a job that is ready, delayed, active or
+            dead-lettered.
+
+        Raises:
+            QueueConnectionError: Redis unreachable.
+        """
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for key in idempotency_keys:
+            by_queue[self.queue_of_key(key)].append(key)
+        known: set[str] = set()
+        for name, keys in by_queue.items():
+            jobs = self.queue_for(name).pending_jobs_for(keys)
+            known.update(key for key, job in zip(keys, jobs, strict=True) if job is not None)
+        return known
 
     def _job_of(self, queue: Queue, keys: Sequence[str]) -> list[str | None]:
         try:

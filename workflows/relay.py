@@ -14,7 +14,7 @@ queue that cannot be reached charges no row: everything stays pending.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -173,7 +173,8 @@ def sweep(
     session_factory: SessionFactory,
     publisher: Publisher,
     *,
-    is_known: Callable[[str], bool],
+    is_known: Callable[[str], bool] | None = None,
+    known_keys: Callable[[Sequence[str]], Collection[str]] | None = None,
     republish_after: float,
     limit: int = 1000,
     clock: Callable[[], datetime] = utcnow,
@@ -193,8 +194,8 @@ def sweep(
     back by the note.
 
     A step counts as lost when it was dispatched (or, never marked dispatched,
-    last started) more than ``republish_after`` seconds ago, is not done or dead, and ``is_known``
-    says the queue holds no job for its idempotency key (Redis lost it); the
+    last started) more than ``republish_after`` seconds ago, is not done or dead, and the
+    queue holds no job for its idempotency key (Redis lost it); the
     steps are read again after that check, so one that finished meanwhile is
     not taken for lost. The database is the source of truth; the re-published
     job carries the same idempotency key. Work per pass is bounded: at most
@@ -205,6 +206,11 @@ def sweep(
         publisher: the queue adapter.
         is_known: ``is_known(idempotency_key) -> bool``: does the queue really
             hold a job (ready, delayed, active or dead-lettered) for that key.
+            Asked once per checked step; give ``known_keys`` instead to ask once
+            per sweep.
+        known_keys: ``known_keys(idempotency_keys) -> keys``: the same question
+            for every checked step at once (``QueuePublisher.known_keys``); the
+            keys it returns are held by the queue. Used when given.
         republish_after: seconds since dispatch before a step is checked.
         limit: most rows handled per category in one pass.
         clock: current time (timezone-aware).
@@ -216,9 +222,11 @@ def sweep(
         A ``SweepResult`` with the counts.
 
     Raises:
+        ValueError: neither ``is_known`` nor ``known_keys`` given.
         PublisherUnavailable: the queue cannot be reached (published rows are marked first).
-        Exception: whatever ``is_known`` raises.
+        Exception: whatever ``is_known`` / ``known_keys`` raises.
     """
+    held_by_queue = known_keys or _one_by_one(is_known)
     policy = policy or PublishPolicy()
     result = SweepResult()
     noted_only: tuple[Any, ...] = ()
@@ -260,7 +268,8 @@ def sweep(
         result.refused += len(unreadable)
         result.unpublishable += _charge_refusals(session_factory, unreadable, now, policy)
     result.checked = len(stale)
-    unknown = [(step_id, m) for step_id, m in stale if not is_known(m.idempotency_key)]
+    held = held_by_queue([m.idempotency_key for _, m in stale]) if stale else ()
+    unknown = [(step_id, m) for step_id, m in stale if m.idempotency_key not in held]
     if not unknown:
         return result
     # A job that finished between the read above and its check is unknown to the
@@ -300,6 +309,14 @@ def sweep(
     if outcome.unavailable is not None:
         raise outcome.unavailable
     return result
+
+
+def _one_by_one(
+    is_known: Callable[[str], bool] | None,
+) -> Callable[[Sequence[str]], Collection[str]]:
+    if is_known is None:
+        raise ValueError("sweep needs is_known or known_keys")
+    return lambda keys: {key for key in keys if is_known(key)}
 
 
 @dataclass

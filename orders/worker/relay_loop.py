@@ -31,7 +31,7 @@ def sweep_once(app: App) -> SweepResult:
     return sweep(
         app.session_factory,
         app.publisher,
-        is_known=app.publisher.is_known,
+        known_keys=app.publisher.known_keys,
         republish_after=app.settings.relay_republish_after_seconds,
         policy=app.publish_policy,
         # a fresh pending step is its writer's to publish for one sweep interval

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from orders.app.placement import place
 from orders.domain.steps import STEPS
 from orders.sources.drafts import RANDOM
-from reliable_queue import Queue
+from reliable_queue import EnqueueRequest, Queue
 from workflows.columns import utcnow
 from workflows.membership import READY, where_is
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
@@ -274,3 +274,19 @@ def test_steps_whose_ready_list_was_deleted_are_published_again_by_the_sweep(
         clock=clock,
     )
     assert again.republished == 0
+
+
+def test_known_keys_asks_each_queue_once_and_trusts_only_queued_jobs(
+    queues, real_publisher, redis_client
+):
+    stock, points = queues["stock"], queues["points"]
+    stock.enqueue_many([EnqueueRequest("orders.stock", {}, f"{i}:stock") for i in (1, 2, 3)])
+    points.enqueue_many([EnqueueRequest("orders.points", {}, "1:points")])
+    stock.ack([stock.fetch(1).jobs[0].lease])  # 1:stock finished
+    orphan = redis_client.get(stock.keys.idempotency_key("2:stock")).decode()
+    redis_client.lrem(stock.keys.key("ready"), 0, orphan)  # 2:stock's job in no structure
+
+    keys = ["1:stock", "2:stock", "3:stock", "1:points", "4:points"]
+    assert real_publisher.known_keys(keys) == {"3:stock", "1:points"}
+    assert {k for k in keys if real_publisher.is_known(k)} == {"3:stock", "1:points"}
+    assert real_publisher.known_keys([]) == set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select, update
 
 from orders.app.placement import place
@@ -150,6 +151,35 @@ def test_sweep_republishes_only_old_unfinished_steps_the_queue_lost(
     publisher.messages.clear()
     again = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
     assert again.checked == 2 and again.republished == 2  # the known ones, still old
+
+
+def test_sweep_asks_the_queue_once_for_all_the_steps_it_checks(session_factory, catalog, publisher):
+    """The dispatched-step check is one batched question per sweep, not one per step."""
+    plenty_of_stock(session_factory)
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(7), publisher=publisher)
+    for order in result.orders:
+        handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
+    assert publish_pending(session_factory, publisher) == 6
+    with session_factory() as session:
+        session.execute(update(WorkflowStep).values(dispatched_at=utcnow() - timedelta(minutes=5)))
+        session.commit()
+    held = {f"{result.orders[1].workflow_id}:{step}" for step in ("notification", "points")}
+    asked: list[list[str]] = []
+
+    def known_keys(keys):
+        asked.append(list(keys))
+        return held & set(keys)
+
+    swept = sweep(session_factory, publisher, known_keys=known_keys, republish_after=30)
+
+    assert len(asked) == 1 and len(asked[0]) == 6  # 8 steps, two done
+    assert swept.checked == 6 and swept.republished == 4
+    assert not held & set(swept.republished_keys)
+
+
+def test_sweep_needs_a_way_to_ask_the_queue(session_factory):
+    with pytest.raises(ValueError, match="is_known or known_keys"):
+        sweep(session_factory, None, republish_after=30)
 
 
 def test_recently_dispatched_steps_are_not_checked(session_factory, catalog, publisher):

@@ -35,6 +35,10 @@ from .settings import QueueSettings
 PLACES = ("ready", "delayed", "active", "dead", "done", "nowhere", "unknown")
 #: Places of a job that has not finished (ready to run, waiting, running, dead-lettered).
 PENDING_PLACES = frozenset({"ready", "delayed", "active", "dead"})
+#: Most ids one ``locate`` script call checks (:meth:`Queue.locate_many` sends more in
+#: one round trip, this many per call): each id may cost an LPOS walk of ``ready``, so
+#: the bound keeps one call from holding Redis for long.
+LOCATE_BATCH = 100
 
 DEAD_REASONS = (
     "error",
@@ -572,7 +576,8 @@ class Queue:
         """Where a job really is: membership in the structures, not record existence.
 
         One read-only script, so the answer is one consistent snapshot. Checking
-        ``ready`` is an LPOS, linear in the length of the ready list.
+        ``ready`` is an LPOS from the oldest end, linear in how far from that end
+        the job waits (at worst the length of the ready list).
 
         Args:
             job_id: the job's id.
@@ -587,11 +592,38 @@ class Queue:
         Raises:
             QueueConnectionError: Redis unreachable.
         """
-        place, has_record = self.scripts.run("locate", self._keys, [job_id])
-        place = _text(place)
-        if place:
-            return place
-        return "nowhere" if int(has_record) else "unknown"
+        return self.locate_many([job_id])[0]
+
+    def locate_many(self, job_ids: Sequence[str]) -> list[str]:
+        """:meth:`locate` for many jobs in one pipelined round trip.
+
+        Ids go :data:`LOCATE_BATCH` to a script call, so one call holds Redis for
+        at most that many LPOS walks of ``ready``; each call is one consistent
+        snapshot of its ids.
+
+        Args:
+            job_ids: the jobs' ids (any number, duplicates allowed).
+
+        Returns:
+            One of :data:`PLACES` per id, in order.
+
+        Raises:
+            QueueConnectionError: Redis unreachable.
+        """
+        if not job_ids:
+            return []
+        ids = list(job_ids)
+        calls = [Call("locate", self._keys, part) for part in chunks(ids, LOCATE_BATCH)]
+        if len(calls) == 1:
+            replies = [self._run(calls[0])]
+        else:
+            replies = self.scripts.run_many(calls)
+        out: list[str] = []
+        for reply in replies:
+            for i in range(0, len(reply), 2):
+                place = _text(reply[i])
+                out.append(place or ("nowhere" if int(reply[i + 1]) else "unknown"))
+        return out
 
     def pending_job_for(self, idempotency_key: str) -> str | None:
         """The id of the unfinished job an idempotency key maps to, if Redis has one.
@@ -607,14 +639,41 @@ class Queue:
         Raises:
             QueueConnectionError: Redis unreachable.
         """
+        return self.pending_jobs_for([idempotency_key])[0]
+
+    def pending_jobs_for(self, idempotency_keys: Sequence[str]) -> list[str | None]:
+        """:meth:`pending_job_for` for many keys: two round trips whatever their number.
+
+        One pipelined GET of every key, then :meth:`locate_many` of the jobs found.
+
+        Args:
+            idempotency_keys: the callers' keys (not the Redis key names).
+
+        Returns:
+            Per key, in order: the id of its unfinished job, or None.
+
+        Raises:
+            QueueConnectionError: Redis unreachable.
+        """
+        if not idempotency_keys:
+            return []
         try:
-            raw = self.client.get(self.keys.idempotency_key(idempotency_key))
+            if len(idempotency_keys) == 1:
+                raw = [self.client.get(self.keys.idempotency_key(idempotency_keys[0]))]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for key in idempotency_keys:
+                    pipe.get(self.keys.idempotency_key(key))
+                raw = pipe.execute()
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
-        if raw is None:
-            return None
-        job_id = _text(raw)
-        return job_id if self.locate(job_id) in PENDING_PLACES else None
+        found = [(i, _text(r)) for i, r in enumerate(raw) if r is not None]
+        out: list[str | None] = [None] * len(raw)
+        places = self.locate_many([job_id for _, job_id in found])
+        for (i, job_id), place in zip(found, places, strict=True):
+            if place in PENDING_PLACES:
+                out[i] = job_id
+        return out
 
     def replay(self, job_ids: Sequence[str]) -> tuple[list[str], list[str]]:
         """Put finished jobs back on the queue to run again (fault injection).
@@ -672,4 +731,4 @@ def _check_batch(leases: Sequence[Lease]) -> None:
         )
 
 
-__all__ = ["DEAD_REASONS", "PENDING_PLACES", "PLACES", "Queue", "QueueError"]
+__all__ = ["DEAD_REASONS", "LOCATE_BATCH", "PENDING_PLACES", "PLACES", "Queue", "QueueError"]

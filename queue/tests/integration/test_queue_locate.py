@@ -3,6 +3,7 @@
 import pytest
 
 from reliable_queue import EnqueueRequest, QueueSettings
+from reliable_queue.queue import LOCATE_BATCH
 
 
 def test_locate_follows_a_job_through_every_structure(make_queue):
@@ -69,3 +70,47 @@ def test_pending_job_for_a_finished_or_expired_key_is_none(make_queue):
 
     assert queue.pending_job_for("k") is None
     assert queue.pending_job_for("never-used") is None
+
+
+def test_locate_many_answers_every_id_in_order_across_script_calls(make_queue):
+    """One round trip for any number of ids: more than LOCATE_BATCH spans several calls."""
+    queue = make_queue()
+    ids = queue.enqueue_many([EnqueueRequest("t", {"i": i}) for i in range(LOCATE_BATCH + 30)])
+    active, dead, done = queue.fetch(3).jobs
+    queue.dead(dead.lease, "error")
+    queue.ack([done.lease])
+    (delayed,) = queue.enqueue_many([EnqueueRequest("t", {}, delay=3600)])
+    queue.client.hdel(queue.keys.key("jobs"), ids[-1])  # still in ready, record gone
+    asked = [delayed, active.job_id, "no-such-job", *ids[3:], dead.job_id, done.job_id, delayed]
+
+    places = queue.locate_many(asked)
+
+    assert places == [queue.locate(job_id) for job_id in asked]
+    assert places[:3] == ["delayed", "active", "unknown"]
+    assert places[3:-3] == ["ready"] * (LOCATE_BATCH + 27)
+    assert places[-3:] == ["dead", "done", "delayed"]
+    assert queue.locate_many([]) == []
+
+
+def test_pending_jobs_for_checks_many_keys_in_two_round_trips(make_queue):
+    queue = make_queue()
+    _finished, orphan, waiting = queue.enqueue_many(
+        [EnqueueRequest("t", {"i": i}, f"k{i}") for i in range(3)]
+    )
+    queue.ack([queue.fetch(1).jobs[0].lease])  # the oldest: ``_finished``
+    queue.client.lrem(queue.keys.key("ready"), 0, orphan)  # a record in no structure
+    calls = []
+    real = queue.client.pipeline
+
+    def counting_pipeline(*args, **kwargs):
+        calls.append("pipeline")
+        return real(*args, **kwargs)
+
+    queue.client.pipeline = counting_pipeline
+    try:
+        jobs = queue.pending_jobs_for(["k0", "k1", "k2", "never-used"])
+    finally:
+        del queue.client.pipeline
+
+    assert jobs == [None, None, waiting, None]
+    assert calls == ["pipeline"]  # the GETs; one ``locate`` call for the jobs found
