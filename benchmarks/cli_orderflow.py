@@ -174,6 +174,7 @@ def e2e(
                 "orders_per_second",
                 "db_commits_per_order",
                 "pg_xact_commit_per_order",
+                "worker_cpu_ms_per_order",
                 "duplicate_runs",
             ],
         )

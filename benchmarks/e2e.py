@@ -25,12 +25,14 @@ from orders.worker.counters import Counters, total
 from workflows.models import Workflow, WorkflowStatus
 
 from .e2e_worker import COMMITS_KEY
-from .measure import start_process, stop_process
+from .measure import process_cpu_seconds, start_process, stop_process
 from .run_peers import REPO, environment
 from .server import RedisServer
 
 log = logging.getLogger("benchmarks")
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+#: longest wait for the workers to start serving before the clock starts anyway, seconds
+READY_TIMEOUT = 60.0
 PG_DB = "orderflow_bench"
 
 
@@ -51,6 +53,38 @@ def pg_commits() -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (PG_DB,)
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def wait_until_serving(client: Any, lanes: int, timeout: float = READY_TIMEOUT) -> float:
+    """Wait until ``lanes`` clients of the benchmark's Redis block, waiting for work.
+
+    An idle lane blocks on its queue's wake list, so every lane of every worker
+    blocked means the workers have imported, connected and started serving. A
+    fixed sleep does not say that: on a loaded machine, or where every process
+    compiles its imports from source, start-up outlasts it and its CPU lands in
+    the timed run.
+
+    Args:
+        client: a client of the benchmark's own Redis server (no other client blocks).
+        lanes: lanes in all (worker processes x lanes each).
+        timeout: seconds to wait before starting anyway (logged).
+
+    Returns:
+        Seconds waited.
+    """
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        if int(client.info("clients").get("blocked_clients", 0)) >= lanes:
+            return time.perf_counter() - started
+        time.sleep(0.05)
+    log.warning("workers not all serving after %.0f s; starting the clock anyway", timeout)
+    return time.perf_counter() - started
+
+
+def workers_cpu(procs: list[Any]) -> float | None:
+    """CPU seconds the worker processes have used so far (None where /proc is missing)."""
+    seconds = [process_cpu_seconds(p.pid) for p in procs]
+    return None if any(s is None for s in seconds) else sum(s or 0.0 for s in seconds)
 
 
 def finished(app: Any, first_order: int) -> int:
@@ -138,8 +172,10 @@ def run_e2e(
             for step in STEPS
         ]
         try:
-            time.sleep(3.0)  # workers import and connect before the clock starts
+            # workers import, connect and block waiting for work before the clock starts
+            startup_wait = wait_until_serving(client, len(procs) * concurrency)
             client.delete(COMMITS_KEY)
+            cpu_at_start = workers_cpu(procs)
             xact_before = pg_commits() if database == "postgresql" else 0
             started = time.perf_counter()
             placing_cpu = time.process_time()
@@ -154,6 +190,7 @@ def run_e2e(
                     break
                 time.sleep(0.05)
             seconds = time.perf_counter() - started
+            cpu_at_end = workers_cpu(procs)
         finally:
             for p in procs:
                 stop_process(p)
@@ -161,6 +198,7 @@ def run_e2e(
         worker_cpu = (children.ru_utime + children.ru_stime) - (
             children_before.ru_utime + children_before.ru_stime
         )
+        run_cpu = None if cpu_at_start is None or cpu_at_end is None else cpu_at_end - cpu_at_start
         worker_commits = int(client.get(COMMITS_KEY) or 0)
         counted = Counters(client, settings.queue_prefix).read()
         xact = pg_commits() - xact_before if database == "postgresql" else None
@@ -183,6 +221,12 @@ def run_e2e(
         # life (start-up imports included), seconds
         "placement_cpu_seconds": round(placing_cpu, 2),
         "worker_cpu_seconds": round(worker_cpu, 2),
+        # the workers' CPU from the clock's start to the last order done (start-up
+        # and shutdown left out), and per order, milliseconds
+        "worker_startup_cpu_seconds": round(cpu_at_start, 2) if cpu_at_start is not None else None,
+        "worker_startup_wait_seconds": round(startup_wait, 2),
+        "worker_run_cpu_seconds": round(run_cpu, 2) if run_cpu is not None else None,
+        "worker_cpu_ms_per_order": round(1000 * run_cpu / done, 3) if run_cpu and done else None,
         "orders_per_second": round(done / seconds, 1),
         "worker_processes": len(STEPS),
         "concurrency": concurrency,
@@ -198,8 +242,9 @@ def run_e2e(
         **env,
     }
     log.info(
-        "%s, batch %d: %d orders in %.1f s (placing %.1f s, cpu %.1f s; workers cpu %.1f s) "
-        "= %.0f orders/s, %.1f commits/order, %d duplicate runs",
+        "%s, batch %d: %d orders in %.1f s (placing %.1f s, cpu %.1f s; workers cpu %.1f s, "
+        "%.1f of it in the run = %s ms/order) = %.0f orders/s, %.1f commits/order, "
+        "%d duplicate runs",
         database,
         batch_size,
         done,
@@ -207,6 +252,8 @@ def run_e2e(
         placed_at,
         placing_cpu,
         worker_cpu,
+        run_cpu if run_cpu is not None else float("nan"),
+        row["worker_cpu_ms_per_order"],
         row["orders_per_second"],
         row["db_commits_per_order"],
         row["duplicate_runs"],

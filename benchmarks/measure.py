@@ -40,6 +40,23 @@ def start_process(
             out.close()  # type: ignore[union-attr]
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) a live process has used so far, from ``/proc``.
+
+    Returns:
+        The seconds, or None where ``/proc/<pid>/stat`` cannot be read (not Linux,
+        or the process is gone).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces: count fields after its ")"
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     """SIGTERM the process group, wait up to ``timeout`` seconds, then SIGKILL it."""
     if proc.poll() is None:
