@@ -24,6 +24,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
+from workflows.idlists import is_postgresql, one_of
 from workflows.models import StepStatus, WorkflowStep
 
 #: the ``outcome`` prefix of a step skipped because a prerequisite halted
@@ -97,14 +98,19 @@ NO_DEPENDENCIES = StepGraph()
 
 _WS = WorkflowStep.__table__
 # built once: on a batch of one, building a statement costs more than running it
-_STEPS_OF = select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
-    _WS.c.workflow_id.in_(bindparam("ids", expanding=True))
-)
-_RELEASE = (
-    update(_WS)
-    .where(_WS.c.id.in_(bindparam("ids", expanding=True)), _WS.c.status == StepStatus.WAITING)
+# keyed by "runs on PostgreSQL": there the id list is one array (workflows.idlists)
+_STEPS_OF = {
+    pg: select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
+        one_of(_WS.c.workflow_id, "ids", postgresql=pg)
+    )
+    for pg in (False, True)
+}
+_RELEASE = {
+    pg: update(_WS)
+    .where(one_of(_WS.c.id, "ids", postgresql=pg), _WS.c.status == StepStatus.WAITING)
     .values(status=StepStatus.PENDING)
-)
+    for pg in (False, True)
+}
 _SKIP = (
     update(_WS)
     .where(_WS.c.id == bindparam("row_id"), _WS.c.status == StepStatus.WAITING)
@@ -132,7 +138,9 @@ def release_waiting(
     """
     if not graph.after or not workflow_ids:
         return {}
-    rows = session.execute(_STEPS_OF, {"ids": sorted(set(workflow_ids))}).all()
+    rows = session.execute(
+        _STEPS_OF[is_postgresql(session)], {"ids": sorted(set(workflow_ids))}
+    ).all()
     per_workflow: dict[int, dict[str, tuple[int, str, str | None]]] = defaultdict(dict)
     for row_id, wf_id, step, status, outcome in rows:
         per_workflow[wf_id][step] = (row_id, status, outcome)
@@ -152,7 +160,10 @@ def release_waiting(
                     {"row_id": row_id, "outcome": (SKIPPED_PREFIX + ",".join(blockers))[:50]}
                 )
     if released:
-        session.execute(_RELEASE, {"ids": sorted(r for ids in released.values() for r in ids)})
+        session.execute(
+            _RELEASE[is_postgresql(session)],
+            {"ids": sorted(r for ids in released.values() for r in ids)},
+        )
     if skipped:
         session.execute(_SKIP, [{**row, "now": now} for row in skipped])
     return {wf_id: tuple(sorted(ids)) for wf_id, ids in released.items()}

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, case, func, or_, select, update
+from sqlalchemy import Row, Select, case, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
+from workflows.idlists import among
 from workflows.isolation import IsolatedPublish, describe, publish_isolated
 from workflows.messages import Publisher, StepMessage
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, idempotency_key
@@ -136,7 +137,9 @@ def publish_steps(
         published += _publish_where(
             session_factory,
             publisher,
-            lambda s, now, chunk=chunk: _pending(s, now, WorkflowStep.id.in_(chunk), writer=True),
+            lambda s, now, chunk=chunk: _pending(
+                s, now, among(s, WorkflowStep.id, chunk), writer=True
+            ),
             clock,
             policy or PublishPolicy(),
             known,
@@ -279,7 +282,7 @@ def sweep(
         still_open = set(
             uow.session.scalars(
                 select(WorkflowStep.id).where(
-                    WorkflowStep.id.in_([step_id for step_id, _ in unknown]),
+                    among(uow.session, WorkflowStep.id, [step_id for step_id, _ in unknown]),
                     WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
                 )
             )
@@ -293,7 +296,7 @@ def sweep(
             uow.session.execute(
                 update(WorkflowStep)
                 .where(
-                    WorkflowStep.id.in_(outcome.published),
+                    among(uow.session, WorkflowStep.id, outcome.published),
                     WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
                 )
                 .values(dispatched_at=now),
@@ -351,7 +354,7 @@ def _note_fresh(
         uow.session.execute(
             update(WorkflowStep)
             .where(
-                WorkflowStep.id.in_(ids),
+                among(uow.session, WorkflowStep.id, ids),
                 WorkflowStep.status == StepStatus.PENDING,
                 WorkflowStep.next_publish_at.is_(None),
             )
@@ -367,9 +370,9 @@ def _pending(
     *criteria: Any,
     limit: int | None = None,
     writer: bool = False,
-) -> list[int]:
-    """Pending rows due for publishing; ``writer``: also those only noted by a sweep
-    (never refused), which their writer publishes at once."""
+) -> Select[tuple[int]]:
+    """The ids of pending rows due for publishing, oldest first; ``writer``: also those
+    only noted by a sweep (never refused), which their writer publishes at once."""
     due = or_(_due(now), WorkflowStep.publish_attempts == 0) if writer else _due(now)
     query = (
         select(WorkflowStep.id)
@@ -378,7 +381,55 @@ def _pending(
     )
     if limit is not None:
         query = query.limit(limit)
-    return list(session.scalars(query).all())
+    return query
+
+
+#: what a row's message is built from (:func:`message_for`)
+_MESSAGE_COLUMNS = (
+    WorkflowStep.id,
+    WorkflowStep.workflow_id,
+    WorkflowStep.step,
+    WorkflowStep.queue,
+    WorkflowStep.task,
+    WorkflowStep.payload,
+)
+
+
+def _read_pending(
+    session_factory: SessionFactory,
+    pending: Callable[[Session, datetime], Select[tuple[int]]],
+    now: datetime,
+    known: Mapping[int, StepMessage],
+) -> tuple[list[tuple[int, StepMessage]], dict[int, str]]:
+    """The pending rows to publish with their messages, in id order.
+
+    Rows whose message the caller holds (``known``) are not read back. Otherwise
+    the rows and their messages come in one read; when some payload does not
+    decode, the ids are read first and the rows then one by one, so only the bad
+    rows are refused.
+
+    Returns:
+        ``(messages, refused)`` as :func:`_load_messages`.
+    """
+    if not known:
+        try:
+            with UnitOfWork(session_factory) as uow:
+                rows = uow.session.execute(  # plain rows: no ORM objects to build and track
+                    pending(uow.session, now).with_only_columns(*_MESSAGE_COLUMNS)
+                ).all()
+                return [(row.id, message_for(row)) for row in rows], {}
+        except Exception:  # noqa: BLE001 - some row does not decode: isolate it below
+            pass
+    with UnitOfWork(session_factory) as uow:
+        ids = list(uow.session.scalars(pending(uow.session, now)))
+    unknown = [row_id for row_id in ids if row_id not in known]
+    steps, unreadable = _load_messages(session_factory, unknown) if unknown else ([], {})
+    if len(unknown) < len(ids):
+        steps = sorted(
+            [*steps, *((row_id, known[row_id]) for row_id in ids if row_id in known)],
+            key=lambda item: item[0],
+        )
+    return steps, unreadable
 
 
 def _load_messages(
@@ -401,7 +452,7 @@ def _load_messages(
                     WorkflowStep.task,
                     WorkflowStep.payload,
                 )
-                .where(WorkflowStep.id.in_(ids))
+                .where(among(uow.session, WorkflowStep.id, ids))
                 .order_by(WorkflowStep.id)
             ).all()
             return [(row.id, message_for(row)) for row in rows], {}
@@ -423,24 +474,15 @@ def _load_messages(
 def _publish_where(
     session_factory: SessionFactory,
     publisher: Publisher,
-    load: Callable[[Session, datetime], list[int]],
+    pending: Callable[[Session, datetime], Select[tuple[int]]],
     clock: Callable[[], datetime],
     policy: PublishPolicy,
     known: Mapping[int, StepMessage] | None = None,
 ) -> _Published:
     now = clock()
-    with UnitOfWork(session_factory) as uow:
-        ids = load(uow.session, now)
-    if not ids:
+    steps, unreadable = _read_pending(session_factory, pending, now, known or {})
+    if not steps and not unreadable:
         return _Published()
-    known = known or {}
-    unknown = [row_id for row_id in ids if row_id not in known]
-    steps, unreadable = _load_messages(session_factory, unknown) if unknown else ([], {})
-    if len(unknown) < len(ids):
-        steps = sorted(
-            [*steps, *((row_id, known[row_id]) for row_id in ids if row_id in known)],
-            key=lambda item: item[0],
-        )
     outcome = publish_isolated(publisher, steps)
     outcome.refused.update(unreadable)
     _mark_dispatched(session_factory, outcome, clock)
@@ -459,7 +501,7 @@ def _mark_dispatched(
         uow.session.execute(
             update(WorkflowStep)
             .where(
-                WorkflowStep.id.in_(outcome.published),
+                among(uow.session, WorkflowStep.id, outcome.published),
                 WorkflowStep.dispatched_at.is_(None),
             )
             .values(
@@ -493,7 +535,10 @@ def _charge_refusals(
             rows = uow.session.scalars(
                 select(WorkflowStep)
                 .options(defer(WorkflowStep.payload))  # it may be what does not decode
-                .where(WorkflowStep.id.in_(list(refused)), WorkflowStep.status.in_(_OPEN))
+                .where(
+                    among(uow.session, WorkflowStep.id, refused),
+                    WorkflowStep.status.in_(_OPEN),
+                )
             ).all()
             for row in rows:
                 reason = refused[row.id]
