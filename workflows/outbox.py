@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
+from workflows.bulk import insert_rows
 from workflows.columns import utcnow
 from workflows.messages import StepMessage
 from workflows.models import (
@@ -98,9 +98,10 @@ def add_workflows(
     now = now or utcnow()
     # Core inserts on the tables (not ORM bulk inserts): the same multi-row
     # INSERT ... RETURNING, without the ORM's per-row bookkeeping (about half of
-    # placement's time in a profile).
-    workflow_ids = session.scalars(
-        insert(_WORKFLOWS).returning(_WORKFLOWS.c.id, sort_by_parameter_order=True),
+    # placement's time in a profile); COPY on PostgreSQL (``workflows.bulk``).
+    workflow_ids = insert_rows(
+        session,
+        _WORKFLOWS,
         [
             {
                 "kind": spec.kind,
@@ -112,7 +113,7 @@ def add_workflows(
             }
             for spec in specs
         ],
-    ).all()
+    )
     step_rows = [
         {
             "workflow_id": workflow_id,
@@ -127,9 +128,7 @@ def add_workflows(
         for spec, workflow_id in zip(specs, workflow_ids, strict=True)
         for step in spec.steps
     ]
-    step_ids = session.scalars(
-        insert(_STEPS).returning(_STEPS.c.id, sort_by_parameter_order=True), step_rows
-    ).all()
+    step_ids = insert_rows(session, _STEPS, step_rows)
     created: list[CreatedWorkflow] = []
     position = 0
     for spec, workflow_id in zip(specs, workflow_ids, strict=True):

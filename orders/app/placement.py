@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from orders.domain.errors import UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
+from workflows.bulk import insert_rows
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import StepMessage
@@ -104,10 +104,12 @@ def write_orders(
     if not drafts:
         return [], {}
     now = now or utcnow()
-    # Core multi-row INSERT ... RETURNING on the tables: the ORM's bulk insert
-    # spent about as long on per-row bookkeeping as the database on the rows.
-    order_ids = session.scalars(
-        insert(_ORDERS).returning(_ORDERS.c.id, sort_by_parameter_order=True),
+    # Core multi-row INSERT ... RETURNING on the tables (COPY on PostgreSQL,
+    # ``workflows.bulk``): the ORM's bulk insert spent about as long on per-row
+    # bookkeeping as the database on the rows.
+    order_ids = insert_rows(
+        session,
+        _ORDERS,
         [
             {
                 "customer_id": draft.customer_id,
@@ -120,9 +122,10 @@ def write_orders(
             }
             for draft in drafts
         ],
-    ).all()
-    session.execute(
-        insert(_LINES),
+    )
+    insert_rows(
+        session,
+        _LINES,
         [
             {
                 "order_id": order_id,
@@ -136,6 +139,7 @@ def write_orders(
             for draft, order_id in zip(drafts, order_ids, strict=True)
             for line in draft.lines
         ],
+        ids=False,
     )
     specs = [order_workflow(order_id) for order_id in order_ids]
     created = add_workflows(session, specs, now=now)
