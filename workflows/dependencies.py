@@ -98,10 +98,17 @@ NO_DEPENDENCIES = StepGraph()
 
 _WS = WorkflowStep.__table__
 # built once: on a batch of one, building a statement costs more than running it
-# keyed by "runs on PostgreSQL": there the id list is one array (workflows.idlists)
+# keyed by "runs on PostgreSQL": there the id list is one array (workflows.idlists).
+# Only workflows that still have a waiting step can change: once their first step
+# released the rest, a batch of any later step reads no rows here.
 _STEPS_OF = {
     pg: select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
-        one_of(_WS.c.workflow_id, "ids", postgresql=pg)
+        _WS.c.workflow_id.in_(
+            select(_WS.c.workflow_id).where(
+                one_of(_WS.c.workflow_id, "ids", postgresql=pg),
+                _WS.c.status == StepStatus.WAITING,
+            )
+        )
     )
     for pg in (False, True)
 }
