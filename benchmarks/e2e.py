@@ -7,6 +7,7 @@ worker process per step (``orders.worker.runner.run_worker``, CLI defaults), TPC
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import tempfile
 import time
@@ -33,7 +34,8 @@ log = logging.getLogger("benchmarks")
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 #: longest wait for the workers to start serving before the clock starts anyway, seconds
 READY_TIMEOUT = 60.0
-PG_DB = "orderflow_bench"
+#: this run's own database: runs on one server at the same time never drop each other's
+PG_DB = f"orderflow_bench_{os.getpid()}"
 
 
 def fresh_pg_database() -> str:
@@ -42,6 +44,12 @@ def fresh_pg_database() -> str:
         conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {PG_DB}")
     return f"postgresql+psycopg://postgres@127.0.0.1:5432/{PG_DB}"
+
+
+def drop_pg_database() -> None:
+    """Drop the benchmark database (after a run)."""
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
 
 
 def pg_commits() -> int:
@@ -203,6 +211,8 @@ def run_e2e(
         counted = Counters(client, settings.queue_prefix).read()
         xact = pg_commits() - xact_before if database == "postgresql" else None
         app.close()
+        if database == "postgresql":
+            drop_pg_database()
     row = {
         "kind": "e2e",
         "library": "orderflow",
