@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, Select, case, func, or_, select, update
+from sqlalchemy import Row, Select, and_, case, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
@@ -296,8 +296,11 @@ def sweep(
             uow.session.execute(
                 update(WorkflowStep)
                 .where(
-                    among(uow.session, WorkflowStep.id, outcome.published),
-                    WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
+                    _not_held(
+                        uow.session,
+                        outcome.published,
+                        WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
+                    )
                 )
                 .values(dispatched_at=now),
                 execution_options={"synchronize_session": False},
@@ -329,6 +332,28 @@ class _Published:
     unpublishable: int = 0
 
 
+def _not_held(session: Session, ids: Sequence[int], *criteria: Any) -> Any:
+    """Rows ``ids`` meeting ``criteria``, leaving out on PostgreSQL those another
+    transaction holds locked (``FOR UPDATE SKIP LOCKED``, in id order).
+
+    The relay's marking updates must never wait for a row lock: a completing step
+    batch holds its step rows while it waits for other rows, and the relay holding
+    some of those while waiting for the batch's was a deadlock, broken by the server
+    after ``deadlock_timeout`` (1 s) with every worker behind it stalled. A row
+    skipped here is being completed (it is not pending any more afterwards) or
+    stays as it was, which the sweep handles as for any crash before marking.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        return and_(among(session, WorkflowStep.id, ids), *criteria)
+    free = (
+        select(WorkflowStep.id)
+        .where(among(session, WorkflowStep.id, ids), *criteria)
+        .order_by(WorkflowStep.id)
+        .with_for_update(skip_locked=True)
+    )
+    return WorkflowStep.id.in_(free)
+
+
 def _due(now: datetime) -> Any:
     return or_(WorkflowStep.next_publish_at.is_(None), WorkflowStep.next_publish_at <= now)
 
@@ -354,9 +379,12 @@ def _note_fresh(
         uow.session.execute(
             update(WorkflowStep)
             .where(
-                among(uow.session, WorkflowStep.id, ids),
-                WorkflowStep.status == StepStatus.PENDING,
-                WorkflowStep.next_publish_at.is_(None),
+                _not_held(
+                    uow.session,
+                    ids,
+                    WorkflowStep.status == StepStatus.PENDING,
+                    WorkflowStep.next_publish_at.is_(None),
+                )
             )
             .values(next_publish_at=now + timedelta(seconds=settle_seconds)),
             execution_options={"synchronize_session": False},
@@ -500,10 +528,7 @@ def _mark_dispatched(
     with UnitOfWork(session_factory) as uow:
         uow.session.execute(
             update(WorkflowStep)
-            .where(
-                among(uow.session, WorkflowStep.id, outcome.published),
-                WorkflowStep.dispatched_at.is_(None),
-            )
+            .where(_not_held(uow.session, outcome.published, WorkflowStep.dispatched_at.is_(None)))
             .values(
                 # A worker may have moved the row on already: keep its state.
                 status=case(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from datetime import timedelta
 
 import pytest
@@ -318,3 +319,37 @@ def test_a_row_written_while_a_settling_sweep_runs_is_left_to_its_writer(
     assert swept.published == 0
     assert publisher.keys() == []
     assert step_states(session_factory)[StepStatus.PENDING] == 1
+
+
+def test_marking_published_steps_never_waits_for_a_row_a_worker_holds(
+    session_factory, catalog, publisher, engine
+):
+    """Regression: the relay's UPDATE waited for row locks that a completing step
+    batch held, while that batch waited for the relay's rows: PostgreSQL broke the
+    deadlock after deadlock_timeout (1 s), a stall of every worker behind it."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("row locks: SQLite has one writer and no row locks")
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(11))
+    held, free = (order.step_ids[0] for order in result.orders)  # the two stock rows
+    worker = engine.connect()
+    worker.execute(  # a step batch completing ``held``, not committed yet
+        update(WorkflowStep).where(WorkflowStep.id == held).values(outcome="running")
+    )
+    outcome: list[int] = []
+    relay = threading.Thread(
+        target=lambda: outcome.append(publish_steps(session_factory, publisher, [held, free]))
+    )
+    try:
+        relay.start()
+        relay.join(5)
+        assert not relay.is_alive(), "the relay waited for the worker's row lock"
+    finally:
+        worker.rollback()
+        worker.close()
+        relay.join(10)
+    assert outcome == [2]
+    with session_factory() as session:
+        rows = {r.id: r for r in session.scalars(select(WorkflowStep))}
+    assert rows[free].status == StepStatus.DISPATCHED and rows[free].dispatched_at is not None
+    # the held row was skipped, not lost: still pending, the sweep publishes it again
+    assert rows[held].status == StepStatus.PENDING and rows[held].dispatched_at is None
