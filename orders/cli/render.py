@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
@@ -33,9 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-# Format characters that reorder or hide text (Trojan Source); the rest of
-# category Cf (soft hyphen, zero-width joiner in emoji) is harmless.
-_BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F)}
+from orders.visible import visible
 
 SHORT_ID = 14
 """Shortest job id prefix a text view shows: the 11 hex digits of the creation
@@ -94,13 +91,8 @@ def degrade(value: str, encoding: str) -> str:
     return value.encode(encoding, "replace").decode(encoding, "replace")
 
 
-def _escape_char(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
 def clean(value: Any, *, multiline: bool = False) -> str:
-    """``str(value)`` made harmless for a terminal.
+    """``str(value)`` made harmless for a terminal (see :func:`orders.visible.visible`).
 
     Args:
         value: anything; None becomes ``-``.
@@ -112,17 +104,7 @@ def clean(value: Any, *, multiline: bool = False) -> str:
         escapes. Rich markup is left as is: print the result as :class:`Text`
         (see :func:`text`) or with ``markup=False``.
     """
-    raw = "-" if value is None else str(value)
-    keep = "\n\t" if multiline else ""
-    out = []
-    for ch in raw:
-        if ch in keep:
-            out.append(ch)
-        elif ch in _BIDI or unicodedata.category(ch) == "Cc":
-            out.append(_escape_char(ch))
-        else:
-            out.append(ch)
-    return "".join(out)
+    return visible(value, multiline=multiline)
 
 
 def text(value: Any, style: str = "", *, multiline: bool = False, limit: int = 0) -> Text:
