@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import jinja2
 import redis
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
@@ -40,13 +41,23 @@ OPEN_PATHS = ("/login", "/static/", "/healthz")
 
 
 def templates() -> Jinja2Templates:
-    """The Jinja2 environment with the dashboard's filters (``when``, ``ms``, ``rate``)."""
-    t = Jinja2Templates(directory=str(HERE / "templates"))
+    """The Jinja2 environment with the dashboard's filters (``when``, ``ms``, ``rate``).
+
+    Autoescape is on and every printed value passes :func:`render.shown`, so job
+    and Redis text can neither add markup nor carry control characters into a page.
+    """
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+        autoescape=True,
+        finalize=render.shown,
+    )
+    t = Jinja2Templates(env=env)
     t.env.filters["when"] = render.when
     t.env.filters["when_ms"] = render.when_ms
     t.env.filters["ms"] = render.ms
     t.env.filters["rate"] = render.rate
     t.env.globals["login_link"] = auth.login_link
+    t.env.globals["order_link"] = render.order_link
     return t
 
 

@@ -5,12 +5,53 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
 from orders.domain.steps import ALL_STEPS
+from orders.visible import visible
 from orders.web.security import CSRF_FIELD
 from orders.web.state import web_state
+
+MAX_ORDER_ID = 2**63 - 1
+"""The largest order id ``/orders/<id>`` accepts (a signed 64-bit key)."""
+
+
+def shown(value: Any) -> Any:
+    """Jinja ``finalize``: every ``{{ value }}`` a template prints passes here first.
+
+    A string (job and Redis text included) gets its control and bidi characters
+    shown as ``\\x1b``-style escapes (:func:`orders.visible.visible`, newlines
+    and tabs kept); autoescape then escapes ``<>&"'``. Markup the code built
+    itself (charts, links) and non-strings pass unchanged.
+    """
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return value
+    return visible(value, multiline=True)
+
+
+def order_link(value: Any) -> Markup:
+    """An order id from job data as a link to its page, if it is one.
+
+    Args:
+        value: a payload's ``order_id``: anything.
+
+    Returns:
+        ``<a href="/orders/N">N</a>`` for an integer (or decimal string) in
+        ``1..MAX_ORDER_ID``; "-" for None or ""; anything else as escaped
+        visible text, not linked (its page would only answer 400).
+    """
+    if value is None or value == "":
+        return Markup("-")
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isascii() and value.isdecimal():
+        number = int(value)
+    if number is not None and 1 <= number <= MAX_ORDER_ID:
+        return Markup('<a href="/orders/{0}">{0}</a>').format(number)
+    return escape(visible(value))
 
 
 def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:

@@ -475,3 +475,40 @@ def test_cancel_too_late_or_unknown_is_refused_with_a_message(
     assert client.post("/orders/999999/cancel", data={"csrf": csrf}).status_code == 404
     assert client.post("/orders/abc/cancel", data={"csrf": csrf}).status_code == 400
     assert 'id="order-status">completed<' in client.get(f"/orders/{world.done_order}").text
+
+
+# ------------------------------------------------------------ hostile text
+
+HOSTILE = "[red]evil[/red]\x1b[31mRED\x07<script>\u202egnp"
+
+
+def hostile_dead_letter(world: World) -> str:
+    """A dead letter on points from a foreign producer: hostile task, error and order id."""
+    queue = world.app.queues["points"]
+    job_id = queue.enqueue(HOSTILE, {"order_id": "[red]1[/red]\x1b[2J", "note": HOSTILE})
+    leased = queue.fetch(10, worker_id="test-worker").jobs
+    mine = next(j for j in leased if j.job_id == job_id)
+    assert queue.dead(mine.lease, "error", error=f"PermanentError: {HOSTILE}")
+    queue.release([j.lease for j in leased if j is not mine])
+    return job_id
+
+
+def test_hostile_job_text_is_shown_escaped_on_every_page(client: TestClient, world: World) -> None:
+    job_id = hostile_dead_letter(world)
+    for url in (
+        "/",
+        "/partials/overview",
+        "/dlq",
+        f"/dlq/points/{job_id}",
+        f"/queues/points/jobs/{job_id}",
+    ):
+        page = client.get(url)
+        assert page.status_code == 200, url
+        for raw in ("\x1b", "\x07", "\u202e", "<script>"):
+            assert raw not in page.text, (url, raw)
+        assert "\\x1b" in page.text, url
+        assert 'href="/orders/[red]' not in page.text and "/orders/%5B" not in page.text, url
+    shown = client.get(f"/dlq/points/{job_id}").text
+    assert "[red]1[/red]\\x1b[2J" in shown  # the order id is shown as text, not linked
+    assert "&lt;script&gt;\\u202egnp" in shown
+    assert f'href="/orders/{world.done_order}"' in client.get("/").text  # real ids still link
