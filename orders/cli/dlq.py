@@ -9,7 +9,7 @@ import typer
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
-from orders.domain.steps import ALL_STEPS, task_name
+from orders.domain.steps import ALL_STEPS, TASKS
 from reliable_queue import (
     DEAD_REASONS,
     DeadLetter,
@@ -25,7 +25,7 @@ dlq = typer.Typer(
 )
 
 StepOpt = Annotated[str | None, typer.Option("--step", help="Only this step's queue.")]
-KNOWN_TASKS = tuple(task_name(step) for step in ALL_STEPS)
+KNOWN_TASKS = TASKS
 """Task names the step queues carry (``--task`` accepts only these)."""
 TaskOpt = Annotated[
     str | None,

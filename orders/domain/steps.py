@@ -50,6 +50,11 @@ def queue_name(step: str) -> str:
     return step
 
 
+TASKS: tuple[str, ...] = tuple(task_name(step) for step in ALL_STEPS)
+"""Every task name orderflow registers, in the order of :data:`ALL_STEPS`; jobs of any
+other name (a foreign producer's) are dead-lettered as ``unknown_task``."""
+
+
 def route(step: str) -> tuple[str, str]:
     """Return (queue, task name) of a step's messages (``workflows.compensation.Route``)."""
     return queue_name(step), task_name(step)

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from orders.observability.cache import TTLCache
+from orders.observability.labels import UNKNOWN, bounded
 from orders.observability.order_counts import SHOWN_STATUSES, OrderCounts, order_counts
 from reliable_queue import DEAD_REASONS, Queue, QueueStats, stats
 from workflows.uow import SessionFactory
@@ -127,10 +128,10 @@ def queue_families(
             depth.add_metric([s.queue, task, state], getattr(s, state))
         for name, family in counters.items():
             family.add_metric([s.queue, task], s.counters.get(name, 0))
-        reasons = {r: 0 for r in DEAD_REASONS}
+        reasons = dict.fromkeys((*DEAD_REASONS, UNKNOWN), 0)
         for key, value in s.counters.items():
-            if key.startswith("dead:"):
-                reasons[key[5:]] = value
+            if key.startswith("dead:"):  # any text another writer put in the hash
+                reasons[bounded(key[5:], DEAD_REASONS)] += value
         for reason, value in reasons.items():
             dead.add_metric([s.queue, task, reason], value)
         for kind in ("orphans", "doubles", "no_record"):

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from prometheus_client import Counter, Histogram
 from sqlalchemy import select
 
-from orders.domain.steps import queue_name, task_name
+from orders.domain.steps import ALL_STEPS, TASKS, queue_name, task_name
+from orders.observability.labels import bounded
 from reliable_queue import RawJob
 from reliable_queue.codec import RecordDecodeError, decode_record
 from reliable_queue.execution import Dead, Outcome, Retry
@@ -50,6 +51,12 @@ def error_kind(outcome: Retry | Dead) -> str:
     if match:
         return match.group(1).rsplit(".", 1)[-1]
     return outcome.reason if isinstance(outcome, Dead) else "error"
+
+
+def job_labels(queue: str, task: str) -> tuple[str, str]:
+    """The ``queue`` and ``task`` label values of a job, bounded to orderflow's own
+    queues and task names (anything else, e.g. a foreign producer's task: ``unknown``)."""
+    return bounded(queue, ALL_STEPS), bounded(task, TASKS)
 
 
 def completion_seconds(
@@ -102,7 +109,7 @@ class HandlerTiming(BatchMiddleware):
         now = self.metrics.clock()
         for _, ctx in items:
             if ctx.attempt == 1:
-                self.metrics.start_latency.labels(ctx.queue, ctx.task).observe(
+                self.metrics.start_latency.labels(*job_labels(ctx.queue, ctx.task)).observe(
                     max(now - ctx.enqueued_at, 0.0)
                 )
         started = self.timer()
@@ -111,7 +118,9 @@ class HandlerTiming(BatchMiddleware):
         finally:
             elapsed = self.timer() - started
             for _, ctx in items:
-                self.metrics.handler_seconds.labels(ctx.queue, ctx.task).observe(elapsed)
+                self.metrics.handler_seconds.labels(*job_labels(ctx.queue, ctx.task)).observe(
+                    elapsed
+                )
 
 
 class WorkerMetrics:
@@ -195,7 +204,7 @@ class WorkerMetrics:
             task = decode_record(job.record).task
         except RecordDecodeError:
             task = "?"
-        self.failed.labels(job.queue, task, error_kind(outcome)).inc()
+        self.failed.labels(*job_labels(job.queue, task), error_kind(outcome)).inc()
 
     def on_results(self, step: str, results: Sequence[StepResult]) -> None:
         """Step-handler hook, once per handler call: count absorbed duplicates; time

@@ -18,13 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from orders.domain.steps import ALL_STEPS, task_name
+from orders.domain.steps import ALL_STEPS, TASKS
 from orders.web.params import BadParam, flag, integer, job_id, job_ids, one_of
 from orders.web.render import page
 from orders.web.state import WebState, web_state
 from reliable_queue import DEAD_REASONS, DeadLetter, Queue
-
-TASKS = tuple(task_name(s) for s in ALL_STEPS)
 
 
 @dataclass(frozen=True)
