@@ -6,7 +6,10 @@ worker middleware that remembers the job for the lane thread running it, and
 :class:`JobContextFilter` copies those fields onto each record. The worker's
 own line about a job's outcome (logged just after the handler returned, with
 ``extra={"job_id": ...}``) gets the task and order id of the same job too.
-Credentials inside URLs are masked in every line (see ``urls``).
+Credentials inside URLs are masked in every line (see ``urls``). Job text is
+untrusted: no control or bidi character reaches the stream raw (a readable line
+shows them as ``\\x1b`` escapes; a JSON line as ``\\u001b``, so the data parses
+back unchanged).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import datetime as dt
 import json
 import logging
 import sys
+import unicodedata
 from typing import IO, Any
 
 from orders.observability.urls import mask_urls_in
+from orders.visible import BIDI, visible
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 
 CONTEXT_FIELDS = ("job_id", "queue", "task", "attempt", "order_id")
@@ -118,6 +123,14 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return out
 
 
+def _json_escaped(line: str) -> str:
+    # json.dumps(ensure_ascii=False) escapes only U+0000..U+001F: escape DEL, the
+    # C1 controls and bidi overrides too (they occur only inside JSON strings).
+    return "".join(
+        f"\\u{ord(ch):04x}" if ch in BIDI or unicodedata.category(ch) == "Cc" else ch for ch in line
+    )
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``msg``,
     the job fields when present, any other ``extra`` fields, and ``exc`` (traceback)."""
@@ -137,7 +150,7 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = mask_urls_in(self.formatException(record.exc_info))
         elif record.stack_info:
             line["stack"] = record.stack_info
-        return json.dumps(line, default=str, ensure_ascii=False)
+        return _json_escaped(json.dumps(line, default=str, ensure_ascii=False))
 
 
 class ReadableFormatter(logging.Formatter):
@@ -146,12 +159,12 @@ class ReadableFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Render ``record`` for a person at a terminal (credentials in URLs masked)."""
         when = dt.datetime.fromtimestamp(record.created).strftime("%H:%M:%S.%f")[:-3]
-        text = f"{when} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        text = f"{when} {record.levelname:<7} {record.name}: {visible(record.getMessage())}"
         extras = _extras(record)
         if extras:
-            text += "  " + " ".join(f"{k}={v}" for k, v in extras.items())
+            text += "  " + " ".join(f"{k}={visible(str(v))}" for k, v in extras.items())
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            text += "\n" + visible(self.formatException(record.exc_info), multiline=True)
         return mask_urls_in(text)
 
 

@@ -119,3 +119,35 @@ def test_readable_lines_for_a_terminal_carry_the_fields_too() -> None:
     assert "INFO" in line and "orders.test: retrying redis://u:***@h/0" in line
     assert "job_id=j9" in line and "attempt=3" in line
     assert not line.startswith("{")
+
+
+HOSTILE = "boom [red]x\x1b[31mRED\x07 \x9b2J \u202egnp.exe 注文"
+RAW = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_hostile_job_text_reaches_a_json_log_escaped_but_intact(captured: io.StringIO) -> None:
+    logging.getLogger("orders.test").warning("job dead: %s", HOSTILE, extra={"order_id": HOSTILE})
+    text = captured.getvalue()
+    assert not any(raw in text for raw in RAW), text
+    (line,) = lines(captured)
+    assert line["msg"] == f"job dead: {HOSTILE}" and line["order_id"] == HOSTILE
+    assert "注文" in text  # readable text stays readable
+
+
+def test_hostile_job_text_reaches_a_terminal_log_as_visible_escapes() -> None:
+    stream = io.StringIO()
+    handler = configure_logging("INFO", stream=stream, json_lines=False)
+    try:
+        log = logging.getLogger("orders.test")
+        log.warning("job dead: %s", HOSTILE, extra={"order_id": HOSTILE})
+        try:
+            raise ValueError(HOSTILE)
+        except ValueError:
+            log.exception("handler failed")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    text = stream.getvalue()
+    assert not any(raw in text for raw in RAW), text
+    assert "x\\x1b[31mRED\\x07 \\x9b2J \\u202egnp.exe 注文" in text
+    assert "order_id=boom [red]x\\x1b" in text
+    assert "\nTraceback" in text  # a traceback keeps its lines
