@@ -32,7 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from orders.visible import visible
+from orders.observability.visible import visible
 
 SHORT_ID = 14
 """Shortest job id prefix a text view shows: the 11 hex digits of the creation
@@ -92,7 +92,7 @@ def degrade(value: str, encoding: str) -> str:
 
 
 def clean(value: Any, *, multiline: bool = False) -> str:
-    """``str(value)`` made harmless for a terminal (see :func:`orders.visible.visible`).
+    """``str(value)`` made harmless for a terminal (see :mod:`orders.observability.visible`).
 
     Args:
         value: anything; None becomes ``-``.

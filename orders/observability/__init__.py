@@ -3,6 +3,8 @@
 Modules, one job each (see docs/operations.md for what an operator sees):
 
 - ``urls``: mask credentials in URLs and in any text that may hold one.
+- ``visible``: control and bidi characters of untrusted text shown as escapes.
+- ``labels``: metric label values bounded to a known set (else ``unknown``).
 - ``logs``: JSON or readable log lines carrying the job and order being worked on.
 - ``multiproc``: the Prometheus multi-process folder under the data dir.
 - ``worker_metrics``: what worker processes record (handler time, latency, ...).

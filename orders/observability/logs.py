@@ -23,7 +23,7 @@ import unicodedata
 from typing import IO, Any
 
 from orders.observability.urls import mask_urls_in
-from orders.visible import BIDI, visible
+from orders.observability.visible import BIDI, visible
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 
 CONTEXT_FIELDS = ("job_id", "queue", "task", "attempt", "order_id")

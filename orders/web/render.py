@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from orders.domain.steps import ALL_STEPS
-from orders.visible import visible
+from orders.observability.visible import visible
 from orders.web.security import CSRF_FIELD
 from orders.web.state import web_state
 
@@ -22,7 +22,7 @@ def shown(value: Any) -> Any:
     """Jinja ``finalize``: every ``{{ value }}`` a template prints passes here first.
 
     A string (job and Redis text included) gets its control and bidi characters
-    shown as ``\\x1b``-style escapes (:func:`orders.visible.visible`, newlines
+    shown as ``\\x1b``-style escapes (:func:`orders.observability.visible.visible`, newlines
     and tabs kept); autoescape then escapes ``<>&"'``. Markup the code built
     itself (charts, links) and non-strings pass unchanged.
     """
