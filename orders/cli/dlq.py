@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from orders.app.bootstrap import App
+from orders.app.dead_letters import BlockingLetter, blocking_letters
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
@@ -49,10 +51,14 @@ MAX_RATE = 10_000.0  # jobs per second a redrive may be paced at
 
 
 def _queues(step: str | None) -> list[Queue]:
+    return _app_queues(step)[1]
+
+
+def _app_queues(step: str | None) -> tuple[App, list[Queue]]:
     if step is not None and step not in ALL_STEPS:
         fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
     app = make_app()
-    return [app.queues[s] for s in ([step] if step else ALL_STEPS)]
+    return app, [app.queues[s] for s in ([step] if step else ALL_STEPS)]
 
 
 def _check_filters(task: str | None, reason: str | None) -> None:
@@ -217,19 +223,62 @@ def purge(
     task: TaskOpt = None,
     reason: ReasonOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also purge dead letters whose step blocks an order (the order then stays "
+            "blocked with nothing to redrive: only `orders cancel` ends it).",
+        ),
+    ] = False,
 ) -> None:
     """Delete dead letters for good: the ones given by id, or every one matching the
-    filters."""
+    filters.
+
+    A dead letter whose step blocks an order is refused (nothing is purged, exit 1)
+    unless --force: redrive it (`orders dlq redrive JOB_ID`) or cancel the order
+    (`orders cancel ORDER_ID`) instead.
+    """
     _check_filters(task, reason)
     _check_ids_or_filters(job_ids, task, reason)
-    queues = _queues(step)
+    app, queues = _app_queues(step)
     chosen = _resolve(queues, job_ids)
     if not yes and not job_ids:
         typer.confirm("Delete every matching dead letter for good?", abort=True)
-    removed = 0
+    letters: dict[str, list[DeadLetter]] = {}
     for queue in queues:
         ids = chosen.get(queue.name)
         if job_ids and not ids:
             continue
-        removed += queue.dead_letters.purge(ids=ids, task=task, reason=reason)
+        if ids is None:
+            found = list(queue.dead_letters.iter(task=task, reason=reason))
+        else:
+            found = [d for i in ids if (d := queue.dead_letters.show(i)) is not None]
+        letters[queue.name] = found
+    every = [d for found in letters.values() for d in found]
+    blocking = blocking_letters(app.session_factory, every)
+    if blocking and not force:
+        first = blocking[0]
+        fail(
+            f"{len(blocking)} dead letter(s) block an order: {_blocked_orders(blocking)}; "
+            f"purging would leave the order blocked with nothing to redrive; nothing was "
+            f"purged. Redrive instead (orders dlq redrive {first.job_id}), cancel the order "
+            f"(orders cancel {first.order_id}), or purge anyway with --force"
+        )
+    removed = 0
+    for queue in queues:
+        if letters.get(queue.name):
+            removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
     say("purged {} dead letter(s)", removed)
+    if blocking:
+        say(
+            "left {} order(s) blocked with no dead letter (only `orders cancel` ends them): {}",
+            len({b.order_id for b in blocking}),
+            _blocked_orders(blocking),
+        )
+
+
+def _blocked_orders(blocking: list[BlockingLetter], most: int = 5) -> str:
+    """``order 12 (stock, job 1a2b...)`` for the first ``most`` blocking letters."""
+    shown = ", ".join(f"order {b.order_id} ({b.step}, job {b.job_id})" for b in blocking[:most])
+    return shown + (f" and {len(blocking) - most} more" if len(blocking) > most else "")

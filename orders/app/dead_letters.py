@@ -1,0 +1,87 @@
+"""Which dead letters still block an order's workflow in the database.
+
+A dead step blocks its workflow until its dead letter is redriven (or the order
+is cancelled). Purging that dead letter would leave the order blocked with
+nothing to redrive, so purges ask here first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import and_, select
+
+from orders.domain.steps import WORKFLOW_KIND
+from reliable_queue import DeadLetter
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.uow import SessionFactory
+
+_CHUNK = 500  # workflow ids per query (well under SQLite's bound-parameter limit)
+
+
+@dataclass(frozen=True)
+class BlockingLetter:
+    """A dead letter whose step is dead in a blocked workflow.
+
+    Attributes:
+        job_id: the dead letter's job id.
+        order_id: the order the workflow is about.
+        step: the dead step's name.
+    """
+
+    job_id: str
+    order_id: int
+    step: str
+
+
+def _step_of(letter: DeadLetter) -> tuple[int, str] | None:
+    payload = letter.payload
+    if not isinstance(payload, dict):
+        return None
+    workflow_id, step = payload.get("workflow_id"), payload.get("step")
+    if type(workflow_id) is not int or not isinstance(step, str):
+        return None
+    return workflow_id, step
+
+
+def blocking_letters(
+    session_factory: SessionFactory, letters: Iterable[DeadLetter]
+) -> list[BlockingLetter]:
+    """The dead letters among ``letters`` whose step still blocks an order.
+
+    A letter blocks when its payload names a (workflow id, step) whose step row
+    is dead and whose workflow (of an order) is blocked. Letters without such a
+    payload (record gone, unknown task, invalid payload) block nothing.
+
+    Args:
+        session_factory: makes the read-only sessions.
+        letters: the dead letters about to be purged.
+
+    Returns:
+        The blocking ones, in the order given.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
+    """
+    named = [(letter, key) for letter in letters if (key := _step_of(letter)) is not None]
+    workflow_ids = sorted({key[0] for _, key in named})
+    dead: dict[tuple[int, str], int] = {}
+    with session_factory() as session:
+        for i in range(0, len(workflow_ids), _CHUNK):
+            rows = session.execute(
+                select(WorkflowStep.workflow_id, WorkflowStep.step, Workflow.subject_id)
+                .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+                .where(
+                    and_(
+                        WorkflowStep.workflow_id.in_(workflow_ids[i : i + _CHUNK]),
+                        WorkflowStep.status == StepStatus.DEAD,
+                        Workflow.status == WorkflowStatus.BLOCKED,
+                        Workflow.kind == WORKFLOW_KIND,
+                    )
+                )
+            )
+            dead.update({(wid, step): order for wid, step, order in rows})
+    return [
+        BlockingLetter(letter.job_id, dead[key], key[1]) for letter, key in named if key in dead
+    ]

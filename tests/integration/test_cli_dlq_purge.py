@@ -1,0 +1,101 @@
+"""``orders dlq purge`` never silently strands an order blocked on the purged step."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from cli_processes import app_for
+from test_cli_bad_input import run
+
+from orders.app.placement import place_orders
+from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
+from orders.domain.steps import LOGISTICS
+from orders.sources.drafts import OrderDraft
+from workflows.relay import publish_steps
+from workflows.uow import UnitOfWork
+
+
+@dataclass
+class Blocked:
+    env: dict[str, str]
+    order_id: int
+    blocking_job: str  # the dead logistics job the order waits on
+    loose_job: str  # a dead letter no order waits on
+
+
+@pytest.fixture
+def blocked(
+    cli_env: dict[str, str],
+    key_prefix: str,
+    database_url: str,
+    catalog: dict[int, int],
+    make_draft: Callable[..., OrderDraft],
+) -> Blocked:
+    """One order blocked on its dead logistics job, plus a dead letter of no order."""
+    env = dict(
+        cli_env, ORDERS_QUEUE_PREFIX=key_prefix, ORDERS_DATABASE_URL=database_url, COLUMNS="200"
+    )
+    app = app_for(env, migrate=True)
+    try:
+        with UnitOfWork(app.session_factory) as uow:
+            (order,) = place_orders(uow.session, [make_draft()])
+            uow.commit()
+        publish_steps(app.session_factory, app.publisher, list(order.step_ids))
+        stocked = handle_step(
+            app.session_factory, StepRequest(order.workflow_id, order.order_id, "stock")
+        )
+        publish_steps(app.session_factory, app.publisher, list(stocked.released))
+        logistics = app.queues[LOGISTICS]
+        job = logistics.fetch(1).jobs[0]
+        assert logistics.dead(job.lease, "error", error="PermanentError: boom")
+        mark_step_dead(
+            app.session_factory, order.workflow_id, LOGISTICS, "error", error="boom", attempts=1
+        )
+        points = app.queues["points"]
+        loose = points.enqueue("orders.points", {"order_id": 999})
+        points_jobs = points.fetch(5).jobs
+        loose_job = next(j for j in points_jobs if j.job_id == loose)
+        assert points.dead(loose_job.lease, "invalid_payload", error="bad")
+        points.release([j.lease for j in points_jobs if j is not loose_job])
+        return Blocked(env, order.order_id, job.job_id, loose)
+    finally:
+        app.close()
+
+
+def dead_ids(env: dict[str, str]) -> set[str]:
+    listed = run(env, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {d["job_id"] for d in json.loads(listed.stdout)}
+
+
+def test_purge_of_a_letter_blocking_an_order_is_refused_with_the_way_out(
+    blocked: Blocked,
+) -> None:
+    proc = run(blocked.env, "dlq", "purge", blocked.blocking_job[:10])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert f"order {blocked.order_id}" in err and "nothing was purged" in err
+    assert "orders dlq redrive" in err and f"orders cancel {blocked.order_id}" in err
+    assert "--force" in err and "Traceback" not in err
+    assert dead_ids(blocked.env) == {blocked.blocking_job, blocked.loose_job}
+
+
+def test_purge_of_all_refuses_when_one_letter_blocks_an_order(blocked: Blocked) -> None:
+    proc = run(blocked.env, "dlq", "purge", "--yes")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert dead_ids(blocked.env) == {blocked.blocking_job, blocked.loose_job}
+    narrowed = run(blocked.env, "dlq", "purge", "--yes", "--reason", "invalid_payload")
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert dead_ids(blocked.env) == {blocked.blocking_job}
+
+
+def test_forced_purge_says_which_order_it_leaves_blocked(blocked: Blocked) -> None:
+    proc = run(blocked.env, "dlq", "purge", blocked.blocking_job, "--force")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "purged 1 dead letter(s)" in out
+    assert f"order {blocked.order_id}" in out and "orders cancel" in out
+    assert dead_ids(blocked.env) == {blocked.loose_job}
