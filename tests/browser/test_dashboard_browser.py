@@ -3,7 +3,8 @@ against a real `orders web` server and a real worker process.
 
 A person opens the overview, places orders from the CLI and sees the counts move;
 opens an order; signs in, dry-runs and then redrives a dead-lettered job from the
-DLQ page and sees its order complete; purges another after confirming. A
+DLQ page and sees its order complete; is refused the purge of another whose
+order it blocks. A
 screenshot of each page goes to ``test-output/browser/``.
 """
 
@@ -207,18 +208,16 @@ def test_an_operator_watches_orders_flow_and_redrives_a_dead_letter(
     shot(page, "order-after-redrive")
     assert dead_letters(d.app) == 0
 
-    # another dead letter, purged after the confirmation page
-    place_one_dead_order(d)
+    # another dead letter: its order is blocked on it, so the purge page refuses it
+    # and says the way out (redrive it, or cancel the order)
+    blocked_id = place_one_dead_order(d)
     page.goto(d.url + "/dlq")
     row = page.locator("#dead-letters tbody tr").first
     row.locator("a").last.click()
     expect(page.locator("#reason")).to_have_text("error")
     shot(page, "dead-letter")
     page.click("#purge")
-    expect(page.locator("#purge-question")).to_contain_text("deletes 1 dead letter")
-    shot(page, "purge-confirm")
+    expect(page.locator("#purge-blocking")).to_contain_text(f"order {blocked_id}")
+    expect(page.locator("#purge-question")).to_contain_text("nothing to purge")
+    shot(page, "purge-refused")
     assert dead_letters(d.app) == 1
-    page.click("#purge-confirm")
-    expect(page.locator("#purge-result")).to_contain_text("Deleted 1")
-    shot(page, "purged")
-    assert dead_letters(d.app) == 0

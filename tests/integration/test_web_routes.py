@@ -396,19 +396,40 @@ def test_bad_action_parameters_are_a_400(
 
 
 def test_purge_asks_for_confirmation_first(client: TestClient, world: World) -> None:
+    points = world.app.queues["points"]
+    loose = points.enqueue("orders.points", {"order_id": 999})  # blocks no order
+    fetched = points.fetch(10).jobs
+    assert points.dead(next(j for j in fetched if j.job_id == loose).lease, "error", error="x")
+    points.release([j.lease for j in fetched if j.job_id != loose])
+    csrf = sign_in(client)
+    ask = client.post("/dlq/purge", data={"scope": "selected", "ids": loose, "csrf": csrf})
+    assert ask.status_code == 200 and 'id="purge-question"' in ask.text
+    assert loose in ask.text and 'name="confirm" value="yes"' in ask.text
+    assert points.dead_letters.size() == 1
+    bad = client.post("/dlq/purge", data={"ids": loose, "csrf": csrf, "confirm": "sure"})
+    assert bad.status_code == 400 and points.dead_letters.size() == 1
+    done = client.post(
+        "/dlq/purge", data={"scope": "selected", "ids": loose, "csrf": csrf, "confirm": "yes"}
+    )
+    assert done.status_code == 200 and "Deleted <b>1</b>" in done.text
+    assert points.dead_letters.size() == 0 and dlq_size(world) == 1
+
+
+def test_purge_never_deletes_a_letter_whose_step_blocks_an_order(
+    client: TestClient, world: World
+) -> None:
     csrf = sign_in(client)
     ask = client.post("/dlq/purge", data={"scope": "matching", "csrf": csrf})
-    assert ask.status_code == 200 and 'id="purge-question"' in ask.text
-    assert world.dead_job in ask.text and 'name="confirm" value="yes"' in ask.text
-    assert dlq_size(world) == 1
-    bad = client.post("/dlq/purge", data={"ids": world.dead_job, "csrf": csrf, "confirm": "sure"})
-    assert bad.status_code == 400 and dlq_size(world) == 1
-    done = client.post(
+    assert ask.status_code == 200 and 'id="purge-blocking"' in ask.text
+    assert f"order {world.blocked_order}" in ask.text and "nothing to purge" in ask.text
+    assert 'name="confirm" value="yes"' not in ask.text
+    forced = client.post(
         "/dlq/purge",
         data={"scope": "selected", "ids": world.dead_job, "csrf": csrf, "confirm": "yes"},
     )
-    assert done.status_code == 200 and "Deleted <b>1</b>" in done.text
-    assert dlq_size(world) == 0
+    assert forced.status_code == 200 and "Deleted <b>0</b>" in forced.text
+    assert 'id="purge-blocking"' in forced.text
+    assert dlq_size(world) == 1
 
 
 def test_sign_out_ends_the_session(client: TestClient, world: World) -> None:

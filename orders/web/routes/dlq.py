@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from orders.app.dead_letters import BlockingLetter, blocking_letters
 from orders.domain.steps import ALL_STEPS, TASKS
 from orders.web.params import BadParam, flag, integer, job_id, job_ids, one_of
 from orders.web.render import page
@@ -171,13 +172,35 @@ async def redrive(request: Request) -> Response:
     return page(request, "redrive.html", result)
 
 
-def _purge(state: WebState, per_queue: dict[str, list[str]]) -> int:
-    return sum(state.app.queues[n].dead_letters.purge(ids=ids) for n, ids in per_queue.items())
+def _split_blocking(
+    state: WebState, per_queue: dict[str, list[str]]
+) -> tuple[dict[str, list[str]], list[BlockingLetter]]:
+    """Drop from ``per_queue`` the dead letters whose step blocks an order (purging
+    one would leave its order blocked with nothing to redrive); return what is left
+    and the dropped ones."""
+    letters = [
+        letter
+        for name, ids in per_queue.items()
+        for i in ids
+        if (letter := state.app.queues[name].dead_letters.show(i)) is not None
+    ]
+    blocking = blocking_letters(state.app.session_factory, letters)
+    held = {b.job_id for b in blocking}
+    free = {n: [i for i in ids if i not in held] for n, ids in per_queue.items()}
+    return {n: ids for n, ids in free.items() if ids}, blocking
+
+
+def _purge(state: WebState, per_queue: dict[str, list[str]]) -> tuple[int, list[BlockingLetter]]:
+    free, blocking = _split_blocking(state, per_queue)
+    removed = sum(state.app.queues[n].dead_letters.purge(ids=ids) for n, ids in free.items())
+    return removed, blocking
 
 
 async def purge(request: Request) -> Response:
     """POST /dlq/purge : without ``confirm=yes`` show what would be deleted and ask;
-    with it, delete those dead letters for good."""
+    with it, delete those dead letters for good. Dead letters whose step blocks an
+    order are never purged here (they are listed with the way out: redrive the
+    letter, or cancel the order); ``orders dlq purge --force`` can."""
     state = web_state(request)
     form = await request.form()
     state.guard.check_action(request, form)
@@ -185,13 +208,18 @@ async def purge(request: Request) -> Response:
     per_queue = await run_in_threadpool(resolve, state, target)
     confirmed = one_of(form, "confirm", ("yes",)) == "yes"
     if not confirmed:
+        free, blocking = await run_in_threadpool(_split_blocking, state, per_queue)
         return page(
             request,
             "purge_confirm.html",
-            {"per_queue": per_queue, "count": sum(len(v) for v in per_queue.values())},
+            {
+                "per_queue": free,
+                "count": sum(len(v) for v in free.values()),
+                "blocking": blocking,
+            },
         )
-    removed = await run_in_threadpool(_purge, state, per_queue)
-    return page(request, "purge_done.html", {"removed": removed})
+    removed, blocking = await run_in_threadpool(_purge, state, per_queue)
+    return page(request, "purge_done.html", {"removed": removed, "blocking": blocking})
 
 
 routes = [
