@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import socket
 from typing import Annotated
 
 import typer
@@ -29,6 +31,44 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def bind_listening(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` and listening, before anything says so.
+
+    Args:
+        host: an address or name of this machine.
+        port: a TCP port (0: any free one; the socket's name says which).
+
+    Returns:
+        The listening socket (the caller closes it).
+
+    Raises:
+        typer.Exit(2): ``host`` is not an address of this machine (bad usage:
+            the message names --host).
+        typer.Exit(1): the port is in use or cannot be bound (the message names
+            --port).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        fail(f"--host {host} (ORDERS_WEB_HOST) is not an address: {exc.args[-1]}", code=2)
+        raise  # not reached: fail exits
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            fail(f"port {port} on {host} is in use: choose another with --port (ORDERS_WEB_PORT)")
+        if exc.errno == errno.EADDRNOTAVAIL:
+            fail(f"--host {host} is not an address of this machine ({exc.strerror})", code=2)
+        fail(f"cannot listen on {host}:{port} (--host / --port): {exc.strerror or exc}")
+    return sock
 
 
 @handle_errors
@@ -67,7 +107,13 @@ def web(
         check_token(settings.token_value())
     except WeakToken as exc:
         fail(str(exc), code=2)
-    app = make_app()
+    sock = bind_listening(bind, port)  # before any "dashboard on" line, and before Redis
+    try:
+        app = make_app()
+    except BaseException:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]
     redis_shown = mask_url(app.settings.redis_url) or "embedded"
     database_shown = mask_url(app.settings.resolved_database_url())
     actions = "need the token" if settings.token_value() else "disabled (no ORDERS_WEB_TOKEN)"
@@ -83,7 +129,7 @@ def web(
             bind,
         )
     try:
-        uvicorn.run(
+        config = uvicorn.Config(
             create_app(app, settings),
             host=bind,
             port=port,
@@ -91,5 +137,7 @@ def web(
             log_level=log_level.lower(),
             access_log=log_level.upper() == "DEBUG",
         )
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         app.close()

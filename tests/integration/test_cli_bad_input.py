@@ -244,3 +244,25 @@ def test_commands_reading_settings_directly_refuse_a_bad_one_without_a_traceback
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "invalid settings: ORDERS_LEASE_SECONDS:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_web_on_a_port_in_use_says_so_naming_port_and_exits_1(cli_env: dict[str, str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = run(cli_env, "web", "--port", str(port))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"port {port}" in proc.stderr and "in use" in proc.stderr and "--port" in proc.stderr
+    assert "dashboard on" not in proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_web_on_an_invalid_host_is_bad_usage_naming_host(cli_env: dict[str, str]) -> None:
+    proc = run(cli_env, "web", "--host", "256.1.1.1", "--port", "0")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--host 256.1.1.1" in proc.stderr
+    assert "dashboard on" not in proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
