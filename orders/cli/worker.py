@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Annotated
 
 import typer
@@ -65,6 +66,11 @@ def worker(
     unknown = [s for s in chosen if s not in ALL_STEPS]
     if unknown:
         fail(f"unknown step(s): {', '.join(unknown)}; choose from {', '.join(ALL_STEPS)}", code=2)
+    if metrics_port is not None:
+        try:
+            socket.getaddrinfo(metrics_host, metrics_port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            fail(f"--metrics-host {metrics_host} is not an address: {exc.args[-1]}", code=2)
     setup_logging(log_level)
     app = make_app()
     try:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from orders.app.bootstrap import App
 from orders.app.db import worker_pool_size
 from orders.app.eviction import check_key_eviction
+from orders.domain.errors import OrdersError
 from orders.domain.steps import queue_name
 from orders.observability.worker_setup import WorkerObservability, worker_observability
 from orders.worker import defaults
@@ -103,6 +104,11 @@ def build_worker(
     return worker
 
 
+class MetricsServerError(OrdersError):
+    """The /metrics server cannot listen where it was asked (port in use, no such
+    address); the message names the options."""
+
+
 def run_worker(
     app: App,
     steps: Sequence[str],
@@ -124,7 +130,7 @@ def run_worker(
         metrics_host: address the metrics server binds.
 
     Raises:
-        OSError: the metrics port cannot be bound.
+        MetricsServerError: the metrics server cannot listen on that host and port.
         NamespaceClaimed: the Redis namespace belongs to another database.
         KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
@@ -142,7 +148,13 @@ def run_worker(
         observability=obs,
     )
     if metrics_port is not None:
-        obs.serve(app, metrics_host, metrics_port)
+        try:
+            obs.serve(app, metrics_host, metrics_port)
+        except OSError as exc:  # gaierror included: an address that is none
+            raise MetricsServerError(
+                f"cannot serve /metrics on {metrics_host}:{metrics_port} "
+                f"(--metrics-host / --metrics-port): {exc.strerror or exc}"
+            ) from exc
     stop = threading.Event()
     loop = SweepLoop(app, stop) if sweep else None
     if loop is not None:

@@ -266,3 +266,34 @@ def test_web_on_an_invalid_host_is_bad_usage_naming_host(cli_env: dict[str, str]
     assert "--host 256.1.1.1" in proc.stderr
     assert "dashboard on" not in proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_worker_with_an_impossible_metrics_host_names_the_option(cli_env: dict[str, str]) -> None:
+    proc = run(cli_env, "worker", "stock", "--metrics-port", "0", "--metrics-host", "999.1.1.1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--metrics-host 999.1.1.1" in proc.stderr and "gaierror" not in proc.stderr
+
+
+def test_worker_whose_metrics_port_is_taken_names_the_option(cli_env: dict[str, str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = run(cli_env, "worker", "stock", "--metrics-port", str(port))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "--metrics-port" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("ORDERS_DATA_DIR", "/proc/nope"), ("ORDERS_DATABASE_URL", "sqlite:////proc/x/y.db")],
+)
+def test_an_unusable_path_names_its_setting(
+    cli_env: dict[str, str], variable: str, value: str
+) -> None:
+    proc = run(dict(cli_env, **{variable: value}), "status")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"({variable}={value})" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
