@@ -139,6 +139,25 @@ def _database_problem(exc: BaseException) -> str:
     return f"cannot use the database ({where}): {_first_line(cause)}"
 
 
+def _os_problem(exc: OSError) -> str:
+    """The line for a file error, naming the setting whose path it is about
+    (``ORDERS_DATABASE_URL`` for a SQLite file, else ``ORDERS_DATA_DIR``)."""
+    if exc.filename is None:
+        return _first_line(exc)
+    path = os.path.normpath(os.fsdecode(exc.filename))
+
+    def within(root: str) -> bool:
+        root = os.path.normpath(root)
+        return path == root or root.startswith(path + os.sep) or path.startswith(root + os.sep)
+
+    database = os.environ.get("ORDERS_DATABASE_URL", "")
+    if database.startswith("sqlite") and "///" in database:
+        if within(database.split("///", 1)[1].split("?", 1)[0]):
+            return _database_problem(exc)
+    where = _setting("ORDERS_DATA_DIR", "the default data dir")
+    return f"cannot use the data dir ({where}): {_first_line(exc)}"
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{exc.__class__.__name__}: {lines[0] if lines else ''}".rstrip(": ")
@@ -180,7 +199,7 @@ def handle_errors(func: F) -> F:
                 f"cannot print in the output encoding ({exc.encoding}); set PYTHONIOENCODING=utf-8"
             )
         except OSError as exc:
-            fail(_first_line(exc))
+            fail(_os_problem(exc))
 
     return wrapper  # type: ignore[return-value]
 
