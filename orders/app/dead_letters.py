@@ -7,14 +7,14 @@ nothing to redrive, so purges ask here first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import and_, select
 
 from orders.domain.steps import WORKFLOW_KIND
-from reliable_queue import DeadLetter
-from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from reliable_queue import DeadLetter, Queue
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, idempotency_key
 from workflows.uow import SessionFactory
 
 _CHUNK = 500  # workflow ids per query (well under SQLite's bound-parameter limit)
@@ -84,4 +84,48 @@ def blocking_letters(
             dead.update({(wid, step): order for wid, step, order in rows})
     return [
         BlockingLetter(letter.job_id, dead[key], key[1]) for letter, key in named if key in dead
+    ]
+
+
+def stranded_orders(
+    session_factory: SessionFactory, queues: Mapping[str, Queue], *, limit: int = 10_000
+) -> list[tuple[int, str]]:
+    """Blocked orders whose dead step has no dead letter left to redrive.
+
+    Such an order can only be cancelled: its dead letter was purged (``--force``)
+    or dropped by the DLQ's size or age bound. The database alone cannot see
+    this (``orders.domain.invariants`` checks only the database), so it is a
+    check across both.
+
+    Args:
+        session_factory: makes the read-only sessions.
+        queues: step queue name -> its queue.
+        limit: most blocked workflows read.
+
+    Returns:
+        (order id, dead step) pairs, by order id.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
+    """
+    with session_factory() as session:
+        rows = session.execute(
+            select(
+                Workflow.subject_id, WorkflowStep.workflow_id, WorkflowStep.step, WorkflowStep.queue
+            )
+            .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+            .where(
+                Workflow.status == WorkflowStatus.BLOCKED,
+                Workflow.kind == WORKFLOW_KIND,
+                WorkflowStep.status == StepStatus.DEAD,
+            )
+            .order_by(Workflow.subject_id)
+            .limit(limit)
+        ).all()
+    return [
+        (order_id, step)
+        for order_id, workflow_id, step, queue_name in rows
+        if (queue := queues.get(queue_name)) is None
+        or queue.pending_job_for(idempotency_key(workflow_id, step)) is None
     ]

@@ -14,6 +14,7 @@ NO_ORPHAN_LEASE = "no_orphaned_lease"
 QUIESCENCE = "quiescence"
 POISON_ISOLATED = "poison_dies_alone"
 HANG_TIMED_OUT = "hung_run_timed_out"
+BLOCKED_HAS_LETTER = "blocked_order_has_dead_letter"
 
 QUEUE_INVARIANTS: dict[str, str] = {
     QUEUE_DRAINED: "no job left ready, delayed or active once the run is quiet",
@@ -21,6 +22,7 @@ QUEUE_INVARIANTS: dict[str, str] = {
     QUIESCENCE: "the system went quiet before the settle timeout",
     POISON_ISOLATED: "the poison job is dead-lettered as worker_lost, and no other job is",
     HANG_TIMED_OUT: "a run hung past its time limit failed as timed_out",
+    BLOCKED_HAS_LETTER: "every order blocked on a dead step still has its dead letter to redrive",
 }
 """Queue-level invariant name -> what it states."""
 

@@ -6,10 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orders.app.bootstrap import App
+from orders.app.dead_letters import stranded_orders
 from orders.chaos.observe import counter_snapshot, queue_snapshots
 from orders.chaos.poison import PoisonOutcome
 from orders.chaos.redis_crash import RedisCrashCounts
 from orders.chaos.report import (
+    BLOCKED_HAS_LETTER,
     QUEUE_INVARIANTS,
     QUIESCENCE,
     ChaosReport,
@@ -155,6 +157,12 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
         for v in check_invariants(app.session_factory)
     ]
     findings += queue_findings(queue_snapshots(app))
+    findings += [
+        Finding(
+            BLOCKED_HAS_LETTER, f"blocked on dead step {step!r} with no dead letter", order_id=oid
+        )
+        for oid, step in stranded_orders(app.session_factory, app.queues)
+    ]
     if facts.quiet_at is None:
         findings.append(
             Finding(QUIESCENCE, f"not quiet {o.settle_timeout:.0f} s after the faults stopped")

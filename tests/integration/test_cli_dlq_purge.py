@@ -10,6 +10,7 @@ import pytest
 from cli_processes import app_for
 from test_cli_bad_input import run
 
+from orders.app.dead_letters import stranded_orders
 from orders.app.placement import place_orders
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.steps import LOGISTICS
@@ -99,3 +100,13 @@ def test_forced_purge_says_which_order_it_leaves_blocked(blocked: Blocked) -> No
     assert "purged 1 dead letter(s)" in out
     assert f"order {blocked.order_id}" in out and "orders cancel" in out
     assert dead_ids(blocked.env) == {blocked.loose_job}
+
+
+def test_an_order_left_blocked_without_its_dead_letter_is_found(blocked: Blocked) -> None:
+    app = app_for(blocked.env, migrate=False)
+    try:
+        assert stranded_orders(app.session_factory, app.queues) == []
+        assert run(blocked.env, "dlq", "purge", blocked.blocking_job, "--force").returncode == 0
+        assert stranded_orders(app.session_factory, app.queues) == [(blocked.order_id, LOGISTICS)]
+    finally:
+        app.close()
