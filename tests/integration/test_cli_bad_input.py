@@ -281,6 +281,7 @@ def test_worker_whose_metrics_port_is_taken_names_the_option(cli_env: dict[str, 
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
+        assert run(cli_env, "db", "upgrade").returncode == 0  # a configured database starts empty
         proc = run(cli_env, "worker", "stock", "--metrics-port", str(port))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "--metrics-port" in proc.stderr and "Traceback" not in proc.stderr
@@ -293,7 +294,8 @@ def test_worker_whose_metrics_port_is_taken_names_the_option(cli_env: dict[str, 
 def test_an_unusable_path_names_its_setting(
     cli_env: dict[str, str], variable: str, value: str
 ) -> None:
-    proc = run(dict(cli_env, **{variable: value}), "status")
+    env = {k: v for k, v in cli_env.items() if k != "ORDERS_DATABASE_URL"}  # data dir's SQLite
+    proc = run(dict(env, **{variable: value}), "status")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"({variable}={value})" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
