@@ -243,8 +243,6 @@ def purge(
     _check_ids_or_filters(job_ids, task, reason)
     app, queues = _app_queues(step)
     chosen = _resolve(queues, job_ids)
-    if not yes and not job_ids:
-        typer.confirm("Delete every matching dead letter for good?", abort=True)
     letters: dict[str, list[DeadLetter]] = {}
     for queue in queues:
         ids = chosen.get(queue.name)
@@ -265,6 +263,8 @@ def purge(
             f"purged. Redrive instead (orders dlq redrive {first.job_id}), cancel the order "
             f"(orders cancel {first.order_id}), or purge anyway with --force"
         )
+    if not yes and not job_ids:
+        typer.confirm("Delete every matching dead letter for good?", abort=True)
     removed = 0
     for queue in queues:
         if letters.get(queue.name):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 from cli_processes import app_for
-from test_cli_bad_input import run
+from test_cli_bad_input import orders_command, run
 
 from orders.app.dead_letters import stranded_orders
 from orders.app.placement import place_orders
@@ -75,7 +76,7 @@ def dead_ids(env: dict[str, str]) -> set[str]:
 def test_purge_of_a_letter_blocking_an_order_is_refused_with_the_way_out(
     blocked: Blocked,
 ) -> None:
-    proc = run(blocked.env, "dlq", "purge", blocked.blocking_job[:10])
+    proc = run(blocked.env, "dlq", "purge", blocked.blocking_job)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     err = " ".join(proc.stderr.split())
     assert f"order {blocked.order_id}" in err and "nothing was purged" in err
@@ -110,3 +111,18 @@ def test_an_order_left_blocked_without_its_dead_letter_is_found(blocked: Blocked
         assert stranded_orders(app.session_factory, app.queues) == [(blocked.order_id, LOGISTICS)]
     finally:
         app.close()
+
+
+def test_purge_of_all_refuses_before_asking_for_confirmation(blocked: Blocked) -> None:
+    proc = subprocess.run(
+        [*orders_command(), "dlq", "purge"],
+        env=blocked.env,
+        input="y\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Delete every matching" not in proc.stdout
+    assert f"order {blocked.order_id}" in " ".join(proc.stderr.split())
+    assert dead_ids(blocked.env) == {blocked.blocking_job, blocked.loose_job}
