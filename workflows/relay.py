@@ -472,14 +472,7 @@ def _load_messages(
     try:
         with UnitOfWork(session_factory) as uow:
             rows = uow.session.execute(  # plain rows: no ORM objects to build and track
-                select(
-                    WorkflowStep.id,
-                    WorkflowStep.workflow_id,
-                    WorkflowStep.step,
-                    WorkflowStep.queue,
-                    WorkflowStep.task,
-                    WorkflowStep.payload,
-                )
+                select(*_MESSAGE_COLUMNS)
                 .where(among(uow.session, WorkflowStep.id, ids))
                 .order_by(WorkflowStep.id)
             ).all()
