@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -61,14 +62,15 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     if view is None:
         fail(f"no order {order_id}")
         return
-    if as_json:
-        emit_json(view.to_dict())
+    job_ids = _job_ids(app, view.workflow_id, view.steps)
+    if as_json:  # the same job ids as the table: one not run yet is found in Redis
+        steps = tuple(replace(s, job_id=job_ids[s.step]) for s in view.steps)
+        emit_json(replace(view, steps=steps).to_dict())
         return
     say("order {}: {}, workflow {}", view.order_id, view.status, view.workflow_status or "-")
     if view.blocked_step:
         say("blocked on {}: {}", view.blocked_step, view.blocked_reason, style="bold red")
     say("placed {}, completed {}", when(view.placed_at), when(view.completed_at))
-    job_ids = _job_ids(app, view.workflow_id, view.steps)
     short = short_ids(j for j in job_ids.values() if j)
     rows = [
         [

@@ -5,6 +5,7 @@ Tables give way by dropping less important columns (times, attempts) first.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -73,3 +74,23 @@ def test_dead_letter_list_and_watch_keep_job_ids_whole_at_60_columns(
 
     assert job_id[:SHORT_ID] in listed, listed
     assert job_id[:SHORT_ID] in watched, watched
+
+
+def test_order_status_json_gives_the_job_id_the_table_shows(env: dict[str, str]) -> None:
+    # a step not run yet has no job id recorded in the database; the table finds its
+    # queued job in Redis, and the JSON must say the same
+    app = app_for(env, migrate=True)
+    try:
+        load_tpch(app.session_factory, Path(env["ORDERS_DATA_DIR"]), scale=0.001)
+        [order_id] = place_paced(app, 1, source="random").order_ids
+        with UnitOfWork(app.session_factory) as uow:
+            workflow_id = order_status(uow.session, order_id).workflow_id
+        job_id = app.queues[STOCK].pending_job_for(f"{workflow_id}:{STOCK}")
+    finally:
+        app.close()
+    assert job_id
+
+    shown = json.loads(run(env, "status", str(order_id), "--json"))
+
+    [stock] = [s for s in shown["steps"] if s["step"] == STOCK]
+    assert stock["job_id"] == job_id
