@@ -35,9 +35,11 @@ def env(cli_env: dict[str, str], key_prefix: str) -> dict[str, str]:
     return dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix, COLUMNS=str(WIDTH))
 
 
-def test_order_status_keeps_the_job_id_whole_at_60_columns(env: dict[str, str]) -> None:
-    app = app_for(env, migrate=True)  # a configured database starts empty
-    try:  # one order: its stock job queued (no worker runs it), the other steps waiting
+def one_queued_order(env: dict[str, str]) -> tuple[int, str]:
+    """One order placed in the configured (empty) database: its stock job queued, no
+    worker running it, the other steps waiting. Returns (order id, stock job id)."""
+    app = app_for(env, migrate=True)
+    try:
         load_tpch(app.session_factory, Path(env["ORDERS_DATA_DIR"]), scale=0.001)
         [order_id] = place_paced(app, 1, source="random").order_ids
         with UnitOfWork(app.session_factory) as uow:
@@ -46,6 +48,11 @@ def test_order_status_keeps_the_job_id_whole_at_60_columns(env: dict[str, str]) 
     finally:
         app.close()
     assert job_id
+    return order_id, job_id
+
+
+def test_order_status_keeps_the_job_id_whole_at_60_columns(env: dict[str, str]) -> None:
+    order_id, job_id = one_queued_order(env)
 
     text = run(env, "status", str(order_id))
 
@@ -79,16 +86,7 @@ def test_dead_letter_list_and_watch_keep_job_ids_whole_at_60_columns(
 def test_order_status_json_gives_the_job_id_the_table_shows(env: dict[str, str]) -> None:
     # a step not run yet has no job id recorded in the database; the table finds its
     # queued job in Redis, and the JSON must say the same
-    app = app_for(env, migrate=True)
-    try:
-        load_tpch(app.session_factory, Path(env["ORDERS_DATA_DIR"]), scale=0.001)
-        [order_id] = place_paced(app, 1, source="random").order_ids
-        with UnitOfWork(app.session_factory) as uow:
-            workflow_id = order_status(uow.session, order_id).workflow_id
-        job_id = app.queues[STOCK].pending_job_for(f"{workflow_id}:{STOCK}")
-    finally:
-        app.close()
-    assert job_id
+    order_id, job_id = one_queued_order(env)
 
     shown = json.loads(run(env, "status", str(order_id), "--json"))
 
