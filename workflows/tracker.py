@@ -6,19 +6,24 @@ set membership: each step row says done on its own (unique per workflow and
 step), never a counter. In one transaction and a handful of set-based
 statements, whatever the batch size:
 
-1. The workflow rows are locked and their version bumped first, in id order
-   (PostgreSQL: ``SELECT ... ORDER BY id FOR UPDATE``; SQLite: the first
-   statement is the write, which takes the database's write lock). A sibling
-   step finishing at the same time, or a cancellation (it locks the workflow
-   row first too), waits for this commit and then sees its rows, so whichever
-   commit finds every step done marks the workflow done. One exception, where
-   the lock is the whole database: a lone delivery on SQLite reads its step
-   row first, and only when it claims it bumps its workflow's version under a
-   version check (optimistic locking; :func:`fence_workflows`) as its first
-   write, before the effect: that write takes the write lock, so the effect
-   reads current rows, a duplicate takes no lock at all, and a concurrent
-   writer makes it rerun on a clean version conflict. A batch of deliveries
-   would rerun whole on any sibling's commit, so it locks first.
+1. Concurrent writers are fenced. SQLite: a batch's first statement bumps the
+   version of its workflow rows, which takes the database's write lock, so
+   nothing changes under it until it commits. A lone delivery on SQLite reads
+   its step row first, and only when it claims it bumps its workflow's version
+   under a version check (optimistic locking; :func:`fence_workflows`) as its
+   first write, before the effect: that write takes the write lock, so the
+   effect reads current rows, a duplicate takes no lock at all, and a
+   concurrent writer makes it rerun on a clean version conflict. PostgreSQL
+   (ADR 0014): nothing is locked before the effect, so the step workers of one
+   order run their effects side by side; then the workflow rows are locked in
+   id order (one ``UPDATE ... WHERE id IN (SELECT ... ORDER BY id FOR
+   UPDATE)``) for the marking only, and the marking checks that every claimed
+   step row is still open. A row that a duplicate delivery finished or a
+   cancellation skipped after the read makes the whole unit of work, its
+   effect included, roll back and rerun. A sibling step finishing at the same
+   time, or a cancellation (it locks the workflow row first too), waits for
+   this commit and then sees its rows, so whichever commit finds every step
+   done marks the workflow done.
 2. Each delivery is classified: unknown step or subject (its own error, the
    others go on), already done or skipped, or a second copy inside this batch
    (a duplicate absorbed, no effect), still waiting for its prerequisites (its
@@ -42,7 +47,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import bindparam, case, func, select, update
+from sqlalchemy import BigInteger, Integer, String, bindparam, case, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -50,6 +56,7 @@ from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.dependencies import NO_DEPENDENCIES, StepGraph, release_waiting
 from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
+from workflows.idlists import is_postgresql, one_of
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -134,10 +141,25 @@ OnWorkflowsDone = Callable[[Session, list[int]], None]
 _WF = Workflow.__table__
 _WS = WorkflowStep.__table__
 _IDS = bindparam("ids", expanding=True)
-_LOCK_ORDER = select(_WF.c.id).where(_WF.c.id.in_(_IDS)).order_by(_WF.c.id).with_for_update()
 _LOCK = (
     update(_WF)
     .where(_WF.c.id.in_(_IDS))
+    .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
+)
+# PostgreSQL: one statement locks the rows in id order (the sub-select's FOR UPDATE
+# locks them as the sort returns them, so two batches never wait on each other
+# crosswise) and bumps their version; the ids are one array parameter
+_LOCK_PG = (
+    update(_WF)
+    .where(
+        _WF.c.id.in_(
+            select(_WF.c.id)
+            .where(one_of(_WF.c.id, "ids", postgresql=True))
+            .order_by(_WF.c.id)
+            .with_for_update()
+            .scalar_subquery()
+        )
+    )
     .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
 )
 _FENCE = (
@@ -145,13 +167,14 @@ _FENCE = (
     .where(_WF.c.id == bindparam("wf"), _WF.c.version == bindparam("v"))
     .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
 )
-_STEP_ROWS = (
-    select(
+_STEP_ROWS = {
+    pg: select(
         _WS.c.workflow_id, _WS.c.id, _WF.c.subject_id, _WS.c.status, _WS.c.outcome, _WF.c.version
     )
     .join(_WF, _WF.c.id == _WS.c.workflow_id)
-    .where(_WS.c.workflow_id.in_(_IDS), _WS.c.step == bindparam("step"))
-)
+    .where(one_of(_WS.c.workflow_id, "ids", postgresql=pg), _WS.c.step == bindparam("step"))
+    for pg in (False, True)
+}
 _MARK_DONE = (
     update(_WS)
     .where(_WS.c.id == bindparam("row_id"))
@@ -168,32 +191,67 @@ _MARK_DONE = (
         finished_at=bindparam("now"),
     )
 )
-_STEP_COUNTS = (
-    select(
+# PostgreSQL: every claim of the batch in one statement (one array per column), and
+# only while the row is still claimable: a row a concurrent writer finished, skipped
+# or (a cancellation) called off since the batch read it is not returned, and the
+# unit of work reruns (see _once)
+_CLAIMED_ROWS = (
+    func.unnest(
+        bindparam("row_ids", type_=ARRAY(Integer)),
+        bindparam("outcomes", type_=ARRAY(String)),
+        bindparam("attempts", type_=ARRAY(Integer)),
+        bindparam("job_ids", type_=ARRAY(String)),
+        bindparam("fencings", type_=ARRAY(BigInteger)),
+    )
+    .table_valued("row_id", "outcome", "attempt", "job_id", "fencing")
+    .render_derived()
+)
+_MARK_DONE_PG = (
+    update(_WS)
+    .where(
+        _WS.c.id == _CLAIMED_ROWS.c.row_id,
+        _WS.c.status.not_in((*StepStatus.FINAL, StepStatus.WAITING)),
+    )
+    .values(
+        status=StepStatus.DONE,
+        outcome=_CLAIMED_ROWS.c.outcome,
+        attempts=func.greatest(_WS.c.attempts, _CLAIMED_ROWS.c.attempt),
+        job_id=func.coalesce(_CLAIMED_ROWS.c.job_id, _WS.c.job_id),
+        fencing_token=func.coalesce(_CLAIMED_ROWS.c.fencing, _WS.c.fencing_token),
+        started_at=bindparam("started"),
+        finished_at=bindparam("now"),
+    )
+    .returning(_WS.c.id)
+)
+_STEP_COUNTS = {
+    pg: select(
         _WF.c.id,
         _WF.c.status,
         func.sum(case((_WS.c.status.not_in(StepStatus.FINAL), 1), else_=0)),
         func.sum(case((_WS.c.status == StepStatus.DEAD, 1), else_=0)),
     )
     .join(_WS, _WS.c.workflow_id == _WF.c.id)
-    .where(_WF.c.id.in_(_IDS))
+    .where(one_of(_WF.c.id, "ids", postgresql=pg))
     .group_by(_WF.c.id, _WF.c.status)
-)
-_MARK_WORKFLOWS_DONE = (
-    update(_WF)
-    .where(_WF.c.id.in_(_IDS))
+    for pg in (False, True)
+}
+_MARK_WORKFLOWS_DONE = {
+    pg: update(_WF)
+    .where(one_of(_WF.c.id, "ids", postgresql=pg))
     .values(
         status=WorkflowStatus.DONE,
         finished_at=bindparam("now"),
         blocked_step=None,
         blocked_reason=None,
     )
-)
-_RESUME = (
-    update(_WF)
-    .where(_WF.c.id.in_(_IDS))
+    for pg in (False, True)
+}
+_RESUME = {
+    pg: update(_WF)
+    .where(one_of(_WF.c.id, "ids", postgresql=pg))
     .values(status=WorkflowStatus.RUNNING, blocked_step=None, blocked_reason=None)
-)
+    for pg in (False, True)
+}
 
 
 def lock_workflows(session: Session, workflow_ids: Sequence[int], now: datetime) -> None:
@@ -205,10 +263,10 @@ def lock_workflows(session: Session, workflow_ids: Sequence[int], now: datetime)
         now: written as their ``updated_at``.
     """
     ids = sorted(set(workflow_ids))
-    if len(ids) > 1 and session.get_bind().dialect.name == "postgresql":
-        # one row needs no lock order: the UPDATE below locks it
-        session.execute(_LOCK_ORDER, {"ids": ids})
-    session.execute(_LOCK, {"ids": ids, "now": now})
+    if is_postgresql(session):
+        session.execute(_LOCK_PG, {"ids": ids, "now": now})
+    else:
+        session.execute(_LOCK, {"ids": ids, "now": now})
 
 
 def fence_workflows(session: Session, versions: Mapping[int, int], now: datetime) -> None:
@@ -235,11 +293,14 @@ def step_rows(session: Session, workflow_ids: Sequence[int], step: str) -> dict[
 
     After :func:`lock_workflows` the rows cannot change under the caller; else
     :func:`fence_workflows` checks the versions read here as the caller's first
-    write.
+    write, or (PostgreSQL) the marking of the claimed rows checks that they are
+    still claimable (:func:`_mark_done`).
     """
     return {
         row[0]: StepRow(*row[1:])
-        for row in session.execute(_STEP_ROWS, {"ids": list(workflow_ids), "step": step})
+        for row in session.execute(
+            _STEP_ROWS[is_postgresql(session)], {"ids": list(workflow_ids), "step": step}
+        )
     }
 
 
@@ -370,12 +431,18 @@ def _once(
     wf_ids = sorted({r.workflow_id for r in runs})
     with UnitOfWork(session_factory) as uow:
         session = uow.session
-        lock_first = len(wf_ids) > 1 or session.get_bind().dialect.name != "sqlite"
+        postgresql = is_postgresql(session)
+        # PostgreSQL: the effect runs before any workflow lock, so the step workers of
+        # one order (and two lanes) run their effects side by side; the workflow rows
+        # are locked only for the marking below, and the marking checks that each
+        # claimed row is still claimable. SQLite: one writer at a time anyway; its
+        # first write takes the database's write lock (see the module docstring).
+        lock_first = not postgresql and len(wf_ids) > 1
         if lock_first:
             lock_workflows(session, wf_ids, started)
         rows = step_rows(session, wf_ids, step)
         results, claims, claimed = _classify(runs, rows, conflicts)
-        if claims and not lock_first:
+        if claims and not lock_first and not postgresql:
             # the first write, before the effect: it takes SQLite's write lock, so
             # the effect reads current rows, and a lost race is a version conflict
             claimed_versions = {c.run.workflow_id: rows[c.run.workflow_id].version for c in claims}
@@ -390,7 +457,14 @@ def _once(
         done_ids: set[int] = set()
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]
-            _mark_done(session, applied, outcomes, started, now)
+            if postgresql:
+                # siblings finishing at the same time wait here for each other's
+                # commit, so whichever commits last sees every step done; the time
+                # is read again once the lock is held, so a workflow's finish time
+                # is never before one of its steps' (the last to lock writes both)
+                lock_workflows(session, applied_wf_ids, now)
+                now = clock()
+            _mark_done(session, applied, outcomes, started, now, postgresql=postgresql)
             released = release_waiting(session, graph, applied_wf_ids, now)
             done_ids = _complete_workflows(session, applied_wf_ids, now)
         if done_ids and on_done is not None:
@@ -427,7 +501,36 @@ def _mark_done(
     outcomes: dict[int, str | Exception],
     started: datetime,
     now: datetime,
+    *,
+    postgresql: bool,
 ) -> None:
+    """Mark the claimed step rows done with their outcomes (one statement on PostgreSQL).
+
+    Raises:
+        StaleDataError: (PostgreSQL) a claimed row is no longer claimable: a
+            concurrent writer finished, skipped or called it off after this
+            unit of work read it, so the unit of work (its effect included)
+            must roll back and rerun.
+    """
+    if postgresql:
+        marked = session.execute(
+            _MARK_DONE_PG,
+            {
+                "row_ids": [c.step_row_id for c in claims],
+                "outcomes": [str(outcomes[c.step_row_id])[:50] for c in claims],
+                "attempts": [c.run.attempt for c in claims],
+                "job_ids": [c.run.job_id for c in claims],
+                "fencings": [c.run.fencing_token for c in claims],
+                "started": started,
+                "now": now,
+            },
+        ).all()
+        if len(marked) != len(claims):
+            raise StaleDataError(
+                f"{len(claims) - len(marked)} of {len(claims)} claimed step rows changed "
+                "since they were read"
+            )
+        return
     session.execute(
         _MARK_DONE,
         [
@@ -451,7 +554,8 @@ def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> s
     Returns:
         Ids of the workflows this call marked done.
     """
-    counts = session.execute(_STEP_COUNTS, {"ids": sorted(set(wf_ids))}).all()
+    pg = is_postgresql(session)
+    counts = session.execute(_STEP_COUNTS[pg], {"ids": sorted(set(wf_ids))}).all()
     done_ids = {
         wf for wf, status, open_, _ in counts if not open_ and status != WorkflowStatus.DONE
     }
@@ -461,9 +565,9 @@ def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> s
         if open_ and not dead_ and status == WorkflowStatus.BLOCKED
     ]
     if done_ids:
-        session.execute(_MARK_WORKFLOWS_DONE, {"ids": sorted(done_ids), "now": now})
+        session.execute(_MARK_WORKFLOWS_DONE[pg], {"ids": sorted(done_ids), "now": now})
     if resumable:
-        session.execute(_RESUME, {"ids": resumable})
+        session.execute(_RESUME[pg], {"ids": resumable})
     return done_ids
 
 

@@ -387,7 +387,7 @@ def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
     reruns on what was committed. The version check is its first write, before
     the effect: the losing attempt never runs the effect on its stale read."""
     if session_factory.kw["bind"].dialect.name != "sqlite":
-        pytest.skip("PostgreSQL locks the workflow rows before it reads: nothing to fence")
+        pytest.skip("PostgreSQL checks the claimed rows when it marks them (the test below)")
     placed = place_one(session_factory, make_draft(total="1234.56"))
     handle_step(session_factory, request(placed, STOCK))
     real = tracker.step_rows
@@ -431,6 +431,50 @@ def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
     else:
         assert not result.duplicate and result.outcome == "credited"
         assert (row.status, points, order.status) == (StepStatus.DONE, 1, "placed")
+
+
+def test_a_postgresql_delivery_reruns_when_a_cancel_commits_after_its_read(
+    session_factory, catalog, make_draft, monkeypatch
+):
+    """ADR 0014: on PostgreSQL a delivery runs its effect before it locks the
+    workflow rows, and its marking checks that each claimed step row is still
+    open. A cancellation commits right after the delivery read its step row (it
+    skips the step): the effect has run on the stale read, the marking finds the
+    row skipped, and the unit of work, the effect with it, rolls back and reruns
+    on what was committed. Points are never credited on the cancelled order."""
+    if session_factory.kw["bind"].dialect.name != "postgresql":
+        pytest.skip("SQLite takes its write lock before the effect (the test above)")
+    placed = place_one(session_factory, make_draft(total="1234.56"))
+    handle_step(session_factory, request(placed, STOCK))
+    real = tracker.step_rows
+    reads: list[int] = []
+
+    def step_rows_then_a_cancel(session, workflow_ids, step):
+        rows = real(session, workflow_ids, step)
+        reads.append(1)
+        if len(reads) == 1:
+            with UnitOfWork(session_factory) as uow:
+                cancel_order(uow.session, placed.order_id, utcnow())
+                uow.commit()
+        return rows
+
+    effect_calls: list[int] = []
+
+    def counted_points(session, deliveries, now):
+        effect_calls.append(len(deliveries))
+        return credit_points(session, deliveries, now)
+
+    monkeypatch.setattr(tracker, "step_rows", step_rows_then_a_cancel)
+    monkeypatch.setitem(EFFECTS, POINTS, counted_points)
+    result = handle_step(session_factory, request(placed, POINTS))
+    assert (result.conflicts, len(reads)) == (1, 2)
+    assert effect_calls == [1]  # on the stale read only; rolled back with its unit of work
+    assert result.duplicate and result.outcome == "skipped: cancelled"
+    points = effect_rows(session_factory, placed.order_id)["points_ledger"]
+    with session_factory() as session:
+        _, row = load_step(session, placed.workflow_id, POINTS)
+        order = session.get(Order, placed.order_id)
+    assert (row.status, points, order.status) == (StepStatus.SKIPPED, 0, "cancelled")
 
 
 def test_a_missing_order_fails_its_own_delivery_only(session_factory, catalog, make_draft):

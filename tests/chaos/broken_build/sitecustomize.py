@@ -3,14 +3,16 @@
 Python imports a module named ``sitecustomize`` at startup from its path; that
 test puts this folder on ``PYTHONPATH`` of the chaos run, so the run and every
 worker process it starts load it. With ``ORDERFLOW_TEST_BROKEN_BUILD=stock_twice``
-it removes two of the stock step's three guards against applying a
-redelivered effect twice (the test drops the third, the unique index on
+it removes three of the stock step's four guards against applying a
+redelivered effect twice (the test drops the fourth, the unique index on
 ``stock_deductions``):
 
 1. the completion tracker's "step already done" check (``tracker.step_rows``,
    on the one delivery path, whatever the batch size): a done stock step reads
    as still open, so a redelivery runs the effect again;
-2. the effect's own check for the order's existing deductions.
+2. the effect's own check for the order's existing deductions;
+3. on PostgreSQL, the marking's check that a claimed step row is still open
+   (``tracker._mark_done``): the plain marking, as on SQLite, is used instead.
 
 With ``ORDERFLOW_TEST_BROKEN_BUILD=return_twice`` the compensation of the
 stock step is sabotaged instead: ``return_stock`` puts every part back twice
@@ -78,7 +80,13 @@ if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
             )
         return out
 
+    _mark_done = tracker._mark_done
+
+    def _unchecked_mark_done(session, claims, outcomes, started, now, *, postgresql):  # type: ignore[no-untyped-def]
+        return _mark_done(session, claims, outcomes, started, now, postgresql=False)
+
     tracker.step_rows = _forgetful_step_rows
+    tracker._mark_done = _unchecked_mark_done
     effects.EFFECTS["stock"] = _deduct_every_time
 
 if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "return_twice":
