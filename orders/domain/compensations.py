@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from orders.domain.effects import (
     Delivery,
     Effect,
-    insert_into,
+    insert_rows,
     orders_with_row,
     parts_with_row,
     read_inventory,
@@ -30,6 +30,7 @@ from orders.domain.effects import (
 )
 from orders.domain.models import PointsEntry, Shipment, StockDeduction, StockReturn
 from orders.domain.steps import CANCEL_SHIPMENT, RETURN_STOCK, REVERSE_POINTS
+from workflows.idlists import is_postgresql, one_of
 
 RETURNED = "returned"
 NOTHING_TO_RETURN = "nothing_to_return"
@@ -43,24 +44,32 @@ ALREADY_CANCELLED = "already_cancelled"
 ORDER_CANCELLED = "order_cancelled"
 """``points_ledger.reason`` of the entry reversing a cancelled order's points."""
 
-# built once, as the forward effects' statements
-_IDS = bindparam("ids", expanding=True)
-_DEDUCTED = (
-    select(StockDeduction.order_id, StockDeduction.part_id, StockDeduction.quantity)
-    .where(StockDeduction.order_id.in_(_IDS))
+# built once, as the forward effects' statements, keyed by "runs on PostgreSQL"
+_PG = (False, True)
+_DEDUCTED = {
+    pg: select(StockDeduction.order_id, StockDeduction.part_id, StockDeduction.quantity)
+    .where(one_of(StockDeduction.order_id, "ids", postgresql=pg))
     .order_by(StockDeduction.order_id, StockDeduction.part_id)
-)
-_NET_POINTS = (
-    select(PointsEntry.order_id, func.sum(PointsEntry.points))
-    .where(PointsEntry.order_id.in_(_IDS))
+    for pg in _PG
+}
+_NET_POINTS = {
+    pg: select(PointsEntry.order_id, func.sum(PointsEntry.points))
+    .where(one_of(PointsEntry.order_id, "ids", postgresql=pg))
     .group_by(PointsEntry.order_id)
-)
-_SHIPMENTS = select(Shipment.order_id, Shipment.status).where(Shipment.order_id.in_(_IDS))
-_CANCEL = (
-    update(Shipment.__table__)
-    .where(Shipment.order_id.in_(_IDS), Shipment.status != SHIPMENT_CANCELLED)
+    for pg in _PG
+}
+_SHIPMENTS = {
+    pg: select(Shipment.order_id, Shipment.status).where(
+        one_of(Shipment.order_id, "ids", postgresql=pg)
+    )
+    for pg in _PG
+}
+_CANCEL = {
+    pg: update(Shipment.__table__)
+    .where(one_of(Shipment.order_id, "ids", postgresql=pg), Shipment.status != SHIPMENT_CANCELLED)
     .values(status=SHIPMENT_CANCELLED)
-)
+    for pg in _PG
+}
 
 
 def return_stock(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
@@ -76,13 +85,13 @@ def return_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
     ids = [d.order_id for d in deliveries]
     returned = parts_with_row(session, StockReturn, ids)
     due: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for oid, part, qty in session.execute(_DEDUCTED, {"ids": ids}):
+    for oid, part, qty in session.execute(_DEDUCTED[is_postgresql(session)], {"ids": ids}):
         if (oid, part) not in returned:
             due[oid].append((part, qty))
     stock = read_inventory(session, {p for lines in due.values() for p, _ in lines})
     before = {part: values[0] for part, values in stock.items()}
     out: dict[int, str] = {}
-    rows = []
+    rows: dict[str, list[int]] = {"order_id": [], "part_id": [], "quantity": []}
     for d in deliveries:
         lines = due.get(d.order_id)
         if not lines:
@@ -90,13 +99,12 @@ def return_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
             continue
         for part, qty in lines:
             stock[part][0] += qty
-            rows.append(
-                {"order_id": d.order_id, "part_id": part, "quantity": qty, "created_at": now}
-            )
+            rows["order_id"].append(d.order_id)
+            rows["part_id"].append(part)
+            rows["quantity"].append(qty)
         out[d.step_row_id] = RETURNED
     write_inventory(session, stock, before)
-    if rows:
-        session.execute(insert_into(StockReturn), rows)
+    insert_rows(session, StockReturn, rows, created_at=now)
     return out
 
 
@@ -110,27 +118,24 @@ def reverse_points(session: Session, deliveries: list[Delivery], now: datetime) 
     ids = [d.order_id for d in deliveries]
     done = orders_with_row(session, PointsEntry, ids, reason=ORDER_CANCELLED)
     open_ids = [oid for oid in ids if oid not in done]
-    net = dict(session.execute(_NET_POINTS, {"ids": open_ids}).all()) if open_ids else {}
+    net = (
+        dict(session.execute(_NET_POINTS[is_postgresql(session)], {"ids": open_ids}).all())
+        if open_ids
+        else {}
+    )
     out: dict[int, str] = {}
-    rows = []
+    rows: dict[str, list[int]] = {"order_id": [], "customer_id": [], "points": []}
     for d in deliveries:
         if d.order_id in done:
             out[d.step_row_id] = ALREADY_REVERSED
         elif not net.get(d.order_id):
             out[d.step_row_id] = NOTHING_TO_REVERSE
         else:
-            rows.append(
-                {
-                    "order_id": d.order_id,
-                    "customer_id": d.customer_id,
-                    "reason": ORDER_CANCELLED,
-                    "points": -int(net[d.order_id]),
-                    "created_at": now,
-                }
-            )
+            rows["order_id"].append(d.order_id)
+            rows["customer_id"].append(d.customer_id)
+            rows["points"].append(-int(net[d.order_id]))
             out[d.step_row_id] = REVERSED
-    if rows:
-        session.execute(insert_into(PointsEntry), rows)
+    insert_rows(session, PointsEntry, rows, reason=ORDER_CANCELLED, created_at=now)
     return out
 
 
@@ -140,11 +145,12 @@ def cancel_shipment(session: Session, deliveries: list[Delivery], now: datetime)
     Returns:
         step row id -> ``cancelled``, ``already_cancelled``, or ``no_shipment``.
     """
+    pg = is_postgresql(session)
     ids = [d.order_id for d in deliveries]
-    existing = dict(session.execute(_SHIPMENTS, {"ids": ids}).all())
+    existing = dict(session.execute(_SHIPMENTS[pg], {"ids": ids}).all())
     to_cancel = {oid for oid, status in existing.items() if status != SHIPMENT_CANCELLED}
     if to_cancel:
-        session.execute(_CANCEL, {"ids": sorted(to_cancel)})
+        session.execute(_CANCEL[pg], {"ids": sorted(to_cancel)})
     return {
         d.step_row_id: (
             NO_SHIPMENT

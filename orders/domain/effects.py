@@ -23,7 +23,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from sqlalchemy import Insert, Select, bindparam, func, insert, select, update
+from sqlalchemy import Insert, Integer, Select, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -38,6 +39,7 @@ from orders.domain.models import (
     StockDeduction,
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
+from workflows.idlists import is_postgresql, one_of
 
 DEDUCTED = "deducted"
 OUT_OF_STOCK = "out_of_stock"
@@ -78,41 +80,78 @@ Effect = Callable[[Session, list[Delivery], datetime], dict[int, str]]
 """``effect(session, deliveries, now) -> {step row id: outcome word}``, one per delivery."""
 
 # The statements of the hot path, built once: on a batch of one, building a
-# statement (and its cache key) costs more than running it.
-_IDS = bindparam("ids", expanding=True)
-_PARTS = bindparam("parts", expanding=True)
+# statement (and its cache key) costs more than running it. Each is keyed by
+# "runs on PostgreSQL": there an id list is one array parameter and a batch's rows
+# go in one statement (workflows.idlists); elsewhere (SQLite) an expanding IN and
+# the driver's executemany, which sqlite3 runs in C without a round trip per row.
+_PG = (False, True)
 _LINE = OrderLine.__table__
 _INV = Inventory.__table__
 _ORDER = Order.__table__
 _SHIPMENT = Shipment.__table__
-_NEEDED = (
-    select(_LINE.c.order_id, _LINE.c.part_id, func.sum(_LINE.c.quantity))
-    .where(_LINE.c.order_id.in_(_IDS))
+_NEEDED = {
+    pg: select(_LINE.c.order_id, _LINE.c.part_id, func.sum(_LINE.c.quantity))
+    .where(one_of(_LINE.c.order_id, "ids", postgresql=pg))
     .group_by(_LINE.c.order_id, _LINE.c.part_id)
     .order_by(_LINE.c.order_id, _LINE.c.part_id)
-)
-_MODES = select(_LINE.c.order_id, _LINE.c.ship_mode).where(_LINE.c.order_id.in_(_IDS))
+    for pg in _PG
+}
+_MODES = {
+    pg: select(_LINE.c.order_id, _LINE.c.ship_mode).where(
+        one_of(_LINE.c.order_id, "ids", postgresql=pg)
+    )
+    for pg in _PG
+}
 _READ_STOCK = select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version).where(
-    _INV.c.part_id.in_(_PARTS)
+    _INV.c.part_id.in_(bindparam("parts", expanding=True))
 )
-_LOCK_STOCK = _READ_STOCK.order_by(_INV.c.part_id).with_for_update()
+_LOCK_STOCK = (
+    select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version)
+    .where(one_of(_INV.c.part_id, "parts", postgresql=True))
+    .order_by(_INV.c.part_id)
+    .with_for_update()
+)
 _WRITE_STOCK = (
     update(_INV)
     .where(_INV.c.part_id == bindparam("p"), _INV.c.version == bindparam("v"))
     .values(on_hand=bindparam("on_hand"), version=_INV.c.version + 1)
 )
-_SHIPMENTS = select(_SHIPMENT.c.order_id, _SHIPMENT.c.status).where(_SHIPMENT.c.order_id.in_(_IDS))
-_CANCEL_SHIPMENTS = (
-    update(_SHIPMENT)
-    .where(_SHIPMENT.c.order_id.in_(_IDS), _SHIPMENT.c.status != CANCELLED)
+_NEW_STOCK = (
+    func.unnest(*(bindparam(name, type_=ARRAY(Integer)) for name in ("p", "on_hand", "v")))
+    .table_valued("part_id", "on_hand", "version")
+    .render_derived(name="new")
+)
+_WRITE_STOCK_PG = (
+    update(_INV)
+    .where(_INV.c.part_id == _NEW_STOCK.c.part_id, _INV.c.version == _NEW_STOCK.c.version)
+    .values(on_hand=_NEW_STOCK.c.on_hand, version=_INV.c.version + 1)
+)
+"""PostgreSQL: every changed inventory row in one ``UPDATE ... FROM unnest(...)``, each
+under its version (the row count says how many versions still matched)."""
+_SHIPMENTS = {
+    pg: select(_SHIPMENT.c.order_id, _SHIPMENT.c.status).where(
+        one_of(_SHIPMENT.c.order_id, "ids", postgresql=pg)
+    )
+    for pg in _PG
+}
+_CANCEL_SHIPMENTS = {
+    pg: update(_SHIPMENT)
+    .where(one_of(_SHIPMENT.c.order_id, "ids", postgresql=pg), _SHIPMENT.c.status != CANCELLED)
     .values(status=CANCELLED)
-)
-_OUT_OF_STOCK = update(_ORDER).where(_ORDER.c.id.in_(_IDS)).values(status=OrderStatus.OUT_OF_STOCK)
-_COMPLETE = (
-    update(_ORDER)
-    .where(_ORDER.c.id.in_(_IDS), _ORDER.c.status == OrderStatus.PLACED)
+    for pg in _PG
+}
+_OUT_OF_STOCK = {
+    pg: update(_ORDER)
+    .where(one_of(_ORDER.c.id, "ids", postgresql=pg))
+    .values(status=OrderStatus.OUT_OF_STOCK)
+    for pg in _PG
+}
+_COMPLETE = {
+    pg: update(_ORDER)
+    .where(one_of(_ORDER.c.id, "ids", postgresql=pg), _ORDER.c.status == OrderStatus.PLACED)
     .values(status=OrderStatus.COMPLETED)
-)
+    for pg in _PG
+}
 
 
 @functools.cache
@@ -122,17 +161,76 @@ def insert_into(model: Any) -> Insert:
 
 
 @functools.cache
-def _with_row(model: Any, names: tuple[str, ...]) -> Select[Any]:
+def _insert_unnest(model: Any, columns: tuple[str, ...], constants: tuple[str, ...]) -> Insert:
+    table = model.__table__
+    rows = (
+        func.unnest(*(bindparam(name, type_=ARRAY(table.c[name].type)) for name in columns))
+        .table_valued(*columns)
+        .render_derived(name="v")
+    )
+    values = select(
+        *(rows.c[name] for name in columns),
+        *(bindparam(name, type_=table.c[name].type) for name in constants),
+    )
+    return insert(table).from_select([*columns, *constants], values)
+
+
+def insert_rows(
+    session: Session, model: Any, columns: dict[str, list[Any]], **constants: Any
+) -> int:
+    """Insert rows of ``model`` given column by column: one statement on PostgreSQL.
+
+    On PostgreSQL the rows go in one ``INSERT ... SELECT ... FROM unnest(arrays)``
+    whose text does not depend on the row count (so it is parsed once and
+    prepared by the server); elsewhere in one executemany. All or nothing either
+    way: a row that breaks a constraint (a unique guard) fails the statement.
+
+    Args:
+        session: the caller's session (nothing committed).
+        model: a mapped class.
+        columns: column name -> its values, one per row, all lists the same length.
+        constants: column name -> the value every row gets (e.g. ``created_at``).
+
+    Returns:
+        Rows inserted (0 when ``columns`` holds no rows: nothing is sent).
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: a row breaks a constraint (nothing inserted).
+        ValueError: the column lists differ in length.
+    """
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+    [count] = lengths
+    if not count:
+        return 0
+    if is_postgresql(session):
+        statement = _insert_unnest(model, tuple(columns), tuple(constants))
+        session.execute(statement, {**columns, **constants})
+    else:
+        names = tuple(columns)
+        rows = zip(*columns.values(), strict=True)
+        session.execute(
+            insert_into(model), [dict(zip(names, row, strict=True), **constants) for row in rows]
+        )
+    return count
+
+
+@functools.cache
+def _with_row(model: Any, names: tuple[str, ...], pg: bool) -> Select[Any]:
     table = model.__table__
     return select(table.c.order_id).where(
-        table.c.order_id.in_(_IDS), *(table.c[name] == bindparam(name) for name in names)
+        one_of(table.c.order_id, "ids", postgresql=pg),
+        *(table.c[name] == bindparam(name) for name in names),
     )
 
 
 @functools.cache
-def _parts_with_row(model: Any) -> Select[Any]:
+def _parts_with_row(model: Any, pg: bool) -> Select[Any]:
     table = model.__table__
-    return select(table.c.order_id, table.c.part_id).where(table.c.order_id.in_(_IDS))
+    return select(table.c.order_id, table.c.part_id).where(
+        one_of(table.c.order_id, "ids", postgresql=pg)
+    )
 
 
 def points_for(total_price: Decimal) -> int:
@@ -168,7 +266,7 @@ def orders_with_row(
     """
     if not order_ids:
         return set()
-    statement = _with_row(model, tuple(sorted(match)))
+    statement = _with_row(model, tuple(sorted(match)), is_postgresql(session))
     return set(session.scalars(statement, {"ids": list(order_ids), **match}))
 
 
@@ -180,7 +278,9 @@ def parts_with_row(session: Session, model: Any, order_ids: Sequence[int]) -> se
     """
     return {
         (order_id, part_id)
-        for order_id, part_id in session.execute(_parts_with_row(model), {"ids": list(order_ids)})
+        for order_id, part_id in session.execute(
+            _parts_with_row(model, is_postgresql(session)), {"ids": list(order_ids)}
+        )
     }
 
 
@@ -190,7 +290,7 @@ def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int
     Returns:
         part id -> ``[on hand, version]`` (change the first, then :func:`write_inventory`).
     """
-    statement = _LOCK_STOCK if session.get_bind().dialect.name == "postgresql" else _READ_STOCK
+    statement = _LOCK_STOCK if is_postgresql(session) else _READ_STOCK
     return {
         part: [on_hand, version]
         for part, on_hand, version in session.execute(statement, {"parts": sorted(parts)})
@@ -200,6 +300,11 @@ def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int
 def write_inventory(session: Session, stock: dict[int, list[int]], before: dict[int, int]) -> None:
     """Write each changed inventory row once, under its version column.
 
+    PostgreSQL: one ``UPDATE ... FROM unnest(parts, on hands, versions)`` for all
+    of them; elsewhere one executemany. Either way every row's version must still
+    be the one read, or nothing of the unit of work stands: the error makes the
+    caller roll back (rows the statement did change go with it) and rerun.
+
     Args:
         stock: what :func:`read_inventory` returned, with ``on hand`` changed.
         before: part id -> on hand as read.
@@ -208,18 +313,26 @@ def write_inventory(session: Session, stock: dict[int, list[int]], before: dict[
         StaleDataError: a row's version moved since it was read (the tracker
             reruns the unit of work).
     """
-    changed = [
-        {"p": part, "on_hand": values[0], "v": values[1]}
-        for part, values in stock.items()
-        if values[0] != before[part]
-    ]
+    changed = [part for part, values in stock.items() if values[0] != before[part]]
     if not changed:
         return
-    result = session.execute(_WRITE_STOCK, changed)
-    if result.rowcount not in (-1, len(changed)):
-        raise StaleDataError(
-            f"inventory changed under the batch ({result.rowcount}/{len(changed)})"
+    if is_postgresql(session):
+        result = session.execute(
+            _WRITE_STOCK_PG,
+            {
+                "p": changed,
+                "on_hand": [stock[part][0] for part in changed],
+                "v": [stock[part][1] for part in changed],
+            },
         )
+        matched = result.rowcount
+    else:
+        rows = [{"p": part, "on_hand": stock[part][0], "v": stock[part][1]} for part in changed]
+        matched = session.execute(_WRITE_STOCK, rows).rowcount
+        if matched == -1:  # a driver that does not count executemany's rows
+            matched = len(changed)
+    if matched != len(changed):
+        raise StaleDataError(f"inventory changed under the batch ({matched}/{len(changed)})")
 
 
 def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
@@ -233,15 +346,18 @@ def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
     Returns:
         step row id -> ``deducted`` or ``out_of_stock``.
     """
+    pg = is_postgresql(session)
     ids = [d.order_id for d in deliveries]
     needed: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for oid, part, qty in session.execute(_NEEDED, {"ids": ids}):
+    for oid, part, qty in session.execute(_NEEDED[pg], {"ids": ids}):
         needed[oid].append((part, int(qty)))
     stock = read_inventory(session, {p for lines in needed.values() for p, _ in lines})
     before = {part: values[0] for part, values in stock.items()}
     taken = parts_with_row(session, StockDeduction, ids)
     out: dict[int, str] = {}
-    rows = []
+    orders: list[int] = []
+    parts: list[int] = []
+    quantities: list[int] = []
     short: list[Delivery] = []
     for d in deliveries:
         lines = needed[d.order_id]
@@ -253,18 +369,22 @@ def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
             if (d.order_id, part) in taken:
                 continue
             stock[part][0] -= qty
-            rows.append(
-                {"order_id": d.order_id, "part_id": part, "quantity": qty, "created_at": now}
-            )
+            orders.append(d.order_id)
+            parts.append(part)
+            quantities.append(qty)
         out[d.step_row_id] = DEDUCTED
     write_inventory(session, stock, before)
-    if rows:
-        session.execute(insert_into(StockDeduction), rows)
+    insert_rows(
+        session,
+        StockDeduction,
+        {"order_id": orders, "part_id": parts, "quantity": quantities},
+        created_at=now,
+    )
     if short:
         short_ids = [d.order_id for d in short]
-        session.execute(_OUT_OF_STOCK, {"ids": short_ids})
+        session.execute(_OUT_OF_STOCK[pg], {"ids": short_ids})
         notify_cancelled(session, [(d.order_id, d.customer_id) for d in short], now)
-        session.execute(_CANCEL_SHIPMENTS, {"ids": short_ids})
+        session.execute(_CANCEL_SHIPMENTS[pg], {"ids": short_ids})
     return out
 
 
@@ -281,14 +401,14 @@ def notify_cancelled(session: Session, orders: list[tuple[int, int]], now: datet
     """
     customers = dict(orders)
     sent = orders_with_row(session, Notification, list(customers), kind=CANCELLATION)
-    new = [
-        {"order_id": oid, "kind": CANCELLATION, "customer_id": cid, "created_at": now}
-        for oid, cid in customers.items()
-        if oid not in sent
-    ]
-    if new:
-        session.execute(insert_into(Notification), new)
-    return len(new)
+    new = [oid for oid in customers if oid not in sent]
+    return insert_rows(
+        session,
+        Notification,
+        {"order_id": new, "customer_id": [customers[oid] for oid in new]},
+        kind=CANCELLATION,
+        created_at=now,
+    )
 
 
 def send_confirmation(
@@ -302,18 +422,14 @@ def send_confirmation(
     sent = orders_with_row(
         session, Notification, [d.order_id for d in deliveries], kind=CONFIRMATION
     )
-    new = [
-        {
-            "order_id": d.order_id,
-            "kind": CONFIRMATION,
-            "customer_id": d.customer_id,
-            "created_at": now,
-        }
-        for d in deliveries
-        if d.order_id not in sent
-    ]
-    if new:
-        session.execute(insert_into(Notification), new)
+    new = [d for d in deliveries if d.order_id not in sent]
+    insert_rows(
+        session,
+        Notification,
+        {"order_id": [d.order_id for d in new], "customer_id": [d.customer_id for d in new]},
+        kind=CONFIRMATION,
+        created_at=now,
+    )
     return {d.step_row_id: ALREADY_SENT if d.order_id in sent else SENT for d in deliveries}
 
 
@@ -326,19 +442,18 @@ def credit_points(session: Session, deliveries: list[Delivery], now: datetime) -
     credited = orders_with_row(
         session, PointsEntry, [d.order_id for d in deliveries], reason=ORDER_PLACED
     )
-    new = [
+    new = [d for d in deliveries if d.order_id not in credited]
+    insert_rows(
+        session,
+        PointsEntry,
         {
-            "order_id": d.order_id,
-            "customer_id": d.customer_id,
-            "reason": ORDER_PLACED,
-            "points": points_for(d.total_price),
-            "created_at": now,
-        }
-        for d in deliveries
-        if d.order_id not in credited
-    ]
-    if new:
-        session.execute(insert_into(PointsEntry), new)
+            "order_id": [d.order_id for d in new],
+            "customer_id": [d.customer_id for d in new],
+            "points": [points_for(d.total_price) for d in new],
+        },
+        reason=ORDER_PLACED,
+        created_at=now,
+    )
     return {
         d.step_row_id: ALREADY_CREDITED if d.order_id in credited else CREDITED for d in deliveries
     }
@@ -358,29 +473,24 @@ def schedule_shipment(
     Raises:
         ValueError: an order without lines (it has no ship mode).
     """
+    pg = is_postgresql(session)
     ids = [d.order_id for d in deliveries]
-    existing = dict(session.execute(_SHIPMENTS, {"ids": ids}).all())
+    existing = dict(session.execute(_SHIPMENTS[pg], {"ids": ids}).all())
     modes: dict[int, list[str]] = defaultdict(list)
-    for oid, mode in session.execute(_MODES, {"ids": ids}):
+    for oid, mode in session.execute(_MODES[pg], {"ids": ids}):
         modes[oid].append(mode)
     out: dict[int, str] = {}
-    new = []
+    new: dict[str, list[Any]] = {"order_id": [], "ship_mode": [], "status": []}
     for d in deliveries:
         if d.order_id in existing:
             out[d.step_row_id] = existing[d.order_id]
             continue
         status = CANCELLED if d.status == OrderStatus.OUT_OF_STOCK else SCHEDULED
-        new.append(
-            {
-                "order_id": d.order_id,
-                "ship_mode": ship_mode_for(modes[d.order_id]),
-                "status": status,
-                "created_at": now,
-            }
-        )
+        new["order_id"].append(d.order_id)
+        new["ship_mode"].append(ship_mode_for(modes[d.order_id]))
+        new["status"].append(status)
         out[d.step_row_id] = status
-    if new:
-        session.execute(insert_into(Shipment), new)
+    insert_rows(session, Shipment, new, created_at=now)
     return out
 
 
@@ -396,4 +506,4 @@ EFFECTS: dict[str, Effect] = {
 def complete_orders(session: Session, order_ids: list[int]) -> None:
     """Orders whose workflow just finished become ``completed`` (other statuses stay)."""
     if order_ids:
-        session.execute(_COMPLETE, {"ids": order_ids})
+        session.execute(_COMPLETE[is_postgresql(session)], {"ids": order_ids})

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orders.domain import compensations, effects
@@ -24,6 +24,7 @@ from orders.domain.steps import ORDER_GRAPH
 from workflows import tracker
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound
+from workflows.idlists import is_postgresql, one_of
 from workflows.tracker import Claim, StepResult, StepRun
 from workflows.uow import SessionFactory
 
@@ -153,10 +154,14 @@ def handle_step(
 
 
 _ORDER = Order.__table__
-_ORDERS = select(_ORDER.c.id, _ORDER.c.customer_id, _ORDER.c.total_price, _ORDER.c.status).where(
-    _ORDER.c.id.in_(bindparam("ids", expanding=True))
-)
-"""The claimed orders' own columns (built once: cheaper than building it per batch)."""
+_ORDERS = {
+    pg: select(_ORDER.c.id, _ORDER.c.customer_id, _ORDER.c.total_price, _ORDER.c.status).where(
+        one_of(_ORDER.c.id, "ids", postgresql=pg)
+    )
+    for pg in (False, True)
+}
+"""The claimed orders' own columns (built once: cheaper than building it per batch), keyed
+by "runs on PostgreSQL" (there the ids are one array parameter: ``workflows.idlists``)."""
 
 
 def _of_orders(effect: effects.Effect) -> tracker.Effect:
@@ -164,7 +169,10 @@ def _of_orders(effect: effects.Effect) -> tracker.Effect:
 
     def apply(session: Session, claims: list[Claim], now: datetime) -> dict[int, str | Exception]:
         found = {
-            row[0]: row for row in session.execute(_ORDERS, {"ids": [c.subject_id for c in claims]})
+            row[0]: row
+            for row in session.execute(
+                _ORDERS[is_postgresql(session)], {"ids": [c.subject_id for c in claims]}
+            )
         }
         out: dict[int, str | Exception] = {
             c.step_row_id: OrderNotFound(f"order {c.subject_id} does not exist")
