@@ -1,0 +1,165 @@
+"""The step effects' set-based statements: a batch's inventory rows written in one
+statement (PostgreSQL: ``UPDATE ... FROM unnest``) stay under their version check,
+and a batch's rows inserted in one statement stay all or nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm.exc import StaleDataError
+
+from orders.app.placement import PlacedOrder, place_orders
+from orders.domain import effects
+from orders.domain.effects import CONFIRMATION, insert_rows, read_inventory, write_inventory
+from orders.domain.handlers import handle_steps
+from orders.domain.invariants import check_stock_conservation
+from orders.domain.models import Inventory, Notification, StockDeduction
+from orders.domain.steps import STOCK
+from workflows.tracker import StepResult, StepRun
+from workflows.uow import UnitOfWork
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def inventory(session_factory, parts) -> dict[int, tuple[int, int]]:
+    with session_factory() as session:
+        rows = session.execute(
+            select(Inventory.part_id, Inventory.on_hand, Inventory.version).where(
+                Inventory.part_id.in_(parts)
+            )
+        )
+        return {part: (on_hand, version) for part, on_hand, version in rows}
+
+
+def test_a_moved_version_fails_the_whole_inventory_write(session_factory, catalog):
+    """One stale row among several: the write raises the conflict, and after the
+    rollback no row changed, not even those whose version still matched."""
+    with session_factory() as session:
+        stale = read_inventory(session, [10, 11, 12])
+        session.rollback()
+    with session_factory() as session:  # a concurrent writer commits first
+        session.execute(
+            update(Inventory)
+            .where(Inventory.part_id == 11)
+            .values(on_hand=Inventory.on_hand - 1, version=Inventory.version + 1)
+        )
+        session.commit()
+    after_race = inventory(session_factory, [10, 11, 12])
+    before = {part: values[0] for part, values in stale.items()}
+    for values in stale.values():
+        values[0] -= 5
+    with session_factory() as session:
+        with pytest.raises(StaleDataError, match=r"\(2/3\)"):
+            write_inventory(session, stale, before)
+        session.rollback()
+    assert inventory(session_factory, [10, 11, 12]) == after_race
+
+
+def test_an_inventory_write_changes_each_row_once_under_its_version(session_factory, catalog):
+    with session_factory() as session:
+        stock = read_inventory(session, [10, 11, 12, 14])
+        before = {part: values[0] for part, values in stock.items()}
+        stock[10][0] -= 3
+        stock[11][0] += 2
+        stock[12][0] -= 100
+        write_inventory(session, stock, before)  # 14 unchanged: not written
+        session.commit()
+    assert inventory(session_factory, [10, 11, 12, 14]) == {
+        10: (97, 2),
+        11: (102, 2),
+        12: (0, 2),
+        14: (100, 1),
+    }
+
+
+def place(session_factory, drafts) -> list[PlacedOrder]:
+    with UnitOfWork(session_factory) as uow:
+        placed = place_orders(uow.session, drafts)
+        uow.commit()
+    return placed
+
+
+def test_a_batch_losing_the_inventory_race_reruns_and_takes_stock_once(
+    session_factory, catalog, make_draft, monkeypatch
+):
+    """The first unit of work's inventory write finds a version moved (what a
+    concurrent writer causes between read and write): it rolls back whole and
+    reruns; every order's stock is taken once, and a short order still gets its
+    own outcome beside its batch-mates."""
+    orders = place(
+        session_factory,
+        [
+            make_draft([(10, 2, "AIR"), (11, 3, "MAIL")]),
+            make_draft([(13, 9, "AIR")]),  # part 13 has 5 units: short
+            make_draft([(10, 1, "AIR"), (12, 4, "RAIL")]),
+        ],
+    )
+    writes = []
+    real_write = effects.write_inventory
+
+    def racing_write(session, stock, before):
+        writes.append(1)
+        if len(writes) == 1:  # the first unit of work read a version that moved
+            stock[10][1] -= 1
+        real_write(session, stock, before)
+
+    monkeypatch.setattr(effects, "write_inventory", racing_write)
+    results = handle_steps(
+        session_factory, [StepRun(p.workflow_id, STOCK, p.order_id) for p in orders]
+    )
+    assert len(writes) == 2
+    assert all(isinstance(r, StepResult) for r in results)
+    assert [r.outcome for r in results] == ["deducted", "out_of_stock", "deducted"]
+    assert [r.conflicts for r in results] == [1, 1, 1]
+    assert inventory(session_factory, [10, 11, 12, 13]) == {
+        10: (97, 2),
+        11: (97, 2),
+        12: (96, 2),
+        13: (5, 1),
+    }
+    with session_factory() as session:
+        rows = session.execute(
+            select(StockDeduction.order_id, StockDeduction.part_id, StockDeduction.quantity)
+        ).all()
+    assert sorted(rows) == sorted(
+        [
+            (orders[0].order_id, 10, 2),
+            (orders[0].order_id, 11, 3),
+            (orders[2].order_id, 10, 1),
+            (orders[2].order_id, 12, 4),
+        ]
+    )
+    with session_factory() as session:
+        assert check_stock_conservation(session) == []
+
+
+def test_inserted_rows_are_all_or_nothing(session_factory, catalog, make_draft):
+    """A batch whose rows break a unique guard inserts none of them."""
+    orders = place(session_factory, [make_draft(), make_draft()])
+    ids = [p.order_id for p in orders]
+    with session_factory() as session:
+        insert_rows(
+            session,
+            Notification,
+            {"order_id": ids[1:], "customer_id": [1]},
+            kind=CONFIRMATION,
+            created_at=NOW,
+        )
+        session.commit()
+    with session_factory() as session:
+        with pytest.raises(IntegrityError):
+            insert_rows(
+                session,
+                Notification,
+                {"order_id": ids, "customer_id": [1, 1]},
+                kind=CONFIRMATION,
+                created_at=NOW,
+            )
+        session.rollback()
+        assert list(session.scalars(select(Notification.order_id))) == ids[1:]
+        assert insert_rows(session, Notification, {"order_id": [], "customer_id": []}) == 0
+        with pytest.raises(ValueError, match="different lengths"):
+            insert_rows(session, Notification, {"order_id": ids, "customer_id": [1]})
