@@ -23,7 +23,17 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from sqlalchemy import Insert, Integer, Select, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Insert,
+    Integer,
+    Select,
+    String,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -160,11 +170,19 @@ def insert_into(model: Any) -> Insert:
     return insert(model.__table__)
 
 
+def _array_of(column_type: Any) -> ARRAY:
+    # An explicit cast to varchar(n)[] cuts a longer text short without a word; cast to
+    # varchar[] and the column's own length check refuses it, as a plain insert does.
+    if isinstance(column_type, String) and column_type.length is not None:
+        column_type = String()
+    return ARRAY(column_type)
+
+
 @functools.cache
 def _insert_unnest(model: Any, columns: tuple[str, ...], constants: tuple[str, ...]) -> Insert:
     table = model.__table__
     rows = (
-        func.unnest(*(bindparam(name, type_=ARRAY(table.c[name].type)) for name in columns))
+        func.unnest(*(bindparam(name, type_=_array_of(table.c[name].type)) for name in columns))
         .table_valued(*columns)
         .render_derived(name="v")
     )

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
 
 from orders.app.placement import PlacedOrder, place_orders
@@ -16,7 +16,7 @@ from orders.domain import effects
 from orders.domain.effects import CONFIRMATION, insert_rows, read_inventory, write_inventory
 from orders.domain.handlers import handle_steps
 from orders.domain.invariants import check_stock_conservation
-from orders.domain.models import Inventory, Notification, StockDeduction
+from orders.domain.models import Inventory, Notification, Shipment, StockDeduction
 from orders.domain.steps import STOCK
 from workflows.tracker import StepResult, StepRun
 from workflows.uow import UnitOfWork
@@ -163,3 +163,24 @@ def test_inserted_rows_are_all_or_nothing(session_factory, catalog, make_draft):
         assert insert_rows(session, Notification, {"order_id": [], "customer_id": []}) == 0
         with pytest.raises(ValueError, match="different lengths"):
             insert_rows(session, Notification, {"order_id": ids, "customer_id": [1]})
+
+
+def test_an_inserted_text_too_long_for_its_column_is_never_cut_short(
+    session_factory, catalog, make_draft
+):
+    """PostgreSQL refuses it (as a plain insert does); SQLite, which has no length
+    limit, keeps it whole. Either way no shorter text is stored."""
+    [order] = place(session_factory, [make_draft()])
+    mode = "PIGEON POST"  # 11 characters; shipments.ship_mode is 10
+    with session_factory() as session:
+        try:
+            insert_rows(
+                session,
+                Shipment,
+                {"order_id": [order.order_id], "ship_mode": [mode], "status": ["scheduled"]},
+                created_at=NOW,
+            )
+            session.commit()
+        except DBAPIError:
+            session.rollback()
+        assert list(session.scalars(select(Shipment.ship_mode))) in ([], [mode])
