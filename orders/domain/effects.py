@@ -1,10 +1,13 @@
 """The four step effects, set-based: a batch of orders in a few statements, one order
 being a batch of one.
 
-Each effect runs inside the completion tracker's unit of work, after the batch's
-workflow rows are locked (a lone delivery on SQLite: after its workflow's version
-was checked and bumped, the write that takes the database's write lock), and
-commits nothing. It takes the batch's deliveries
+Each effect runs inside the completion tracker's unit of work and commits nothing:
+on SQLite after the batch's workflow rows are locked (a lone delivery: after its
+workflow's version was checked and bumped, the write that takes the database's
+write lock), on PostgreSQL before the tracker locks them for the marking, which
+rolls the effect back with it when a claimed step row was finished meanwhile (ADR
+0014). On PostgreSQL a batch's rows go in one statement each (ADR 0015). It takes
+the batch's deliveries
 (:class:`Delivery`, in claim order) and returns step row id -> outcome word. Each is
 idempotent on its own, on top of the tracker's done-step check: its row is unique per
 order (and kind, reason or part), and an existing one means the effect is already
