@@ -410,3 +410,28 @@ def test_a_split_fetch_holds_a_suspect_only_as_its_one_job(make_queue):
     assert [j.job_id for j in second] == ids[1 : SCRIPT_BATCH + 50]
     assert [j.job_id for j in queue.fetch(2 * SCRIPT_BATCH).jobs] == [deep]
     assert [j.job_id for j in queue.fetch(2 * SCRIPT_BATCH).jobs] == ids[SCRIPT_BATCH + 51 :]
+
+
+def test_a_drain_holds_its_leases_in_hashed_keys_without_a_trace_of_the_pad(
+    make_queue, redis_client
+):
+    # A compact (listpack) leases hash or active zset makes each lease, ack and heartbeat
+    # a scan of every job held: fetch makes both keys in their hashed encoding.
+    queue = make_queue()
+    enqueue(queue, 30)
+    leases, active = queue.keys.key("leases"), queue.keys.key("active")
+
+    first = queue.fetch(10).jobs
+    second = queue.fetch(10).jobs  # the keys exist now: no pad needed, none left
+
+    assert redis_client.object("encoding", leases) == b"hashtable"
+    assert redis_client.object("encoding", active) == b"skiplist"
+    held = {j.job_id for j in first + second}
+    assert {k.decode() for k in redis_client.hkeys(leases)} == held
+    assert {m.decode() for m in redis_client.zrange(active, 0, -1)} == held
+    assert queue.ack([j.lease for j in first + second]).refused == []
+    assert not redis_client.exists(leases, active)
+    (again,) = queue.fetch(1).jobs  # made anew after they emptied: hashed again
+    assert redis_client.object("encoding", leases) == b"hashtable"
+    assert redis_client.hkeys(leases) == [again.job_id.encode()]
+    assert redis_client.zrange(active, 0, -1) == [again.job_id.encode()]

@@ -213,9 +213,30 @@ for i, id in ipairs(good) do
   out[#out + 1] = att
   out[#out + 1] = grecs[i]
 end
+-- A new leases hash or active zset is made in its hashed encoding at once: created
+-- by a small write, Redis keeps it compact (a listpack: every lookup, insert and
+-- delete a scan of the whole key) up to hash-max-listpack-entries (512 by default) /
+-- zset-max-listpack-entries (128), which made a drain's leasing and acking quadratic
+-- in the jobs held. A first entry named PAD (longer than any job id, and than any
+-- listpack value) converts the key as it is made; it is removed in this same call,
+-- and a hashed key keeps its encoding until it is empty and deleted.
+local PAD = string.rep('~', 2 * MAX_ID_BYTES)  -- never a job id (see valid_id)
+local pad_leases, pad_active = false, false
+if #hargs > 0 then
+  pad_leases = redis.call('EXISTS', K_LEASES) == 0
+  pad_active = redis.call('EXISTS', K_ACTIVE) == 0
+  if pad_leases then
+    table.insert(hargs, 1, PAD)
+    table.insert(hargs, 2, '')
+  end
+  if pad_active then
+    table.insert(zargs, 1, deadline)
+    table.insert(zargs, 2, PAD)
+  end
+end
 local trimmed = false
 if #hargs > 0 then
-  local r = redis.pcall('HSET', K_LEASES, unpack(hargs, 1, #hargs))  -- 2 * MAX_BATCH at most
+  local r = redis.pcall('HSET', K_LEASES, unpack(hargs, 1, #hargs))  -- 2 * MAX_BATCH + 2
   if type(r) == 'table' and r['err'] then
     if string.find(r['err'], 'WRONGTYPE', 1, true) then
       return redis.error_reply(corrupt(K_LEASES, 'hash'))
@@ -239,6 +260,8 @@ if #hargs > 0 then
   redis.call('SET', K_SEQ, string.format('%d', seq))
   chunked('ZADD', K_ACTIVE, zargs)
   chunked('HSET', K_ATTEMPTS, aargs)
+  if pad_leases then redis.call('HDEL', K_LEASES, PAD) end
+  if pad_active then redis.call('ZREM', K_ACTIVE, PAD) end
 end
 for _, id in ipairs(invalid) do
   H.to_dead(id, 'invalid_record', cjson.encode({reason = 'invalid_record',
