@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .codec import RecordDecodeError, decode_fields
 from .errors import PermanentError, UnknownTaskError
-from .job import JobContext, Lease, RawJob
+from .job import JobContext, Lease, RawJob, frozen_fast_init
 from .middleware import call_batch
 from .policy import should_retry
 from .registry import TaskDefinition, TaskRegistry
@@ -29,6 +29,7 @@ log = logging.getLogger("reliable_queue.worker")
 Middleware = Callable[[JobContext, Any, Callable[[], Any]], Any]
 
 
+@frozen_fast_init
 @dataclass(frozen=True, slots=True)
 class Succeeded:
     """The handler returned normally."""
@@ -36,6 +37,7 @@ class Succeeded:
     lease: Lease
 
 
+@frozen_fast_init
 @dataclass(frozen=True, slots=True)
 class Retry:
     """The handler raised an ordinary exception and may run again after ``delay`` s."""
@@ -46,6 +48,7 @@ class Retry:
     traceback: str
 
 
+@frozen_fast_init
 @dataclass(frozen=True, slots=True)
 class Dead:
     """The job goes to the dead-letter queue with ``reason``."""

@@ -2,10 +2,66 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
+
+_T = TypeVar("_T")
+
+
+def frozen_fast_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen slots dataclass an ``__init__`` that stores through its slots.
+
+    A frozen dataclass's own ``__init__`` stores each field by
+    ``object.__setattr__``, a generic attribute lookup per field: several times the
+    cost of the stores themselves, paid per fetched job by the worker's per-job
+    values (a 9-field context took about 1 µs to build). This one calls each slot's
+    descriptor directly, with the same parameters (names, order, defaults), so
+    positional and keyword calls, ``dataclasses.replace``, equality, hashing, repr
+    and pickling are unchanged, and the instance stays frozen (``__setattr__``
+    still raises). A ``__post_init__`` is called last, as the dataclass one does.
+
+    Args:
+        cls: a ``@dataclass(frozen=True, slots=True)`` class whose init fields have
+            no ``default_factory``.
+
+    Returns:
+        ``cls`` itself, its ``__init__`` replaced.
+
+    Raises:
+        TypeError: ``cls`` is not a frozen slots dataclass, or a field has a default
+            factory.
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} is not a frozen slots dataclass")
+    names: dict[str, Any] = {"_post": getattr(cls, "__post_init__", None)}
+    args, body = [], []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
+        names[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.default is dataclasses.MISSING:
+            args.append(f.name)
+        else:
+            names[f"_default_{f.name}"] = f.default
+            args.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.name})\n")
+    if names["_post"] is not None:
+        body.append("    _post(self)\n")
+    if not body:
+        body.append("    pass\n")
+    source = f"def __init__(self, {', '.join(args)}):\n" + "".join(body)
+    exec(source, names)  # noqa: S102 - the source is made here from field names only
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +85,7 @@ class EnqueueRequest:
     max_attempts: int | None = None
 
 
+@frozen_fast_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """Proof that a worker holds a job: its id and the lease token of this delivery."""
@@ -37,6 +94,7 @@ class Lease:
     token: str
 
 
+@frozen_fast_init
 @dataclass(frozen=True, slots=True)
 class RawJob:
     """A fetched job before decoding: what the fetch script returned.
@@ -59,9 +117,13 @@ class RawJob:
     lease: Lease = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lease", Lease(self.job_id, self.token))
+        _SET_LEASE(self, Lease(self.job_id, self.token))
 
 
+_SET_LEASE = RawJob.__dict__["lease"].__set__  # frozen: stored through its slot
+
+
+@frozen_fast_init
 @dataclass(frozen=True, slots=True)
 class JobContext:
     """What a handler may know about the job it runs.
