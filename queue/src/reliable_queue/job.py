@@ -39,7 +39,7 @@ def frozen_fast_init(cls: type[_T]) -> type[_T]:
         raise TypeError(f"{cls.__name__} is not a frozen slots dataclass")
     names: dict[str, Any] = {"_post": getattr(cls, "__post_init__", None)}
     args, body = [], []
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init:
             continue
         if f.default_factory is not dataclasses.MISSING:
@@ -60,7 +60,7 @@ def frozen_fast_init(cls: type[_T]) -> type[_T]:
     init = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[misc,method-assign]
     return cls
 
 
