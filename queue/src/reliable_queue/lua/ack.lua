@@ -26,11 +26,13 @@ local old = redis.pcall('ZRANGEBYSCORE', K_DONE, '-inf', string.format('%d', now
                         'LIMIT', '0', string.format('%d', math.min(2 * n + 100, TRIM_STEP)))
 if old['err'] then return redis.error_reply(corrupt(K_DONE, 'zset')) end
 local ok, refused, zdone = {}, {}, {}
+local k = 0  -- ok's length (filled by index: a '#t' per append searches the table)
 for i = 1, n do
   if cur[i] and cur[i] == ARGV[2 + 2 * i] then
-    ok[#ok + 1] = ids[i]
-    zdone[#zdone + 1] = now_s
-    zdone[#zdone + 1] = ids[i]
+    k = k + 1
+    ok[k] = ids[i]
+    zdone[2 * k - 1] = now_s
+    zdone[2 * k] = ids[i]
   else
     refused[#refused + 1] = ids[i]
   end

@@ -118,7 +118,8 @@ if count > 0 then
   local tail
   tail, err = read('list', 'LRANGE', K_READY, string.format('%d', -count), '-1')
   if err then return redis.error_reply(err) end
-  for i = #tail, 1, -1 do ids[#ids + 1] = tail[i] end  -- in RPOP order
+  local m = #tail
+  for i = m, 1, -1 do ids[m + 1 - i] = tail[i] end  -- in RPOP order
 end
 if #ids == 0 then
   if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
@@ -162,12 +163,14 @@ recs, err = read('hash', 'HMGET', K_JOBS, unpack(ids, 1, n))
 if err then return redis.error_reply(err) end
 -- ids that cannot be job ids (not UTF-8, too long) are isolated: never leased
 local good, grecs, invalid, orphans = {}, {}, {}, 0
+local g = 0
 for i, id in ipairs(ids) do
   if not recs[i] then
     orphans = orphans + 1  -- an id with no record (a foreign producer, or a dropped record)
   elseif valid_id(id) then
-    good[#good + 1] = id
-    grecs[#grecs + 1] = recs[i]
+    g = g + 1
+    good[g] = id
+    grecs[g] = recs[i]
   else
     invalid[#invalid + 1] = id
   end
@@ -196,22 +199,26 @@ end
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
 local seq = tonumber(seq0 or '0')
 local deadline = string.format('%d', now + lease_ms)
+-- (the lists are filled by index: a '#t' per append is a search of the table's size)
 local zargs, hargs, aargs, counted = {}, {}, {}, {}
+local o = #out
 for i, id in ipairs(good) do
   seq = seq + 1
   local token = string.format('%d:%s', seq, worker)
   local att = (counted[id] or tonumber(counts[i]) or 0) + 1  -- counted: an id twice in a batch
   counted[id] = att
-  aargs[#aargs + 1] = id
-  aargs[#aargs + 1] = string.format('%d', att)
-  zargs[#zargs + 1] = deadline
-  zargs[#zargs + 1] = id
-  hargs[#hargs + 1] = id
-  hargs[#hargs + 1] = token
-  out[#out + 1] = id
-  out[#out + 1] = token
-  out[#out + 1] = att
-  out[#out + 1] = grecs[i]
+  local k = 2 * i
+  aargs[k - 1] = id
+  aargs[k] = string.format('%d', att)
+  zargs[k - 1] = deadline
+  zargs[k] = id
+  hargs[k - 1] = id
+  hargs[k] = token
+  out[o + 1] = id
+  out[o + 2] = token
+  out[o + 3] = att
+  out[o + 4] = grecs[i]
+  o = o + 4
 end
 -- A new leases hash or active zset is made in its hashed encoding at once: created
 -- by a small write, Redis keeps it compact (a listpack: every lookup, insert and
