@@ -1,5 +1,6 @@
 """The worker against real Redis: blocking fetch, heartbeats, fencing, retries, bad input."""
 
+import gc
 import threading
 import time
 
@@ -16,6 +17,7 @@ from reliable_queue import (
     QueueSettings,
     RetryPolicy,
     TaskRegistry,
+    Worker,
     WorkerHooks,
     explain,
     stats,
@@ -330,3 +332,27 @@ def test_a_lane_with_a_split_fetch_runs_a_suspect_alone_then_full_batches(
     assert batches[1] == ids[1 : SCRIPT_BATCH + 101]  # the first call full, then the rest
     assert batches[2] == ids[SCRIPT_BATCH + 101 :]
     assert sorted(ran) == sorted(ids)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_run_freezes_the_start_up_heap_unless_told_not_to(
+    redis_client, key_prefix, registry, freeze
+):
+    # a lane's per-job values start cyclic collections; run() (the process's own loop)
+    # keeps the start-up heap out of them, so a full collection does not walk it
+    registry.task("t")(lambda p, c: None)
+    worker = Worker(redis_client, ["frz"], registry, prefix=key_prefix, settings=FAST)
+    gc.unfreeze()
+    try:
+        runner = threading.Thread(
+            target=worker.run, kwargs={"install_signals": False, "freeze_gc": freeze}
+        )
+        runner.start()
+        wait_until(lambda: worker._live_lanes())
+        frozen = gc.get_freeze_count()
+        worker.request_stop()
+        runner.join(10)
+    finally:
+        gc.unfreeze()
+    assert not runner.is_alive()
+    assert (frozen > 0) is freeze
