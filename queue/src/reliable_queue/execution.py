@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .codec import RecordDecodeError, decode_fields
 from .errors import PermanentError, UnknownTaskError
-from .job import JobContext, Lease, RawJob, frozen_fast_init
+from .job import JobContext, Lease, RawJob, frozen_factory, frozen_fast_init, make_context
 from .middleware import call_batch
 from .policy import should_retry
 from .registry import TaskDefinition, TaskRegistry
@@ -60,6 +60,7 @@ class Dead:
 
 
 Outcome = Succeeded | Retry | Dead
+_succeeded = frozen_factory(Succeeded)  # per job: made fast
 
 
 def fencing_number(token: str) -> int:
@@ -103,7 +104,7 @@ def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
     except ValidationError as exc:
         return Dead(job.lease, "invalid_payload", f"payload for {task!r} is invalid: {exc}", "")
     token = job.token
-    ctx = JobContext(
+    ctx = make_context(
         job.job_id,
         job.queue,
         task,
@@ -133,7 +134,7 @@ def outcome_of(
     """The outcome of a run that returned (``error`` None) or raised ``error``."""
     lease = item.job.lease
     if error is None:
-        return Succeeded(lease)
+        return _succeeded(lease)
     if isinstance(error, PermanentError):
         return Dead(lease, "error", _describe(error), trace)
     if should_retry(item.job.attempt, item.max_attempts):
@@ -179,7 +180,7 @@ def run_prepared(
         _call(item.definition, item.payload, item.ctx, middleware)
     except Exception as exc:  # an ordinary failure: retry per policy (or DLQ if permanent)
         return outcome_of(item, exc, tb.format_exc(), rng)
-    return Succeeded(item.job.lease)
+    return _succeeded(item.job.lease)
 
 
 def run_batch(

@@ -21,7 +21,7 @@ from .errors import (
     QueueLimitError,
 )
 from .ids import new_job_id
-from .job import AckResult, EnqueueRequest, FetchResult, Lease, RawJob
+from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
 from .keys import QueueKeys
 from .limits import MAX_FETCH, SCRIPT_BATCH, chunks
 from .registry import TaskRegistry
@@ -293,15 +293,15 @@ class Queue:
         ``invalid_record``); records stay bytes and are decoded per job later.
         """
         wait_ms, reaped, more = int(reply[0]), int(reply[1]), bool(int(reply[2]))
-        name, items = self.name, iter(reply[3:])
+        name, items, make = self.name, iter(reply[3:]), make_raw_job
         if len(reply) > 3 and type(reply[3]) is bytes:  # the usual bytes replies
             jobs = [
-                RawJob(name, job_id.decode(), token.decode(), int(attempt), record)
+                make(name, job_id.decode(), token.decode(), int(attempt), record)
                 for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
             ]
         else:
             jobs = [
-                RawJob(name, _text(job_id), _text(token), int(attempt), record)
+                make(name, _text(job_id), _text(token), int(attempt), record)
                 for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
             ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0

@@ -9,7 +9,13 @@ import pytest
 
 from reliable_queue import JobContext, Lease, RawJob
 from reliable_queue.execution import Dead, Retry, Succeeded
-from reliable_queue.job import frozen_fast_init
+from reliable_queue.job import (
+    frozen_factory,
+    frozen_fast_init,
+    make_context,
+    make_lease,
+    make_raw_job,
+)
 
 
 def context(**changes):
@@ -94,3 +100,37 @@ def test_only_frozen_slots_dataclasses_without_factories_are_taken():
     for cls in (NoSlots, NotFrozen, Factory):
         with pytest.raises(TypeError):
             frozen_fast_init(cls)
+
+
+def test_the_fast_makers_make_genuine_frozen_instances():
+    job = make_raw_job("q", "j1", "7:w", 2, b"{}")
+    ctx = make_context("j1", "q", "t", 2, 5, "7:w", 7, 1.5, None)
+    lease = make_lease("j1", "7:w")
+    for made, built in (
+        (job, RawJob("q", "j1", "7:w", 2, b"{}")),
+        (ctx, context()),
+        (lease, Lease("j1", "7:w")),
+    ):
+        assert type(made) is type(built) and made == built and hash(made) == hash(built)
+        assert repr(made) == repr(built)
+        assert pickle.loads(pickle.dumps(made)) == built
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.job_id = "other"  # type: ignore[misc]
+    assert job.lease == lease  # __post_init__ ran
+
+
+def test_a_fast_maker_keeps_defaults_and_refuses_what_it_cannot_make():
+    @dataclass(frozen=True, slots=True)
+    class Point:
+        x: int
+        y: int = 3
+
+    make = frozen_factory(Point)
+    assert make(1) == Point(1, 3) and make(1, 4) == Point(1, 4)
+
+    @dataclass(frozen=True)
+    class NoSlots:
+        x: int
+
+    with pytest.raises(TypeError):
+        frozen_factory(NoSlots)
