@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .codec import RecordDecodeError, decode_fields
 from .errors import PermanentError, UnknownTaskError
-from .job import JobContext, Lease, RawJob, frozen_factory, frozen_fast_init, make_context
+from .job import JobContext, Lease, RawJob, frozen_fast_init, make_context, slots_factory
 from .middleware import call_batch
 from .policy import should_retry
 from .registry import TaskDefinition, TaskRegistry
@@ -60,7 +60,7 @@ class Dead:
 
 
 Outcome = Succeeded | Retry | Dead
-_succeeded = frozen_factory(Succeeded)  # per job: made fast
+_succeeded = slots_factory(Succeeded)  # per job: made fast
 
 
 def fencing_number(token: str) -> int:

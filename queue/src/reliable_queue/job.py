@@ -25,15 +25,14 @@ def frozen_fast_init(cls: type[_T]) -> type[_T]:
     still raises). A ``__post_init__`` is called last, as the dataclass one does.
 
     Args:
-        cls: a ``@dataclass(frozen=True, slots=True)`` class whose init fields have
-            no ``default_factory``.
+        cls: a ``@dataclass(frozen=True, slots=True)`` class whose fields have no
+            ``default_factory`` and whose non-init fields no default.
 
     Returns:
         ``cls`` itself, its ``__init__`` replaced.
 
     Raises:
-        TypeError: ``cls`` is not a frozen slots dataclass, or a field has a default
-            factory.
+        TypeError: ``cls`` is not a frozen slots dataclass, or has a field as above.
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
@@ -41,10 +40,9 @@ def frozen_fast_init(cls: type[_T]) -> type[_T]:
     names: dict[str, Any] = {"_post": getattr(cls, "__post_init__", None)}
     args, body = [], []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        _check_field(cls, f)
         if not f.init:
             continue
-        if f.default_factory is not dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
         names[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
         if f.default is dataclasses.MISSING:
             args.append(f.name)
@@ -86,53 +84,64 @@ class EnqueueRequest:
     max_attempts: int | None = None
 
 
-def frozen_factory(cls: type[_T]) -> Callable[..., _T]:
+def slots_factory(cls: type[_T]) -> Callable[..., _T]:
     """A fast maker of ``cls`` instances, for the worker's per-job hot path.
 
-    Even through its slot descriptors (:func:`frozen_fast_init`), a frozen instance
-    costs a call per field. The maker fills a plain twin with the same slots (plain
-    attribute stores) and then gives it ``cls`` as its class: a genuine, frozen
-    instance of ``cls``, equal to one made by ``cls(...)``. It takes the init fields
-    positionally, in order, and calls ``__post_init__`` last.
+    Calling a class with a Python ``__init__`` costs more than the stores it makes,
+    and a frozen instance's stores are calls of their own, even through its slot
+    descriptors (:func:`frozen_fast_init`). The maker allocates the instance and
+    fills its slots by plain attribute stores; for a frozen class it fills a plain
+    twin with the same slots and then gives it ``cls`` as its class. Either way the
+    result is a genuine instance of ``cls``, equal to one made by ``cls(...)``, and
+    a frozen one is frozen from then on. It takes the init fields in order (as
+    ``cls`` does) and calls ``__post_init__`` last.
 
     Args:
-        cls: a ``@dataclass(frozen=True, slots=True)`` class (see
-            :func:`frozen_fast_init`).
+        cls: a ``@dataclass(slots=True)`` class (frozen or not) whose fields have
+            no ``default_factory`` and whose non-init fields no default.
 
     Returns:
         ``make(*init_fields) -> cls``.
 
     Raises:
-        TypeError: as :func:`frozen_fast_init`.
+        TypeError: ``cls`` is not a slots dataclass, or has a field as above.
     """
     params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
-        raise TypeError(f"{cls.__name__} is not a frozen slots dataclass")
-    twin = type(f"_{cls.__name__}Making", (), {"__slots__": cls.__dict__["__slots__"]})
-    names: dict[str, Any] = {"_new": object.__new__, "_twin": twin, "_cls": cls}
+    if params is None or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} is not a slots dataclass")
+    names: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    if params.frozen:
+        slots = cls.__dict__["__slots__"]
+        names["_twin"] = type(f"_{cls.__name__}Making", (), {"__slots__": slots})
     names["_post"] = getattr(cls, "__post_init__", None)
-    args, body = [], []
+    args, body = [], [f"    o = _new({'_twin' if params.frozen else '_cls'})\n"]
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        _check_field(cls, f)
         if not f.init:
             continue
-        if f.default_factory is not dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
         if f.default is dataclasses.MISSING:
             args.append(f.name)
         else:
             names[f"_default_{f.name}"] = f.default
             args.append(f"{f.name}=_default_{f.name}")
         body.append(f"    o.{f.name} = {f.name}\n")
-    body.append("    o.__class__ = _cls\n")
+    if params.frozen:
+        body.append("    o.__class__ = _cls\n")
     if names["_post"] is not None:
         body.append("    _post(o)\n")
-    source = (
-        f"def make({', '.join(args)}):\n    o = _new(_twin)\n" + "".join(body) + "    return o\n"
-    )
-    exec(source, names)  # noqa: S102 - the source is made here from field names only
+    body.append("    return o\n")
+    exec(f"def make({', '.join(args)}):\n" + "".join(body), names)  # noqa: S102 - made here
     make: Callable[..., _T] = names["make"]
     make.__qualname__ = make.__name__ = f"make_{cls.__name__}"
     return make
+
+
+def _check_field(cls: type, f: dataclasses.Field[Any]) -> None:
+    """Refuse a field the generated code would not set as the dataclass does."""
+    if f.default_factory is not dataclasses.MISSING:
+        raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
+    if not f.init and f.default is not dataclasses.MISSING:
+        raise TypeError(f"{cls.__name__}.{f.name} is a non-init field with a default")
 
 
 @frozen_fast_init
@@ -170,11 +179,11 @@ class RawJob:
         _SET_LEASE(self, make_lease(self.job_id, self.token))
 
 
-make_lease = frozen_factory(Lease)
+make_lease = slots_factory(Lease)
 _SET_LEASE = RawJob.__dict__["lease"].__set__  # frozen: stored through its slot
 #: ``make_raw_job(queue, job_id, token, attempt, record)``: a :class:`RawJob`, made
-#: fast (:func:`frozen_factory`), for the fetch's per-job path.
-make_raw_job = frozen_factory(RawJob)
+#: fast (:func:`slots_factory`), for the fetch's per-job path.
+make_raw_job = slots_factory(RawJob)
 
 
 @frozen_fast_init
@@ -206,8 +215,8 @@ class JobContext:
     idempotency_key: str | None
 
 
-#: ``make_context(*fields)``: a :class:`JobContext`, made fast (:func:`frozen_factory`).
-make_context = frozen_factory(JobContext)
+#: ``make_context(*fields)``: a :class:`JobContext`, made fast (:func:`slots_factory`).
+make_context = slots_factory(JobContext)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,11 @@ import pytest
 from reliable_queue import JobContext, Lease, RawJob
 from reliable_queue.execution import Dead, Retry, Succeeded
 from reliable_queue.job import (
-    frozen_factory,
     frozen_fast_init,
     make_context,
     make_lease,
     make_raw_job,
+    slots_factory,
 )
 
 
@@ -125,12 +125,28 @@ def test_a_fast_maker_keeps_defaults_and_refuses_what_it_cannot_make():
         x: int
         y: int = 3
 
-    make = frozen_factory(Point)
+    make = slots_factory(Point)
     assert make(1) == Point(1, 3) and make(1, 4) == Point(1, 4)
+
+    @dataclass(slots=True)
+    class Mutable:
+        x: int
+
+    made = slots_factory(Mutable)(1)
+    assert type(made) is Mutable and made == Mutable(1)
 
     @dataclass(frozen=True)
     class NoSlots:
         x: int
 
-    with pytest.raises(TypeError):
-        frozen_factory(NoSlots)
+    @dataclass(frozen=True, slots=True)
+    class Derived:
+        x: int
+        y: int = dataclasses.field(init=False, default=0)
+
+    for cls in (NoSlots, Derived):
+        with pytest.raises(TypeError):
+            slots_factory(cls)
+        if cls is Derived:
+            with pytest.raises(TypeError):
+                frozen_fast_init(cls)
