@@ -199,7 +199,9 @@ end
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
 local seq = tonumber(seq0 or '0')
 local deadline = string.format('%d', now + lease_ms)
--- (the lists are filled by index: a '#t' per append is a search of the table's size)
+-- (the lists are filled by index: a '#t' per append is a search of the table's size;
+-- the usual delivery counts are written from constants, not formatted per job)
+local COUNTS = {'1', '2', '3', '4', '5', '6', '7', '8', '9', '10'}
 local zargs, hargs, aargs, counted = {}, {}, {}, {}
 local o = #out
 for i, id in ipairs(good) do
@@ -209,7 +211,7 @@ for i, id in ipairs(good) do
   counted[id] = att
   local k = 2 * i
   aargs[k - 1] = id
-  aargs[k] = string.format('%d', att)
+  aargs[k] = COUNTS[att] or string.format('%d', att)
   zargs[k - 1] = deadline
   zargs[k] = id
   hargs[k - 1] = id
