@@ -416,13 +416,13 @@ def test_a_drain_holds_its_leases_in_hashed_keys_without_a_trace_of_the_pad(
     make_queue, redis_client
 ):
     # A compact (listpack) leases hash or active zset makes each lease, ack and heartbeat
-    # a scan of every job held: fetch makes both keys in their hashed encoding.
+    # a scan of every job held: a fetch of 32 jobs or more makes both keys hashed.
     queue = make_queue()
-    enqueue(queue, 30)
+    enqueue(queue, 200)
     leases, active = queue.keys.key("leases"), queue.keys.key("active")
 
-    first = queue.fetch(10).jobs
-    second = queue.fetch(10).jobs  # the keys exist now: no pad needed, none left
+    first = queue.fetch(40).jobs
+    second = queue.fetch(40).jobs  # the keys exist now: no pad needed, none left
 
     assert redis_client.object("encoding", leases) == b"hashtable"
     assert redis_client.object("encoding", active) == b"skiplist"
@@ -431,7 +431,12 @@ def test_a_drain_holds_its_leases_in_hashed_keys_without_a_trace_of_the_pad(
     assert {m.decode() for m in redis_client.zrange(active, 0, -1)} == held
     assert queue.ack([j.lease for j in first + second]).refused == []
     assert not redis_client.exists(leases, active)
-    (again,) = queue.fetch(1).jobs  # made anew after they emptied: hashed again
+
+    (small,) = queue.fetch(1).jobs  # a small fetch keeps them compact, and padless
+    assert redis_client.object("encoding", leases) != b"hashtable"
+    assert redis_client.hkeys(leases) == [small.job_id.encode()]
+    assert queue.ack([small.lease]).refused == []
+    again = queue.fetch(SCRIPT_BATCH).jobs  # made anew after they emptied: hashed again
     assert redis_client.object("encoding", leases) == b"hashtable"
-    assert redis_client.hkeys(leases) == [again.job_id.encode()]
-    assert redis_client.zrange(active, 0, -1) == [again.job_id.encode()]
+    assert redis_client.object("encoding", active) == b"skiplist"
+    assert redis_client.hlen(leases) == redis_client.zcard(active) == len(again) == 119
