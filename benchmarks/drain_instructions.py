@@ -10,7 +10,9 @@ checkout: run it with that checkout's interpreter. Usage::
 
     python benchmarks/drain_instructions.py [N] [BATCH]
 
-Prints Ir per job for the drain, and separately for fetch alone and ack alone.
+Prints Ir per job for the drain, and for the same drain with the ack of each batch
+in a round trip of its own. With ``KEEP_CALLGRIND=1`` the callgrind output is kept
+and its folder printed (for ``callgrind_annotate``).
 """
 
 from __future__ import annotations
