@@ -6,7 +6,9 @@ for example a business outcome such as "out of stock"). The outbox writes a
 step with prerequisites as ``waiting``; it is never published in that state.
 When a step finishes, the completion tracker calls :func:`release_waiting` in
 the same unit of work: a waiting step whose prerequisites are all done with a
-non-halting outcome becomes ``pending`` (the relay publishes it), and one with
+non-halting outcome becomes ``pending`` (the relay publishes it; the rows released
+come back with what their queue messages are built from, so the worker that
+committed them publishes without reading them again), and one with
 a prerequisite that halted becomes ``skipped`` (final; it never runs, and the
 workflow completes without it).
 
@@ -20,8 +22,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Text, bindparam, cast, select, update
 from sqlalchemy.orm import Session
 
 from workflows.idlists import is_postgresql, one_of
@@ -112,10 +115,17 @@ _STEPS_OF = {
     )
     for pg in (False, True)
 }
+# RETURNING the message columns: the rows are read by the statement that moves
+# them, with no second read. The payload comes back as its stored JSON text: a
+# row whose payload does not decode must not fail the caller's transaction (the
+# relay refuses that row alone when it publishes).
 _RELEASE = {
     pg: update(_WS)
     .where(one_of(_WS.c.id, "ids", postgresql=pg), _WS.c.status == StepStatus.WAITING)
     .values(status=StepStatus.PENDING)
+    .returning(
+        _WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.queue, _WS.c.task, cast(_WS.c.payload, Text)
+    )
     for pg in (False, True)
 }
 _SKIP = (
@@ -125,9 +135,31 @@ _SKIP = (
 )
 
 
+class Released(NamedTuple):
+    """A step row that :func:`release_waiting` moved from ``waiting`` to ``pending``,
+    with what its queue message is built from (``workflows.relay.publish_released``).
+
+    Attributes:
+        row_id: the step row's id.
+        workflow_id: its workflow's id.
+        step: the step name.
+        queue: the queue name of its message.
+        task: the task name of its message.
+        payload: the message body as stored: JSON text, not decoded yet (it may
+            not decode; the relay then refuses this row alone).
+    """
+
+    row_id: int
+    workflow_id: int
+    step: str
+    queue: str
+    task: str
+    payload: str
+
+
 def release_waiting(
     session: Session, graph: StepGraph, workflow_ids: Sequence[int], now: datetime
-) -> dict[int, tuple[int, ...]]:
+) -> dict[int, tuple[Released, ...]]:
     """Move decidable waiting steps of some workflows to ``pending`` or ``skipped``.
 
     Runs inside the caller's unit of work (after the finishing step's row was
@@ -140,8 +172,10 @@ def release_waiting(
         now: time written as a skipped step's finish time (timezone-aware).
 
     Returns:
-        Workflow id -> ids of its step rows released to ``pending`` (for an
-        immediate publish); workflows with none released are absent.
+        Workflow id -> its step rows released to ``pending`` (for an immediate
+        publish, ``workflows.relay.publish_released``), in row id order;
+        workflows with none released are absent. A row another transaction
+        released first is not in it.
     """
     if not graph.after or not workflow_ids:
         return {}
@@ -151,7 +185,7 @@ def release_waiting(
     per_workflow: dict[int, dict[str, tuple[int, str, str | None]]] = defaultdict(dict)
     for row_id, wf_id, step, status, outcome in rows:
         per_workflow[wf_id][step] = (row_id, status, outcome)
-    released: dict[int, tuple[int, ...]] = {}
+    released: dict[int, list[int]] = defaultdict(list)
     skipped: list[dict[str, object]] = []
     for wf_id, steps in per_workflow.items():
         if not any(status == StepStatus.WAITING for _, status, _ in steps.values()):
@@ -160,17 +194,19 @@ def release_waiting(
         for name, verdict in decided.items():
             row_id = steps[name][0]
             if verdict == StepStatus.PENDING:
-                released[wf_id] = (*released.get(wf_id, ()), row_id)
+                released[wf_id].append(row_id)
             else:
                 blockers = [p for p in graph.after.get(name, ()) if p in steps]
                 skipped.append(
                     {"row_id": row_id, "outcome": (SKIPPED_PREFIX + ",".join(blockers))[:50]}
                 )
+    moved: dict[int, list[Released]] = defaultdict(list)
     if released:
-        session.execute(
+        for row in session.execute(
             _RELEASE[is_postgresql(session)],
             {"ids": sorted(r for ids in released.values() for r in ids)},
-        )
+        ):
+            moved[row[1]].append(Released(*row))
     if skipped:
         session.execute(_SKIP, [{**row, "now": now} for row in skipped])
-    return {wf_id: tuple(sorted(ids)) for wf_id, ids in released.items()}
+    return {wf_id: tuple(sorted(rows)) for wf_id, rows in moved.items()}

@@ -14,6 +14,7 @@ queue that cannot be reached charges no row: everything stays pending.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
+from workflows.dependencies import Released
 from workflows.idlists import among
 from workflows.isolation import IsolatedPublish, describe, publish_isolated
 from workflows.messages import Publisher, StepMessage
@@ -37,6 +39,7 @@ __all__ = [
     "SweepResult",
     "message_for",
     "publish_pending",
+    "publish_released",
     "publish_steps",
     "sweep",
 ]
@@ -145,6 +148,71 @@ def publish_steps(
             known,
         ).published
     return published
+
+
+def publish_released(
+    session_factory: SessionFactory,
+    publisher: Publisher,
+    released: Sequence[Released],
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    policy: PublishPolicy | None = None,
+) -> int:
+    """Publish the step rows the caller's own commit just released; mark them dispatched.
+
+    The worker's fast path after a finished step (``StepResult.released_steps``):
+    unlike :func:`publish_steps` it reads nothing back, neither which rows are
+    still pending nor their messages. Call it right after the commit that
+    released the rows, with nothing in between that waits: that commit made
+    them ``pending`` an instant ago, and nobody else publishes them meanwhile
+    (a settling :func:`sweep` leaves a fresh row to its writer for
+    ``settle_seconds``; placement and cancellation publish other rows). Marking
+    keeps the state of a row a worker moved on already and skips rows a
+    transaction holds, as in :func:`publish_steps`; a row left pending by a
+    crash, an unreachable queue or a skipped marking is the sweep's.
+
+    Args:
+        session_factory: makes the sessions of the units of work.
+        publisher: the queue adapter.
+        released: the rows (``workflows.dependencies.release_waiting``); a row
+            whose payload does not decode to an object is refused alone.
+        clock: current time (timezone-aware).
+        policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
+
+    Returns:
+        Number of steps published.
+
+    Raises:
+        PublisherUnavailable: the queue cannot be reached; the rows not yet
+            published stay pending for the sweep (no row is charged).
+    """
+    policy = policy or PublishPolicy()
+    published = 0
+    for start in range(0, len(released), _CHUNK):
+        steps: list[tuple[int, StepMessage]] = []
+        unreadable: dict[int, str] = {}
+        for row in sorted(released[start : start + _CHUNK]):
+            try:
+                steps.append((row.row_id, _released_message(row)))
+            except Exception as exc:  # noqa: BLE001 - this row's payload is unreadable
+                unreadable[row.row_id] = f"payload cannot be read: {describe(exc)}"
+        published += _publish_and_mark(
+            session_factory, publisher, steps, unreadable, clock(), clock, policy
+        ).published
+    return published
+
+
+def _released_message(row: Released) -> StepMessage:
+    """The queue message of a released row; raises when its payload is not a JSON object."""
+    payload = json.loads(row.payload)
+    if not isinstance(payload, dict):
+        raise TypeError(f"payload is a JSON {type(payload).__name__}, not an object")
+    return StepMessage(
+        queue=row.queue,
+        task=row.task,
+        payload=payload,
+        idempotency_key=idempotency_key(row.workflow_id, row.step),
+    )
 
 
 def publish_pending(
@@ -502,6 +570,20 @@ def _publish_where(
 ) -> _Published:
     now = clock()
     steps, unreadable = _read_pending(session_factory, pending, now, known or {})
+    return _publish_and_mark(session_factory, publisher, steps, unreadable, now, clock, policy)
+
+
+def _publish_and_mark(
+    session_factory: SessionFactory,
+    publisher: Publisher,
+    steps: list[tuple[int, StepMessage]],
+    unreadable: dict[int, str],
+    now: datetime,
+    clock: Callable[[], datetime],
+    policy: PublishPolicy,
+) -> _Published:
+    """Publish ``steps``, mark the published rows dispatched, charge the refused
+    and ``unreadable`` rows an attempt each; raise an unreachable queue at the end."""
     if not steps and not unreadable:
         return _Published()
     outcome = publish_isolated(publisher, steps)

@@ -54,7 +54,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
-from workflows.dependencies import NO_DEPENDENCIES, StepGraph, release_waiting
+from workflows.dependencies import NO_DEPENDENCIES, Released, StepGraph, release_waiting
 from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
 from workflows.idlists import is_postgresql, one_of
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
@@ -98,6 +98,8 @@ class StepResult:
         conflicts: units of work rerun because of concurrent writers.
         released: ids of step rows this commit moved from ``waiting`` to
             ``pending`` (their prerequisites succeeded), for an immediate publish.
+        released_steps: the same rows with their message columns, for a publish
+            that does not read them back (``workflows.relay.publish_released``).
     """
 
     workflow_id: int
@@ -107,6 +109,7 @@ class StepResult:
     workflow_done: bool
     conflicts: int = 0
     released: tuple[int, ...] = ()
+    released_steps: tuple[Released, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -453,7 +456,7 @@ def _once(
             raise RuntimeError(f"the {step!r} effect gave no outcome for step rows {missing}")
         applied = [c for c in claims if not isinstance(outcomes[c.step_row_id], Exception)]
         now = clock()
-        released: dict[int, tuple[int, ...]] = {}
+        released: dict[int, tuple[Released, ...]] = {}
         done_ids: set[int] = set()
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]
@@ -487,6 +490,7 @@ def _once(
                     False,
                     run.workflow_id in done_ids,
                     conflicts,
+                    tuple(r.row_id for r in released.get(run.workflow_id, ())),
                     released.get(run.workflow_id, ()),
                 )
             )

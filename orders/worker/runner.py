@@ -19,7 +19,8 @@ from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
-from workflows.relay import publish_steps
+from workflows.dependencies import Released
+from workflows.relay import publish_released
 from workflows.tracker import StepResult
 
 log = logging.getLogger("orders.worker")
@@ -67,22 +68,20 @@ def build_worker(
     obs = observability or WorkerObservability()
 
     def on_results(step: str, results: list[StepResult]) -> None:
-        """Once per handler call: one counters write, one metrics pass, one publish."""
+        """Once per handler call: one publish, one counters write, one metrics pass."""
+        released = [row for result in results for row in result.released_steps]
+        if released:  # first: the rows are fresh, the sweep leaves them to this publish
+            release(released)
         duplicates = sum(1 for result in results if result.duplicate)
         counters.add_many(
             {f"duplicate:{step}": duplicates, f"applied:{step}": len(results) - duplicates}
         )
         obs.on_results(step, results)
-        released = [step_id for result in results for step_id in result.released]
-        if released:
-            release(released)
 
-    def release(step_ids: Sequence[int]) -> None:
+    def release(rows: Sequence[Released]) -> None:
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
         try:
-            publish_steps(
-                app.session_factory, app.publisher, list(step_ids), policy=app.publish_policy
-            )
+            publish_released(app.session_factory, app.publisher, rows, policy=app.publish_policy)
         except Exception as exc:  # left pending: the relay sweep publishes them
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 

@@ -17,7 +17,13 @@ from orders.sources.drafts import RANDOM
 from workflows.columns import utcnow
 from workflows.errors import PublisherUnavailable
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import message_for, publish_pending, publish_steps, sweep
+from workflows.relay import (
+    message_for,
+    publish_pending,
+    publish_released,
+    publish_steps,
+    sweep,
+)
 from workflows.tracker import StepRun, record_step_failure
 
 
@@ -353,3 +359,107 @@ def test_marking_published_steps_never_waits_for_a_row_a_worker_holds(
     assert rows[free].status == StepStatus.DISPATCHED and rows[free].dispatched_at is not None
     # the held row was skipped, not lost: still pending, the sweep publishes it again
     assert rows[held].status == StepStatus.PENDING and rows[held].dispatched_at is None
+
+
+def _released_by_stock(session_factory, n: int, seed: int):
+    """Place ``n`` orders, run their stock steps; the rows the stock steps released."""
+    plenty_of_stock(session_factory)
+    placed = place(session_factory, n, source=RANDOM, rng=random.Random(seed))
+    return [
+        row
+        for order in placed.orders
+        for row in handle_step(
+            session_factory, StepRequest(order.workflow_id, order.order_id, STOCK)
+        ).released_steps
+    ]
+
+
+def test_released_steps_come_back_with_their_messages_and_are_published_as_is(
+    session_factory, catalog, publisher
+):
+    released = _released_by_stock(session_factory, 2, seed=21)
+    assert len(released) == 6
+    with session_factory() as session:
+        rows = session.scalars(
+            select(WorkflowStep).where(WorkflowStep.id.in_([r.row_id for r in released]))
+        ).all()
+    expected = sorted(message_for(row).idempotency_key for row in rows)
+    assert publish_released(session_factory, publisher, released) == 6
+    assert sorted(m.idempotency_key for m in publisher.messages) == expected
+    assert {m.idempotency_key: m for m in publisher.messages} == {
+        message_for(row).idempotency_key: message_for(row) for row in rows
+    }
+    assert step_states(session_factory) == {StepStatus.DONE: 2, StepStatus.DISPATCHED: 6}
+    # the sweep finds nothing left to publish
+    again = sweep(session_factory, publisher, is_known=lambda _key: True, republish_after=30)
+    assert (again.published, again.republished) == (0, 0)
+    assert len(publisher.messages) == 6
+
+
+def test_a_released_row_whose_payload_does_not_decode_is_refused_alone(
+    session_factory, catalog, publisher
+):
+    plenty_of_stock(session_factory)
+    placed = place(session_factory, 2, source=RANDOM, rng=random.Random(22))
+    poisoned = placed.orders[0].step_ids[2]  # a step the stock step releases
+    with session_factory() as session:
+        session.execute(
+            update(WorkflowStep).where(WorkflowStep.id == poisoned).values(payload="not a dict")
+        )
+        session.commit()
+    released = [  # the stock step's transaction does not fail on the bad payload
+        row
+        for order in placed.orders
+        for row in handle_step(
+            session_factory, StepRequest(order.workflow_id, order.order_id, STOCK)
+        ).released_steps
+    ]
+    assert poisoned in {r.row_id for r in released}
+    assert publish_released(session_factory, publisher, released) == 5
+    with session_factory() as session:
+        row = session.get(WorkflowStep, poisoned)
+    assert row.status == StepStatus.PENDING and row.publish_attempts == 1
+    assert row.publish_error.startswith("payload cannot be read")
+    assert row.next_publish_at is not None  # held back by its backoff, charged once
+    assert f"{row.workflow_id}:{row.step}" not in publisher.keys()
+
+
+def test_released_steps_stay_pending_for_the_sweep_when_the_queue_is_down(
+    session_factory, catalog, publisher
+):
+    released = _released_by_stock(session_factory, 2, seed=23)
+    publisher.fail = PublisherUnavailable("queue down")
+    with pytest.raises(PublisherUnavailable):
+        publish_released(session_factory, publisher, released)
+    assert step_states(session_factory) == {StepStatus.DONE: 2, StepStatus.PENDING: 6}
+    with session_factory() as session:  # an outage is charged to no row
+        assert set(session.scalars(select(WorkflowStep.publish_attempts))) == {0}
+    publisher.fail = None
+    swept = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert swept.published == 6
+
+
+def test_a_released_step_finished_before_its_marking_keeps_its_state(
+    session_factory, catalog, publisher
+):
+    """A fast worker runs a released step between the publish and the marking."""
+    released = _released_by_stock(session_factory, 1, seed=24)
+    first = released[0]
+
+    class FastWorkerPublisher:
+        def publish(self, messages):
+            publisher.publish(messages)
+            with session_factory() as session:  # its worker finishes it at once
+                session.execute(
+                    update(WorkflowStep)
+                    .where(WorkflowStep.id == first.row_id)
+                    .values(status=StepStatus.DONE, outcome="sent")
+                )
+                session.commit()
+
+    assert publish_released(session_factory, FastWorkerPublisher(), released) == 3
+    with session_factory() as session:
+        rows = {r.id: r for r in session.scalars(select(WorkflowStep))}
+    assert rows[first.row_id].status == StepStatus.DONE
+    assert rows[first.row_id].dispatched_at is not None
+    assert {rows[r.row_id].status for r in released[1:]} == {StepStatus.DISPATCHED}
