@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import Text, bindparam, cast, select, update
+from sqlalchemy import Text, bindparam, cast, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from workflows.idlists import is_postgresql, one_of
@@ -104,12 +104,17 @@ _WS = WorkflowStep.__table__
 # keyed by "runs on PostgreSQL": there the id list is one array (workflows.idlists).
 # Only workflows that still have a waiting step can change: once their first step
 # released the rest, a batch of any later step reads no rows here.
+# SQLite (no statistics) would find those workflows through the status index,
+# walking every waiting row of the database, under its write lock, in each
+# batch: 6 ms instead of 0.4 ms at 24,000 waiting rows. ``status || ''`` keeps
+# it on the (workflow_id, step) index; PostgreSQL plans from its statistics.
 _STEPS_OF = {
     pg: select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
         _WS.c.workflow_id.in_(
             select(_WS.c.workflow_id).where(
                 one_of(_WS.c.workflow_id, "ids", postgresql=pg),
-                _WS.c.status == StepStatus.WAITING,
+                (_WS.c.status if pg else _WS.c.status.concat(literal_column("''")))
+                == StepStatus.WAITING,
             )
         )
     )
