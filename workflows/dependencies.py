@@ -6,11 +6,17 @@ for example a business outcome such as "out of stock"). The outbox writes a
 step with prerequisites as ``waiting``; it is never published in that state.
 When a step finishes, the completion tracker calls :func:`release_waiting` in
 the same unit of work: a waiting step whose prerequisites are all done with a
-non-halting outcome becomes ``pending`` (the relay publishes it; the rows released
-come back with what their queue messages are built from, so the worker that
-committed them publishes without reading them again), and one with
-a prerequisite that halted becomes ``skipped`` (final; it never runs, and the
-workflow completes without it).
+non-halting outcome is released, and one with a prerequisite that halted
+becomes ``skipped`` (final; it never runs, and the workflow completes without
+it).
+
+A released step becomes ``dispatched`` at once, with its dispatch time: the
+caller publishes it right after its commit (``workflows.relay.publish_released``,
+with the message columns this read returns, so nothing is read back and no
+second transaction marks it). A crash between that commit and the publish
+leaves a dispatched step the queue does not know, which the relay sweep
+re-publishes after ``republish_after``, as for a step Redis lost; a refusal or
+an unreachable queue puts the row back to ``pending`` (docs/adr/0017).
 
 The graph lives in code, beside the definition, not in the database: rows
 carry only their state. A step with no entry in ``after`` is never waiting.
@@ -127,7 +133,10 @@ _STEPS_OF = {
 _RELEASE = {
     pg: update(_WS)
     .where(one_of(_WS.c.id, "ids", postgresql=pg), _WS.c.status == StepStatus.WAITING)
-    .values(status=StepStatus.PENDING)
+    .values(
+        status=StepStatus.DISPATCHED,
+        dispatched_at=bindparam("now", type_=_WS.c.dispatched_at.type),
+    )
     .returning(
         _WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.queue, _WS.c.task, cast(_WS.c.payload, Text)
     )
@@ -141,7 +150,7 @@ _SKIP = (
 
 
 class Released(NamedTuple):
-    """A step row that :func:`release_waiting` moved from ``waiting`` to ``pending``,
+    """A step row that :func:`release_waiting` moved from ``waiting`` to ``dispatched``,
     with what its queue message is built from (``workflows.relay.publish_released``).
 
     Attributes:
@@ -165,20 +174,24 @@ class Released(NamedTuple):
 def release_waiting(
     session: Session, graph: StepGraph, workflow_ids: Sequence[int], now: datetime
 ) -> dict[int, tuple[Released, ...]]:
-    """Move decidable waiting steps of some workflows to ``pending`` or ``skipped``.
+    """Release decidable waiting steps of some workflows (to ``dispatched``) or skip them.
 
     Runs inside the caller's unit of work (after the finishing step's row was
-    flushed as done); commits nothing. Two set-based statements at most.
+    flushed as done); commits nothing. Three set-based statements at most. The
+    caller must publish the released rows right after its commit
+    (``workflows.relay.publish_released``): they are marked dispatched already,
+    so only the sweep's check of dispatched steps would publish them otherwise.
 
     Args:
         session: the caller's session.
         graph: the workflows' dependency graph.
         workflow_ids: workflows to look at.
-        now: time written as a skipped step's finish time (timezone-aware).
+        now: time written as a released step's dispatch time and a skipped
+            step's finish time (timezone-aware).
 
     Returns:
-        Workflow id -> its step rows released to ``pending`` (for an immediate
-        publish, ``workflows.relay.publish_released``), in row id order;
+        Workflow id -> its step rows released (for the publish after the
+        commit, ``workflows.relay.publish_released``), in row id order;
         workflows with none released are absent. A row another transaction
         released first is not in it.
     """
@@ -209,7 +222,7 @@ def release_waiting(
     if released:
         for row in session.execute(
             _RELEASE[is_postgresql(session)],
-            {"ids": sorted(r for ids in released.values() for r in ids)},
+            {"ids": sorted(r for ids in released.values() for r in ids), "now": now},
         ):
             moved[row[1]].append(Released(*row))
     if skipped:

@@ -10,6 +10,11 @@ the refused rows stand alone (``workflows.isolation``), and only those rows are
 charged an attempt and held back by a backoff; after ``max_attempts`` refusals
 a row becomes ``unpublishable`` and its workflow blocked, with the reason. A
 queue that cannot be reached charges no row: everything stays pending.
+
+Steps a finished step released are the exception to publish-then-mark: the
+commit that releases them marks them dispatched, and its worker publishes
+them right after (:func:`publish_released`, docs/adr/0017); a crash in
+between is caught by the sweep's check of dispatched steps.
 """
 
 from __future__ import annotations
@@ -158,24 +163,27 @@ def publish_released(
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
 ) -> int:
-    """Publish the step rows the caller's own commit just released; mark them dispatched.
+    """Publish the step rows the caller's own commit just released.
 
     The worker's fast path after a finished step (``StepResult.released_steps``):
-    unlike :func:`publish_steps` it reads nothing back, neither which rows are
-    still pending nor their messages. Call it right after the commit that
-    released the rows, with nothing in between that waits: that commit made
-    them ``pending`` an instant ago, and nobody else publishes them meanwhile
-    (a settling :func:`sweep` leaves a fresh row to its writer for
-    ``settle_seconds``; placement and cancellation publish other rows). Marking
-    keeps the state of a row a worker moved on already and skips rows a
-    transaction holds, as in :func:`publish_steps`; a row left pending by a
-    crash, an unreachable queue or a skipped marking is the sweep's.
+    ``workflows.dependencies.release_waiting`` marked the rows dispatched in
+    that commit, with their message columns, so a publish that goes through
+    costs no database work at all: nothing is read back and no transaction
+    marks them. Call it right after that commit. No other writer publishes
+    these rows: the sweep's pending pass never sees them, and its check of
+    dispatched steps only takes a row ``republish_after`` seconds after its
+    dispatch, when the queue does not hold it (a crash before this publish).
+
+    Rows the queue refuses (or whose payload does not decode) go back to
+    ``pending`` and are charged an attempt, as in :func:`publish_steps`; when
+    the queue cannot be reached, the rows not published go back to ``pending``
+    uncharged, for the sweep (docs/adr/0017).
 
     Args:
-        session_factory: makes the sessions of the units of work.
+        session_factory: makes the sessions of the units of work (used only
+            when some row is refused or the queue is unreachable).
         publisher: the queue adapter.
-        released: the rows (``workflows.dependencies.release_waiting``); a row
-            whose payload does not decode to an object is refused alone.
+        released: the rows (``workflows.dependencies.release_waiting``).
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
 
@@ -183,8 +191,10 @@ def publish_released(
         Number of steps published.
 
     Raises:
-        PublisherUnavailable: the queue cannot be reached; the rows not yet
-            published stay pending for the sweep (no row is charged).
+        PublisherUnavailable: the queue cannot be reached (after the rows not
+            published were put back to ``pending``).
+        SQLAlchemyError: putting a refused or unpublished row back failed; it
+            stays dispatched, and the sweep re-publishes it after ``republish_after``.
     """
     policy = policy or PublishPolicy()
     published = 0
@@ -196,10 +206,32 @@ def publish_released(
                 steps.append((row.row_id, _released_message(row)))
             except Exception as exc:  # noqa: BLE001 - this row's payload is unreadable
                 unreadable[row.row_id] = f"payload cannot be read: {describe(exc)}"
-        published += _publish_and_mark(
-            session_factory, publisher, steps, unreadable, clock(), clock, policy
-        ).published
+        outcome = publish_isolated(publisher, steps) if steps else IsolatedPublish()
+        outcome.refused.update(unreadable)
+        published += len(outcome.published)
+        if outcome.unavailable is None:
+            back = list(outcome.refused)
+        else:  # this chunk's rows not published, and every later chunk's
+            sent = set(outcome.published)
+            back = [r.row_id for r in released[start:] if r.row_id not in sent]
+        if back:
+            _undispatch(session_factory, back)
+        _charge_refusals(session_factory, outcome.refused, clock(), policy)
+        if outcome.unavailable is not None:
+            raise outcome.unavailable
     return published
+
+
+def _undispatch(session_factory: SessionFactory, ids: Sequence[int]) -> None:
+    """Put released rows that were not published back to ``pending`` (no dispatch time)."""
+    with UnitOfWork(session_factory) as uow:
+        uow.session.execute(
+            update(WorkflowStep)
+            .where(_not_held(uow.session, ids, WorkflowStep.status == StepStatus.DISPATCHED))
+            .values(status=StepStatus.PENDING, dispatched_at=None),
+            execution_options={"synchronize_session": False},
+        )
+        uow.commit()
 
 
 def _released_message(row: Released) -> StepMessage:

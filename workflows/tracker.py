@@ -96,10 +96,11 @@ class StepResult:
             (a redelivery absorbed).
         workflow_done: True when this commit completed the workflow.
         conflicts: units of work rerun because of concurrent writers.
-        released: ids of step rows this commit moved from ``waiting`` to
-            ``pending`` (their prerequisites succeeded), for an immediate publish.
-        released_steps: the same rows with their message columns, for a publish
-            that does not read them back (``workflows.relay.publish_released``).
+        released: ids of step rows this commit released (their prerequisites
+            succeeded): moved from ``waiting`` to ``dispatched``, to be published
+            right after the commit.
+        released_steps: the same rows with their message columns, for that
+            publish (``workflows.relay.publish_released``).
     """
 
     workflow_id: int

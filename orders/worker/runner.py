@@ -70,7 +70,7 @@ def build_worker(
     def on_results(step: str, results: list[StepResult]) -> None:
         """Once per handler call: one publish, one counters write, one metrics pass."""
         released = [row for result in results for row in result.released_steps]
-        if released:  # first: the rows are fresh, the sweep leaves them to this publish
+        if released:  # first: marked dispatched by the commit, nobody else publishes them
             release(released)
         duplicates = sum(1 for result in results if result.duplicate)
         counters.add_many(
@@ -82,7 +82,7 @@ def build_worker(
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
         try:
             publish_released(app.session_factory, app.publisher, rows, policy=app.publish_policy)
-        except Exception as exc:  # left pending: the relay sweep publishes them
+        except Exception as exc:  # back to pending, or still dispatched: the sweep's
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
     registry = build_registry(app.session_factory, app.settings, on_results=on_results)

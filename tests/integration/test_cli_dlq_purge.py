@@ -16,7 +16,7 @@ from orders.app.placement import place_orders
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.steps import LOGISTICS
 from orders.sources.drafts import OrderDraft
-from workflows.relay import publish_steps
+from workflows.relay import publish_released, publish_steps
 from workflows.uow import UnitOfWork
 
 
@@ -49,7 +49,7 @@ def blocked(
         stocked = handle_step(
             app.session_factory, StepRequest(order.workflow_id, order.order_id, "stock")
         )
-        publish_steps(app.session_factory, app.publisher, list(stocked.released))
+        publish_released(app.session_factory, app.publisher, stocked.released_steps)
         logistics = app.queues[LOGISTICS]
         job = logistics.fetch(1).jobs[0]
         assert logistics.dead(job.lease, "error", error="PermanentError: boom")

@@ -193,7 +193,7 @@ def test_steps_after_stock_are_released_only_when_stock_succeeded(
     with session_factory() as session:
         released = set(
             session.scalars(
-                select(WorkflowStep.id).where(WorkflowStep.status == StepStatus.PENDING)
+                select(WorkflowStep.id).where(WorkflowStep.status == StepStatus.DISPATCHED)
             )
         )
     assert set(stock.released) == released and len(released) == 3

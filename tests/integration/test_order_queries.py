@@ -72,8 +72,9 @@ def test_totals_count_orders_by_status_and_steps_by_state(session_factory, catal
         "unpublishable": 0,
     }
     assert result.steps_by_state[LOGISTICS]["dead"] == 1
-    # released after the blocked order's stock; waiting on the fresh one's; skipped when short
-    assert result.steps_by_state[NOTIFICATION]["pending"] == 1
+    # released (dispatched) after the blocked order's stock; waiting on the fresh one's;
+    # skipped when short
+    assert result.steps_by_state[NOTIFICATION]["dispatched"] == 1
     assert result.steps_by_state[NOTIFICATION]["waiting"] == 1
     assert result.steps_by_state[NOTIFICATION]["skipped"] == 1
     assert result.retries_by_step == {STOCK: 2, NOTIFICATION: 0, POINTS: 0, LOGISTICS: 4}

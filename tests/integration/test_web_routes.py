@@ -23,7 +23,7 @@ from orders.domain.steps import LOGISTICS, STEPS
 from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
-from workflows.relay import publish_steps
+from workflows.relay import publish_released, publish_steps
 from workflows.uow import UnitOfWork
 
 TOKEN = "correct horse battery staple"
@@ -67,7 +67,7 @@ def world(
     stocked = handle_step(
         app.session_factory, StepRequest(blocked.workflow_id, blocked.order_id, "stock")
     )
-    publish_steps(app.session_factory, app.publisher, list(stocked.released))
+    publish_released(app.session_factory, app.publisher, stocked.released_steps)
     logistics = app.queues[LOGISTICS]
     fetched = logistics.fetch(3, worker_id="test-worker").jobs
     dead_key = f"{blocked.workflow_id}:{LOGISTICS}"

@@ -7,7 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 
 from orders.app.placement import place
 from orders.domain.handlers import StepRequest, handle_step
@@ -35,6 +35,20 @@ def step_states(session_factory) -> dict[str, int]:
 
 def never_known(_key: str) -> bool:
     return False
+
+
+def stock_steps_run(session_factory, publisher, orders) -> int:
+    """Run the stock step of each placed order as a worker does: publish what it released."""
+    return sum(
+        publish_released(
+            session_factory,
+            publisher,
+            handle_step(
+                session_factory, StepRequest(order.workflow_id, order.order_id, STOCK)
+            ).released_steps,
+        )
+        for order in orders
+    )
 
 
 def plenty_of_stock(session_factory) -> None:
@@ -72,9 +86,9 @@ def test_publish_after_commit_sends_each_step_once(session_factory, catalog, pub
         for order in result.orders
         for s in handle_step(
             session_factory, StepRequest(order.workflow_id, order.order_id, STOCK)
-        ).released
+        ).released_steps
     ]
-    assert publish_steps(session_factory, publisher, released) == 6
+    assert publish_released(session_factory, publisher, released) == 6
     keys = publisher.keys()
     assert sorted(keys) == sorted(
         f"{order.workflow_id}:{step}"
@@ -126,7 +140,7 @@ def test_step_finished_before_the_relay_marks_it_keeps_its_state(
     assert rows[STOCK].status == StepStatus.DONE
     assert rows[STOCK].dispatched_at is not None
     assert {rows[s].status for s in ("notification", "points", "logistics")} == {
-        StepStatus.PENDING  # released by the stock step, for the next publish
+        StepStatus.DISPATCHED  # released by the stock step's commit, published right after
     }
 
 
@@ -136,9 +150,7 @@ def test_sweep_republishes_only_old_unfinished_steps_the_queue_lost(
     plenty_of_stock(session_factory)
     result = place(session_factory, 2, source=RANDOM, rng=random.Random(7), publisher=publisher)
     first, second = result.orders
-    for order in (first, second):
-        handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
-    assert publish_pending(session_factory, publisher) == 6
+    assert stock_steps_run(session_factory, publisher, result.orders) == 6
     long_ago = utcnow() - timedelta(minutes=5)
     with session_factory() as session:
         session.execute(update(WorkflowStep).values(dispatched_at=long_ago))
@@ -164,9 +176,7 @@ def test_sweep_asks_the_queue_once_for_all_the_steps_it_checks(session_factory, 
     """The dispatched-step check is one batched question per sweep, not one per step."""
     plenty_of_stock(session_factory)
     result = place(session_factory, 2, source=RANDOM, rng=random.Random(7), publisher=publisher)
-    for order in result.orders:
-        handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
-    assert publish_pending(session_factory, publisher) == 6
+    assert stock_steps_run(session_factory, publisher, result.orders) == 6
     with session_factory() as session:
         session.execute(update(WorkflowStep).values(dispatched_at=utcnow() - timedelta(minutes=5)))
         session.commit()
@@ -204,8 +214,7 @@ def test_sweep_does_not_republish_a_step_that_finished_while_it_was_checking(
     plenty_of_stock(session_factory)
     result = place(session_factory, 1, source=RANDOM, rng=random.Random(9), publisher=publisher)
     (order,) = result.orders
-    handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
-    assert publish_pending(session_factory, publisher) == 3
+    assert stock_steps_run(session_factory, publisher, result.orders) == 3
     with session_factory() as session:
         session.execute(update(WorkflowStep).values(dispatched_at=utcnow() - timedelta(minutes=5)))
         session.commit()
@@ -375,25 +384,55 @@ def _released_by_stock(session_factory, n: int, seed: int):
 
 
 def test_released_steps_come_back_with_their_messages_and_are_published_as_is(
-    session_factory, catalog, publisher
+    session_factory, catalog, publisher, engine
 ):
     released = _released_by_stock(session_factory, 2, seed=21)
     assert len(released) == 6
+    # the stock step's commit marked them dispatched: nobody else publishes them
+    assert step_states(session_factory) == {StepStatus.DONE: 2, StepStatus.DISPATCHED: 6}
     with session_factory() as session:
         rows = session.scalars(
             select(WorkflowStep).where(WorkflowStep.id.in_([r.row_id for r in released]))
         ).all()
-    expected = sorted(message_for(row).idempotency_key for row in rows)
-    assert publish_released(session_factory, publisher, released) == 6
-    assert sorted(m.idempotency_key for m in publisher.messages) == expected
+    assert all(row.dispatched_at is not None for row in rows)
+    transactions: list[object] = []
+
+    def began(connection) -> None:
+        transactions.append(connection)
+
+    event.listen(engine, "begin", began)
+    try:
+        assert publish_released(session_factory, publisher, released) == 6
+    finally:
+        event.remove(engine, "begin", began)
+    assert transactions == []  # no read back, no marking
     assert {m.idempotency_key: m for m in publisher.messages} == {
         message_for(row).idempotency_key: message_for(row) for row in rows
     }
-    assert step_states(session_factory) == {StepStatus.DONE: 2, StepStatus.DISPATCHED: 6}
-    # the sweep finds nothing left to publish
+    assert len(publisher.messages) == 6
+    # the sweep finds nothing to publish: its writer published it
     again = sweep(session_factory, publisher, is_known=lambda _key: True, republish_after=30)
     assert (again.published, again.republished) == (0, 0)
     assert len(publisher.messages) == 6
+
+
+def test_a_settling_sweep_never_publishes_a_released_step_before_its_writer(
+    session_factory, catalog, publisher
+):
+    """The writer and the sweep never both publish a released step: the sweep
+    sees it only as dispatched, and checks it after ``republish_after``."""
+    released = _released_by_stock(session_factory, 1, seed=25)
+    for _ in range(2):  # the settle note, then the pass that would publish
+        swept = sweep(
+            session_factory,
+            publisher,
+            is_known=never_known,
+            republish_after=30,
+            settle_seconds=0.001,
+        )
+        assert (swept.published, swept.checked) == (0, 0)
+    assert publisher.messages == []
+    assert publish_released(session_factory, publisher, released) == 3
 
 
 def test_a_released_row_whose_payload_does_not_decode_is_refused_alone(
@@ -439,27 +478,21 @@ def test_released_steps_stay_pending_for_the_sweep_when_the_queue_is_down(
     assert swept.published == 6
 
 
-def test_a_released_step_finished_before_its_marking_keeps_its_state(
+def test_a_released_step_a_crash_left_unpublished_is_republished_by_the_sweep(
     session_factory, catalog, publisher
 ):
-    """A fast worker runs a released step between the publish and the marking."""
-    released = _released_by_stock(session_factory, 1, seed=24)
-    first = released[0]
-
-    class FastWorkerPublisher:
-        def publish(self, messages):
-            publisher.publish(messages)
-            with session_factory() as session:  # its worker finishes it at once
-                session.execute(
-                    update(WorkflowStep)
-                    .where(WorkflowStep.id == first.row_id)
-                    .values(status=StepStatus.DONE, outcome="sent")
-                )
-                session.commit()
-
-    assert publish_released(session_factory, FastWorkerPublisher(), released) == 3
+    """The worker died between its commit and its publish: the released steps are
+    dispatched but unknown to the queue; the sweep publishes them once they are old."""
+    released = _released_by_stock(session_factory, 1, seed=24)  # never published
+    young = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert (young.published, young.checked, young.republished) == (0, 0, 0)
     with session_factory() as session:
-        rows = {r.id: r for r in session.scalars(select(WorkflowStep))}
-    assert rows[first.row_id].status == StepStatus.DONE
-    assert rows[first.row_id].dispatched_at is not None
-    assert {rows[r.row_id].status for r in released[1:]} == {StepStatus.DISPATCHED}
+        session.execute(
+            update(WorkflowStep)
+            .where(WorkflowStep.id.in_([r.row_id for r in released]))
+            .values(dispatched_at=utcnow() - timedelta(minutes=5))
+        )
+        session.commit()
+    old = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    assert old.republished == 3
+    assert sorted(publisher.keys()) == sorted(f"{r.workflow_id}:{r.step}" for r in released)
