@@ -14,6 +14,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from orders.app.sqlite_writers import WriterTurns
 from workflows.uow import SessionFactory, UnitOfWork
 
 __all__ = [
@@ -117,6 +118,11 @@ def make_engine(
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
         )
         event.listen(engine, "connect", _sqlite_pragmas)
+        if path is not None:
+            # writers of every process take turns instead of sleeping in the busy handler
+            WriterTurns(
+                path.with_name(path.name + "-writers"), SQLITE_BUSY_TIMEOUT_SECONDS
+            ).install(engine)
         return engine
     connect_args = {}
     options = []
