@@ -375,21 +375,15 @@ def test_a_unit_of_work_that_loses_a_race_after_its_effect_is_rolled_back_and_re
         assert session.scalar(select(func.count()).select_from(Shipment)) == 1
 
 
-@pytest.mark.parametrize("writer", ["cancel", "sibling"])
-def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
-    session_factory, catalog, make_draft, monkeypatch, writer
-):
-    """ADR 0005: a lone delivery on SQLite reads its step row without a lock and
-    fences its writes with the workflow version it read (fence_workflows). Another
-    writer commits right after that read: a cancellation (points must then be
-    skipped, never credited on a cancelled order) or a sibling step's version bump
-    (points are credited once). Either way the unit of work conflicts once and
-    reruns on what was committed. The version check is its first write, before
-    the effect: the losing attempt never runs the effect on its stale read."""
-    if session_factory.kw["bind"].dialect.name != "sqlite":
-        pytest.skip("PostgreSQL checks the claimed rows when it marks them (the test below)")
-    placed = place_one(session_factory, make_draft(total="1234.56"))
-    handle_step(session_factory, request(placed, STOCK))
+def points_with_a_commit_after_the_read(session_factory, placed, monkeypatch, writer):
+    """Deliver the points step once; right after its first read of the step row,
+    another unit of work commits: ``cancel`` cancels the order, ``sibling`` bumps
+    the workflow's version as a sibling step's commit does.
+
+    Returns:
+        (result, step row reads, batch sizes the points effect ran with,
+        points ledger rows, the step row's status, the order's status).
+    """
     real = tracker.step_rows
     reads: list[int] = []
 
@@ -419,18 +413,39 @@ def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
     monkeypatch.setattr(tracker, "step_rows", step_rows_then_a_concurrent_commit)
     monkeypatch.setitem(EFFECTS, POINTS, counted_points)
     result = handle_step(session_factory, request(placed, POINTS))
-    assert (result.conflicts, len(reads)) == (1, 2)
-    assert effect_calls == ([] if writer == "cancel" else [1])
     points = effect_rows(session_factory, placed.order_id)["points_ledger"]
     with session_factory() as session:
         _, row = load_step(session, placed.workflow_id, POINTS)
         order = session.get(Order, placed.order_id)
+    return result, len(reads), effect_calls, points, row.status, order.status
+
+
+@pytest.mark.parametrize("writer", ["cancel", "sibling"])
+def test_a_lone_sqlite_delivery_reruns_when_its_workflow_changes_after_its_read(
+    session_factory, catalog, make_draft, monkeypatch, writer
+):
+    """ADR 0005: a lone delivery on SQLite reads its step row without a lock and
+    fences its writes with the workflow version it read (fence_workflows). Another
+    writer commits right after that read: a cancellation (points must then be
+    skipped, never credited on a cancelled order) or a sibling step's version bump
+    (points are credited once). Either way the unit of work conflicts once and
+    reruns on what was committed. The version check is its first write, before
+    the effect: the losing attempt never runs the effect on its stale read."""
+    if session_factory.kw["bind"].dialect.name != "sqlite":
+        pytest.skip("PostgreSQL checks the claimed rows when it marks them (the test below)")
+    placed = place_one(session_factory, make_draft(total="1234.56"))
+    handle_step(session_factory, request(placed, STOCK))
+    result, reads, effect_calls, points, step_status, order_status = (
+        points_with_a_commit_after_the_read(session_factory, placed, monkeypatch, writer)
+    )
+    assert (result.conflicts, reads) == (1, 2)
+    assert effect_calls == ([] if writer == "cancel" else [1])
     if writer == "cancel":
         assert result.duplicate and result.outcome == "skipped: cancelled"
-        assert (row.status, points, order.status) == (StepStatus.SKIPPED, 0, "cancelled")
+        assert (step_status, points, order_status) == (StepStatus.SKIPPED, 0, "cancelled")
     else:
         assert not result.duplicate and result.outcome == "credited"
-        assert (row.status, points, order.status) == (StepStatus.DONE, 1, "placed")
+        assert (step_status, points, order_status) == (StepStatus.DONE, 1, "placed")
 
 
 def test_a_postgresql_delivery_reruns_when_a_cancel_commits_after_its_read(
@@ -446,35 +461,13 @@ def test_a_postgresql_delivery_reruns_when_a_cancel_commits_after_its_read(
         pytest.skip("SQLite takes its write lock before the effect (the test above)")
     placed = place_one(session_factory, make_draft(total="1234.56"))
     handle_step(session_factory, request(placed, STOCK))
-    real = tracker.step_rows
-    reads: list[int] = []
-
-    def step_rows_then_a_cancel(session, workflow_ids, step):
-        rows = real(session, workflow_ids, step)
-        reads.append(1)
-        if len(reads) == 1:
-            with UnitOfWork(session_factory) as uow:
-                cancel_order(uow.session, placed.order_id, utcnow())
-                uow.commit()
-        return rows
-
-    effect_calls: list[int] = []
-
-    def counted_points(session, deliveries, now):
-        effect_calls.append(len(deliveries))
-        return credit_points(session, deliveries, now)
-
-    monkeypatch.setattr(tracker, "step_rows", step_rows_then_a_cancel)
-    monkeypatch.setitem(EFFECTS, POINTS, counted_points)
-    result = handle_step(session_factory, request(placed, POINTS))
-    assert (result.conflicts, len(reads)) == (1, 2)
+    result, reads, effect_calls, points, step_status, order_status = (
+        points_with_a_commit_after_the_read(session_factory, placed, monkeypatch, "cancel")
+    )
+    assert (result.conflicts, reads) == (1, 2)
     assert effect_calls == [1]  # on the stale read only; rolled back with its unit of work
     assert result.duplicate and result.outcome == "skipped: cancelled"
-    points = effect_rows(session_factory, placed.order_id)["points_ledger"]
-    with session_factory() as session:
-        _, row = load_step(session, placed.workflow_id, POINTS)
-        order = session.get(Order, placed.order_id)
-    assert (row.status, points, order.status) == (StepStatus.SKIPPED, 0, "cancelled")
+    assert (step_status, points, order_status) == (StepStatus.SKIPPED, 0, "cancelled")
 
 
 def test_a_missing_order_fails_its_own_delivery_only(session_factory, catalog, make_draft):
