@@ -18,7 +18,12 @@ def orders_command() -> list[str]:
 def run_chaos(
     env: dict[str, str], data_dir: Path, *args: str, timeout: float = 240
 ) -> tuple[int, dict[str, Any], str]:
-    """Run ``orders chaos --json`` with ``args``; return (exit code, report, stderr)."""
+    """Run ``orders chaos --json`` with ``args``; return (exit code, report, stderr).
+
+    The command's stdout and stderr are also kept in ``data_dir`` (``chaos-stdout.json``,
+    ``chaos-stderr.log``), so a failed run can be read after the test (pytest keeps
+    the last few runs' temporary directories).
+    """
     proc = subprocess.run(
         [*orders_command(), "chaos", "--json", "--data-dir", str(data_dir), *args],
         env=env,
@@ -27,6 +32,8 @@ def run_chaos(
         text=True,
         timeout=timeout,
     )
+    (data_dir / "chaos-stdout.json").write_text(proc.stdout)
+    (data_dir / "chaos-stderr.log").write_text(proc.stderr)
     start = proc.stdout.find("{")
     assert start >= 0, f"no JSON report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
     return proc.returncode, json.loads(proc.stdout[start:]), proc.stderr
