@@ -183,7 +183,11 @@ class ChaosReport:
             applied plus duplicates absorbed; runs failed by an injected fault before
             the effect are counted as retries), ``distinct_effects`` (steps done in
             the database), ``duplicates_absorbed``, retries, stale acks refused,
-            reaped, steps published / re-published by the relay sweep...
+            reaped, steps published / re-published by the relay sweep...,
+            ``dead_lettered_worker_lost`` (dead-letterings, counting those dropped
+            with a cut AOF tail) and ``dead_lettered_worker_lost_restored`` (those
+            dropped ones: the queue dead-letters such a job again after the restart,
+            so each is counted twice).
         timing: chaos window, time to quiescence, throughput.
         workers: what happened to the worker processes.
         redis: kills, restarts, AOF bytes cut.

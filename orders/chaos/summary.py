@@ -92,6 +92,26 @@ def handler_runs(counters: dict[str, int]) -> dict[str, int]:
     return runs
 
 
+def restored_increments(lost: dict[str, dict[str, int]], name: str) -> int:
+    """Increments of queue counter ``name`` that cut AOF tails dropped, over every queue.
+
+    The report adds these back to its totals (:attr:`RunFacts.lost_increments`). For a
+    counter whose event the queue makes again after the restart (a dead-lettering: the
+    cut rolls the job back to its expired lease, and the next reap dead-letters it
+    again) the total then counts one event twice; the total minus this is what the
+    writes Redis kept count.
+
+    Args:
+        lost: group -> counter -> increments lost (``orders.chaos.observe.lost_increments``);
+            the shared counters' group ``app`` is not a queue and is left out.
+        name: a queue counter, e.g. ``dead:worker_lost``.
+
+    Returns:
+        The increments lost, summed over the queues (0 when none).
+    """
+    return sum(counts.get(name, 0) for group, counts in lost.items() if group != "app")
+
+
 def _while_on(facts: RunFacts, steps: Sequence[str]) -> str:
     """``"; N runs while on"``: the runs a rate applied to (empty when not read)."""
     if not facts.runs_while_on:
@@ -227,6 +247,9 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
             "publish_failures_at_placement": facts.publish_failures,
             "replayed": queue_total("replayed"),
             "dead_lettered_worker_lost": queue_total("dead:worker_lost"),
+            "dead_lettered_worker_lost_restored": restored_increments(
+                facts.lost_increments, "dead:worker_lost"
+            ),
             "timed_out": queue_total("timed_out"),
             "per_step": {
                 s: {

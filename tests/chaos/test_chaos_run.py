@@ -85,8 +85,16 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
     assert report["redis"]["aof_bytes_lost"] > 0
     assert report["workers"]["graceful_exits"] >= 1
     # fair under failure: the poison job alone was dead-lettered as worker_lost (then
-    # redriven once the fault stopped), and the hung runs failed as timed_out
-    assert delivery["dead_lettered_worker_lost"] == 1 and orders["redriven"] >= 1
+    # redriven once the fault stopped), and the hung runs failed as timed_out. The
+    # findings hold no other worker_lost job; the count is one dead-lettering in the
+    # writes Redis kept. A crash whose cut AOF tail held the poison job's
+    # dead-lettering rolls the job back to its expired lease and the next reap
+    # dead-letters it again: the report adds the lost increment back, so the total
+    # is one more per such cut, and no more.
+    lost_dead = delivery["dead_lettered_worker_lost_restored"]
+    assert delivery["dead_lettered_worker_lost"] - lost_dead == 1
+    assert 0 <= lost_dead <= report["redis"]["aof_cuts"]
+    assert orders["redriven"] >= 1
     assert delivery["timed_out"] >= 1
 
 

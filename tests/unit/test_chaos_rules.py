@@ -23,7 +23,7 @@ from orders.chaos.report import (
     queue_findings,
 )
 from orders.chaos.setup import ChaosOptions, handler_faults, worker_env
-from orders.chaos.summary import RunFacts, fault_tallies, handler_runs
+from orders.chaos.summary import RunFacts, fault_tallies, handler_runs, restored_increments
 
 
 def test_a_schedule_fires_half_a_period_in_then_every_period() -> None:
@@ -194,6 +194,17 @@ def test_counts_a_redis_crash_took_back_are_the_ones_that_went_down() -> None:
         "app": {"duplicate:stock": 3},
         "stock": {"retried": 4},
     }
+
+
+def test_restored_increments_sum_one_queue_counter_over_the_queues_only() -> None:
+    lost = {
+        "app": {"dead:worker_lost": 5},  # shared counters: not a queue's
+        "notification": {"dead:worker_lost": 1, "reaped": 3},
+        "points": {"dead:worker_lost": 1},
+        "stock": {"retried": 2},
+    }
+    assert restored_increments(lost, "dead:worker_lost") == 2
+    assert restored_increments({}, "dead:worker_lost") == 0
 
 
 def test_fault_tallies_count_the_driver_and_the_workers_and_skip_what_is_impossible() -> None:
