@@ -24,6 +24,7 @@ through another connection (a nested unit of work) does not wait for itself.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -34,6 +35,8 @@ from typing import Any
 from sqlalchemy import Engine, event
 
 #: first words of statements that never take SQLite's write lock
+log = logging.getLogger(__name__)
+
 _READS = frozenset({"SELECT", "PRAGMA", "EXPLAIN", "BEGIN", "SAVEPOINT", "RELEASE"})
 #: longest pause between two tries of a waiting writer, seconds
 MAX_PAUSE_SECONDS = 0.001
@@ -82,6 +85,7 @@ class WriterTurns:
         self._guard = threading.Lock()
         self._held: dict[int, tuple[int, int]] = {}  # id(DBAPI connection) -> (fd, thread id)
         self._threads: dict[int, int] = {}  # thread id -> turns it holds
+        self._warned = False
 
     def install(self, engine: Engine) -> None:
         """Make ``engine``'s connections take a turn before their first write.
@@ -124,16 +128,26 @@ class WriterTurns:
 
         Returns:
             True when the turn is held (until :meth:`release`); False when the
-            thread already holds one through another connection, or the wait
-            timed out (the write goes on, ordered by SQLite's busy handler).
-
-        Raises:
-            OSError: the lock file cannot be opened.
+            thread already holds one through another connection, the wait
+            timed out, or the lock file cannot be opened (a directory, a
+            symbolic link, no permission: logged once). The write then goes
+            on without a turn, ordered by SQLite's busy handler as before:
+            the file only orders writers, it never decides a write.
         """
         me = threading.get_ident()
         if self._threads.get(me):
             return False
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "SQLite writers go on without taking turns: cannot open %s (%s)",
+                    self.lock_path,
+                    exc.strerror or type(exc).__name__,
+                )
+            return False
         pause = FIRST_PAUSE_SECONDS
         deadline = self._clock() + self.timeout
         while True:

@@ -65,6 +65,27 @@ def test_a_failed_write_gives_its_turn_back(engine, tmp_path):
     assert turn_is_free(tmp_path / "orders.db-writers")
 
 
+@pytest.mark.parametrize("broken", ["directory", "symlink"])
+def test_an_unusable_lock_file_never_fails_a_write(tmp_path, broken):
+    """The lock file only orders writers: when it cannot be opened (a directory
+    or a symbolic link where it should be), writes go on without turns."""
+    lock = tmp_path / "orders.db-writers"
+    if broken == "directory":
+        lock.mkdir()
+    else:
+        (tmp_path / "elsewhere").write_text("")
+        lock.symlink_to(tmp_path / "elsewhere")
+    engine = make_engine(f"sqlite:///{tmp_path / 'orders.db'}")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE t (x INTEGER)"))
+            conn.execute(text("INSERT INTO t VALUES (1)"))
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM t")).scalar() == 1
+    finally:
+        engine.dispose()
+
+
 def test_a_thread_holding_a_turn_does_not_wait_for_itself(tmp_path):
     turns = WriterTurns(tmp_path / "lock", timeout=30.0)
     first, nested = object(), object()
