@@ -175,6 +175,9 @@ def e2e(
                 "db_commits_per_order",
                 "pg_xact_commit_per_order",
                 "worker_cpu_ms_per_order",
+                "placement_cpu_ms_per_order",
+                "redis_cpu_ms_per_order",
+                "machine_cpu_ms_per_order",
                 "duplicate_runs",
             ],
         )

@@ -26,7 +26,7 @@ from orders.worker.counters import Counters, total
 from workflows.models import Workflow, WorkflowStatus
 
 from .e2e_worker import COMMITS_KEY
-from .measure import process_cpu_seconds, start_process, stop_process
+from .measure import machine_cpu_seconds, process_cpu_seconds, start_process, stop_process
 from .run_peers import REPO, environment
 from .server import RedisServer
 
@@ -93,6 +93,12 @@ def workers_cpu(procs: list[Any]) -> float | None:
     """CPU seconds the worker processes have used so far (None where /proc is missing)."""
     seconds = [process_cpu_seconds(p.pid) for p in procs]
     return None if any(s is None for s in seconds) else sum(s or 0.0 for s in seconds)
+
+
+def redis_cpu_seconds(client: Any) -> float:
+    """CPU seconds (user + system, main thread and children) the Redis server has used."""
+    cpu = client.info("cpu")
+    return float(cpu.get("used_cpu_user", 0.0)) + float(cpu.get("used_cpu_sys", 0.0))
 
 
 def finished(app: Any, first_order: int) -> int:
@@ -185,6 +191,8 @@ def run_e2e(
             client.delete(COMMITS_KEY)
             cpu_at_start = workers_cpu(procs)
             xact_before = pg_commits() if database == "postgresql" else 0
+            redis_cpu_at_start = redis_cpu_seconds(client)
+            machine_at_start = machine_cpu_seconds()
             started = time.perf_counter()
             placing_cpu = time.process_time()
             result = place(app.session_factory, orders, publisher=app.publisher)
@@ -198,7 +206,9 @@ def run_e2e(
                     break
                 time.sleep(0.05)
             seconds = time.perf_counter() - started
+            machine_at_end = machine_cpu_seconds()
             cpu_at_end = workers_cpu(procs)
+            redis_cpu = redis_cpu_seconds(client) - redis_cpu_at_start
         finally:
             for p in procs:
                 stop_process(p)
@@ -207,6 +217,11 @@ def run_e2e(
             children_before.ru_utime + children_before.ru_stime
         )
         run_cpu = None if cpu_at_start is None or cpu_at_end is None else cpu_at_end - cpu_at_start
+        machine_cpu = (
+            None
+            if machine_at_start is None or machine_at_end is None
+            else machine_at_end - machine_at_start
+        )
         worker_commits = int(client.get(COMMITS_KEY) or 0)
         counted = Counters(client, settings.queue_prefix).read()
         xact = pg_commits() - xact_before if database == "postgresql" else None
@@ -237,6 +252,15 @@ def run_e2e(
         "worker_startup_wait_seconds": round(startup_wait, 2),
         "worker_run_cpu_seconds": round(run_cpu, 2) if run_cpu is not None else None,
         "worker_cpu_ms_per_order": round(1000 * run_cpu / done, 3) if run_cpu and done else None,
+        # every process's CPU over the same window, per order (all cores; the
+        # machine's busy time from /proc/stat): workers + placing + Redis + the
+        # database server + anything else that ran; milliseconds. With C cores,
+        # orders/s can be at most 1000 * C / this figure.
+        "machine_cpu_ms_per_order": (
+            round(1000 * machine_cpu / done, 3) if machine_cpu and done else None
+        ),
+        "placement_cpu_ms_per_order": round(1000 * placing_cpu / orders, 3),
+        "redis_cpu_ms_per_order": round(1000 * redis_cpu / done, 3) if done else None,
         "orders_per_second": round(done / seconds, 1),
         "worker_processes": len(STEPS),
         "concurrency": concurrency,
@@ -253,8 +277,8 @@ def run_e2e(
     }
     log.info(
         "%s, batch %d: %d orders in %.1f s (placing %.1f s, cpu %.1f s; workers cpu %.1f s, "
-        "%.1f of it in the run = %s ms/order) = %.0f orders/s, %.1f commits/order, "
-        "%d duplicate runs",
+        "%.1f of it in the run = %s ms/order; machine %s ms/order, Redis %s) = %.0f orders/s, "
+        "%.1f commits/order, %d duplicate runs",
         database,
         batch_size,
         done,
@@ -264,6 +288,8 @@ def run_e2e(
         worker_cpu,
         run_cpu if run_cpu is not None else float("nan"),
         row["worker_cpu_ms_per_order"],
+        row["machine_cpu_ms_per_order"],
+        row["redis_cpu_ms_per_order"],
         row["orders_per_second"],
         row["db_commits_per_order"],
         row["duplicate_runs"],

@@ -57,6 +57,27 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy since boot, all cores, from ``/proc/stat``.
+
+    Busy is user + nice + system + irq + softirq + steal (idle and iowait left
+    out), so a delta over a run is every process's CPU in it: the workers, the
+    placing process, Redis, the database server and whatever else ran.
+
+    Returns:
+        The seconds, or None where ``/proc/stat`` cannot be read (not Linux).
+    """
+    try:
+        with open("/proc/stat", "rb") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal ...
+    ticks = [int(x) for x in first[1:9]]
+    busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     """SIGTERM the process group, wait up to ``timeout`` seconds, then SIGKILL it."""
     if proc.poll() is None:
