@@ -56,7 +56,7 @@ from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.dependencies import NO_DEPENDENCIES, Released, StepGraph, release_waiting
 from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
-from workflows.idlists import is_postgresql, one_of
+from workflows.idlists import is_postgresql, json_rows, one_of
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -144,10 +144,9 @@ OnWorkflowsDone = Callable[[Session, list[int]], None]
 # key) costs more than running it on a batch of one.
 _WF = Workflow.__table__
 _WS = WorkflowStep.__table__
-_IDS = bindparam("ids", expanding=True)
 _LOCK = (
     update(_WF)
-    .where(_WF.c.id.in_(_IDS))
+    .where(one_of(_WF.c.id, "ids", postgresql=False))
     .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
 )
 # PostgreSQL: one statement locks the rows in id order (the sub-select's FOR UPDATE
@@ -179,20 +178,21 @@ _STEP_ROWS = {
     .where(one_of(_WS.c.workflow_id, "ids", postgresql=pg), _WS.c.step == bindparam("step"))
     for pg in (False, True)
 }
+# SQLite: every claim of the batch in one statement too, its rows one JSON parameter
+# (workflows.idlists); the batch holds the write lock from its first statement, so
+# nothing changed the rows since they were read
+_CLAIMED_JSON = json_rows("claims", ("row_id", "outcome", "attempt", "job_id", "fencing"))
 _MARK_DONE = (
     update(_WS)
-    .where(_WS.c.id == bindparam("row_id"))
+    .where(_WS.c.id == _CLAIMED_JSON.c.row_id)
     .values(
         status=StepStatus.DONE,
-        outcome=bindparam("outcome"),
-        attempts=case(
-            (_WS.c.attempts < bindparam("attempt"), bindparam("attempt")),
-            else_=_WS.c.attempts,
-        ),
-        job_id=func.coalesce(bindparam("job_id"), _WS.c.job_id),
-        fencing_token=func.coalesce(bindparam("fencing"), _WS.c.fencing_token),
-        started_at=bindparam("started"),
-        finished_at=bindparam("now"),
+        outcome=_CLAIMED_JSON.c.outcome,
+        attempts=func.max(_WS.c.attempts, _CLAIMED_JSON.c.attempt),
+        job_id=func.coalesce(_CLAIMED_JSON.c.job_id, _WS.c.job_id),
+        fencing_token=func.coalesce(_CLAIMED_JSON.c.fencing, _WS.c.fencing_token),
+        started_at=bindparam("started", type_=_WS.c.started_at.type),
+        finished_at=bindparam("now", type_=_WS.c.finished_at.type),
     )
 )
 # PostgreSQL: every claim of the batch in one statement (one array per column), and
@@ -538,18 +538,20 @@ def _mark_done(
         return
     session.execute(
         _MARK_DONE,
-        [
-            {
-                "row_id": c.step_row_id,
-                "outcome": str(outcomes[c.step_row_id])[:50],
-                "attempt": c.run.attempt,
-                "job_id": c.run.job_id,
-                "fencing": c.run.fencing_token,
-                "started": started,
-                "now": now,
-            }
-            for c in claims
-        ],
+        {
+            "claims": [
+                (
+                    c.step_row_id,
+                    str(outcomes[c.step_row_id])[:50],
+                    c.run.attempt,
+                    c.run.job_id,
+                    c.run.fencing_token,
+                )
+                for c in claims
+            ],
+            "started": started,
+            "now": now,
+        },
     )
 
 

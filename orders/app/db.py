@@ -7,6 +7,7 @@ driver. Nothing is created at import time.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.sqlite_writers import WriterTurns
+from orders.domain.errors import SQLiteTooOld
 from workflows.uow import SessionFactory, UnitOfWork
 
 __all__ = [
@@ -28,6 +30,43 @@ __all__ = [
 ]
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+#: oldest SQLite library the statements run on: ``UPDATE ... RETURNING`` came in 3.35
+SQLITE_MIN_VERSION = (3, 35, 0)
+
+
+def sqlite_problem(version: tuple[int, ...], has_json: bool) -> str | None:
+    """Why a SQLite library cannot run orderflow, or None when it can.
+
+    Args:
+        version: the library's version (``sqlite3.sqlite_version_info``).
+        has_json: whether it has the JSON functions (``json_each``), which carry a
+            batch's ids and rows as one parameter (``workflows.idlists``).
+
+    Returns:
+        One line naming what is missing, or None.
+    """
+    found = ".".join(map(str, version))
+    if tuple(version) < SQLITE_MIN_VERSION:
+        wanted = ".".join(map(str, SQLITE_MIN_VERSION))
+        return f"SQLite {found} is too old: orderflow needs {wanted} or newer"
+    if not has_json:
+        return f"SQLite {found} was built without its JSON functions (json_each)"
+    return None
+
+
+def _check_sqlite_library() -> None:
+    try:
+        with sqlite3.connect(":memory:") as conn:
+            has_json = conn.execute("SELECT count(*) FROM json_each('[1]')").fetchone() == (1,)
+        conn.close()
+    except sqlite3.OperationalError:
+        has_json = False
+    problem = sqlite_problem(sqlite3.sqlite_version_info, has_json)
+    if problem is not None:
+        raise SQLiteTooOld(
+            f"{problem}; use a Python linked with a newer SQLite, or PostgreSQL "
+            "(ORDERS_DATABASE_URL=postgresql://...)"
+        )
 
 
 def normalize_url(url: str) -> str:
@@ -105,10 +144,13 @@ def make_engine(
 
     Raises:
         sqlalchemy.exc.ArgumentError: when ``url`` does not parse.
+        SQLiteTooOld: a SQLite URL, and Python's SQLite library is older than
+            3.35 or has no JSON functions.
     """
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_library()
         path = sqlite_path(url)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,7 @@ from orders.domain.models import (
     StockDeduction,
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
-from workflows.idlists import is_postgresql, one_of
+from workflows.idlists import is_postgresql, json_rows, one_of
 
 DEDUCTED = "deducted"
 OUT_OF_STOCK = "out_of_stock"
@@ -95,8 +95,9 @@ Effect = Callable[[Session, list[Delivery], datetime], dict[int, str]]
 # The statements of the hot path, built once: on a batch of one, building a
 # statement (and its cache key) costs more than running it. Each is keyed by
 # "runs on PostgreSQL": there an id list is one array parameter and a batch's rows
-# go in one statement (workflows.idlists); elsewhere (SQLite) an expanding IN and
-# the driver's executemany, which sqlite3 runs in C without a round trip per row.
+# go in one statement through unnest; on SQLite an id list is one JSON parameter and
+# a batch's rows one JSON array read by json_each (workflows.idlists). Either way
+# the text does not grow with the batch, and no value is processed in Python.
 _PG = (False, True)
 _LINE = OrderLine.__table__
 _INV = Inventory.__table__
@@ -116,7 +117,7 @@ _MODES = {
     for pg in _PG
 }
 _READ_STOCK = select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version).where(
-    _INV.c.part_id.in_(bindparam("parts", expanding=True))
+    one_of(_INV.c.part_id, "parts", postgresql=False)
 )
 _LOCK_STOCK = (
     select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version)
@@ -124,11 +125,14 @@ _LOCK_STOCK = (
     .order_by(_INV.c.part_id)
     .with_for_update()
 )
+_NEW_STOCK_JSON = json_rows("stock", ("part_id", "on_hand", "version"), alias="new")
 _WRITE_STOCK = (
     update(_INV)
-    .where(_INV.c.part_id == bindparam("p"), _INV.c.version == bindparam("v"))
-    .values(on_hand=bindparam("on_hand"), version=_INV.c.version + 1)
+    .where(_INV.c.part_id == _NEW_STOCK_JSON.c.part_id, _INV.c.version == _NEW_STOCK_JSON.c.version)
+    .values(on_hand=_NEW_STOCK_JSON.c.on_hand, version=_INV.c.version + 1)
 )
+"""SQLite: every changed inventory row in one ``UPDATE ... FROM json_each(...)``, each
+under its version (the row count says how many versions still matched)."""
 _NEW_STOCK = (
     func.unnest(*(bindparam(name, type_=ARRAY(Integer)) for name in ("p", "on_hand", "v")))
     .table_valued("part_id", "on_hand", "version")
@@ -168,9 +172,14 @@ _COMPLETE = {
 
 
 @functools.cache
-def insert_into(model: Any) -> Insert:
-    """The (built once) ``INSERT`` of rows of ``model``, run with a list of row dicts."""
-    return insert(model.__table__)
+def _insert_json(model: Any, columns: tuple[str, ...], constants: tuple[str, ...]) -> Insert:
+    table = model.__table__
+    rows = json_rows("rows", columns, alias="v")
+    values = select(
+        *(rows.c[name] for name in columns),
+        *(bindparam(name, type_=table.c[name].type) for name in constants),
+    )
+    return insert(table).from_select([*columns, *constants], values)
 
 
 def _array_of(column_type: Any) -> ARRAY:
@@ -199,18 +208,22 @@ def _insert_unnest(model: Any, columns: tuple[str, ...], constants: tuple[str, .
 def insert_rows(
     session: Session, model: Any, columns: dict[str, list[Any]], **constants: Any
 ) -> int:
-    """Insert rows of ``model`` given column by column: one statement on PostgreSQL.
+    """Insert rows of ``model`` given column by column, in one statement.
 
-    On PostgreSQL the rows go in one ``INSERT ... SELECT ... FROM unnest(arrays)``
-    whose text does not depend on the row count (so it is parsed once and
-    prepared by the server); elsewhere in one executemany. All or nothing either
-    way: a row that breaks a constraint (a unique guard) fails the statement.
+    On PostgreSQL the rows go in one ``INSERT ... SELECT ... FROM unnest(arrays)``,
+    on SQLite in one ``INSERT ... SELECT ... FROM json_each(rows)``; either text
+    does not depend on the row count (PostgreSQL parses it once and prepares it),
+    and no value of a row is processed in Python. All or nothing: a row that
+    breaks a constraint (a unique guard) fails the statement.
 
     Args:
         session: the caller's session (nothing committed).
         model: a mapped class.
-        columns: column name -> its values, one per row, all lists the same length.
-        constants: column name -> the value every row gets (e.g. ``created_at``).
+        columns: column name -> its values, one per row, all lists the same length;
+            on SQLite the values must be ints, strings or None (they travel as
+            JSON): bind a ``datetime`` or ``Decimal`` as a constant.
+        constants: column name -> the value every row gets (e.g. ``created_at``),
+            bound once with the column's type.
 
     Returns:
         Rows inserted (0 when ``columns`` holds no rows: nothing is sent).
@@ -218,6 +231,8 @@ def insert_rows(
     Raises:
         sqlalchemy.exc.IntegrityError: a row breaks a constraint (nothing inserted).
         ValueError: the column lists differ in length.
+        sqlalchemy.exc.StatementError: (SQLite) a per-row value JSON cannot
+            encode (a ``datetime``, a ``Decimal``).
     """
     lengths = {len(values) for values in columns.values()}
     if len(lengths) != 1:
@@ -229,11 +244,8 @@ def insert_rows(
         statement = _insert_unnest(model, tuple(columns), tuple(constants))
         session.execute(statement, {**columns, **constants})
     else:
-        names = tuple(columns)
-        rows = zip(*columns.values(), strict=True)
-        session.execute(
-            insert_into(model), [dict(zip(names, row, strict=True), **constants) for row in rows]
-        )
+        statement = _insert_json(model, tuple(columns), tuple(constants))
+        session.execute(statement, {"rows": zip(*columns.values(), strict=True), **constants})
     return count
 
 
@@ -321,8 +333,9 @@ def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int
 def write_inventory(session: Session, stock: dict[int, list[int]], before: dict[int, int]) -> None:
     """Write each changed inventory row once, under its version column.
 
-    PostgreSQL: one ``UPDATE ... FROM unnest(parts, on hands, versions)`` for all
-    of them; elsewhere one executemany. Either way every row's version must still
+    One statement for all of them: ``UPDATE ... FROM unnest(parts, on hands,
+    versions)`` on PostgreSQL, ``UPDATE ... FROM json_each(rows)`` on SQLite.
+    Either way every row's version must still
     be the one read, or nothing of the unit of work stands: the error makes the
     caller roll back (rows the statement did change go with it) and rerun.
 
@@ -348,10 +361,8 @@ def write_inventory(session: Session, stock: dict[int, list[int]], before: dict[
         )
         matched = result.rowcount
     else:
-        rows = [{"p": part, "on_hand": stock[part][0], "v": stock[part][1]} for part in changed]
-        matched = session.execute(_WRITE_STOCK, rows).rowcount
-        if matched == -1:  # a driver that does not count executemany's rows
-            matched = len(changed)
+        rows = [(part, stock[part][0], stock[part][1]) for part in changed]
+        matched = session.execute(_WRITE_STOCK, {"stock": rows}).rowcount
     if matched != len(changed):
         raise StaleDataError(f"inventory changed under the batch ({matched}/{len(changed)})")
 

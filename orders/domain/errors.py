@@ -53,6 +53,12 @@ class SchemaNotMigrated(OrdersError):
     """The configured database is not at the newest migration; run ``orders db upgrade``."""
 
 
+class SQLiteTooOld(OrdersError):
+    """The SQLite library Python is linked with lacks what orderflow's statements use
+    (``RETURNING``: 3.35; ``json_each`` / ``json_extract``); use PostgreSQL or a newer
+    Python build."""
+
+
 class InvalidRedisUrl(OrdersError):
     """``ORDERS_REDIS_URL`` does not parse as a Redis URL."""
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.orm.exc import StaleDataError
 
 from orders.app.placement import PlacedOrder, place_orders
@@ -184,3 +184,49 @@ def test_an_inserted_text_too_long_for_its_column_is_never_cut_short(
         except DBAPIError:
             session.rollback()
         assert list(session.scalars(select(Shipment.ship_mode))) in ([], [mode])
+
+
+def test_inserted_rows_keep_their_values_and_types(session_factory, catalog, make_draft):
+    """The rows travel as one parameter (arrays on PostgreSQL, JSON on SQLite): each
+    value comes back as written, numbers as numbers, the constants on every row."""
+    orders = place(session_factory, [make_draft(), make_draft()])
+    ids = [p.order_id for p in orders]
+    with session_factory() as session:
+        insert_rows(
+            session,
+            StockDeduction,
+            {"order_id": [ids[0], ids[0], ids[1]], "part_id": [10, 11, 10], "quantity": [2, 1, 7]},
+            created_at=NOW,
+        )
+        session.commit()
+        rows = session.execute(
+            select(
+                StockDeduction.order_id,
+                StockDeduction.part_id,
+                StockDeduction.quantity,
+                StockDeduction.created_at,
+            ).order_by(StockDeduction.id)
+        ).all()
+    assert [tuple(r[:3]) for r in rows] == [(ids[0], 10, 2), (ids[0], 11, 1), (ids[1], 10, 7)]
+    assert all(type(r[2]) is int for r in rows)
+    assert {r[3] for r in rows} == {NOW}
+
+
+def test_a_per_row_value_json_cannot_carry_is_refused_not_stored(
+    session_factory, catalog, make_draft
+):
+    """SQLite: a timestamp given per row (not as a constant) would reach the table
+    as whatever text JSON made of it; it is refused and nothing is written."""
+    if session_factory.kw["bind"].dialect.name == "postgresql":
+        pytest.skip("PostgreSQL binds each column as a typed array")
+    [order] = place(session_factory, [make_draft()])
+    with session_factory() as session:
+        with pytest.raises(StatementError):
+            insert_rows(
+                session,
+                Notification,
+                {"order_id": [order.order_id], "customer_id": [1], "created_at": [NOW]},
+                kind=CONFIRMATION,
+            )
+        session.rollback()
+        assert list(session.scalars(select(Notification.order_id))) == []

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine, insert, select
+import pytest
+from sqlalchemy import bindparam, create_engine, func, insert, select
 from sqlalchemy.orm import Session
 
+from orders.app.db import make_engine
+from orders.app.migrate import upgrade_database
 from workflows.columns import utcnow
-from workflows.idlists import among
+from workflows.idlists import JSONList, among, is_postgresql, one_of
 from workflows.models import Workflow
 
 
@@ -45,3 +48,70 @@ def test_among_selects_exactly_the_listed_rows(session_factory):
                 select(Workflow.id).where(among(session, Workflow.id, iter(chosen)))
             ).all()
             assert sorted(got) == sorted(chosen)
+
+
+def test_the_sqlite_text_does_not_grow_with_the_list():
+    """Regression: an expanding ``IN`` rendered a parameter per id on SQLite, so
+    SQLAlchemy rendered the statement again for every list length and converted
+    every value in Python, inside the write lock."""
+    engine = create_engine("sqlite://")
+    statement = select(Workflow.id).where(one_of(Workflow.id, "ids", postgresql=False))
+    with engine.connect() as conn:
+        Workflow.__table__.create(conn)
+        texts = set()
+        for n in (0, 1, 3, 150, 1000):
+            result = conn.execute(statement, {"ids": list(range(n))})
+            texts.add(result.context.statement)
+            result.close()
+    engine.dispose()
+    assert len(texts) == 1
+    assert "json_each(?)" in texts.pop()
+
+
+def test_one_of_selects_exactly_the_listed_rows(session_factory):
+    now = utcnow()
+    with session_factory() as session:
+        ids = session.scalars(
+            insert(Workflow).returning(Workflow.id, sort_by_parameter_order=True),
+            [
+                {"kind": "k", "subject_id": i, "status": "running", "version": 1}
+                | {"created_at": now, "updated_at": now}
+                for i in range(80)
+            ],
+        ).all()
+        statement = select(Workflow.id).where(
+            one_of(Workflow.id, "ids", postgresql=is_postgresql(session))
+        )
+        wanted = ids[::3]
+        for chosen in ([], wanted[:1], wanted, wanted + wanted[:2], [max(ids) + 1]):
+            got = session.scalars(statement, {"ids": chosen}).all()
+            assert sorted(got) == sorted(set(chosen) & set(ids))
+
+
+def test_sqlite_looks_listed_ids_up_through_the_index(tmp_path):
+    """The JSON list must not turn a lookup per id into a scan of the table."""
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    upgrade_database(url)
+    engine = make_engine(url)
+    statement = select(Workflow.id).where(one_of(Workflow.id, "ids", postgresql=False))
+    compiled = statement.compile(engine)
+    try:
+        with engine.connect() as conn:
+            plan = [
+                row[3]
+                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", ("[1, 2, 3]",))
+            ]
+    finally:
+        engine.dispose()
+    assert any(step.startswith("SEARCH workflows") for step in plan), plan
+    assert not any(step.startswith("SCAN workflows") for step in plan), plan
+
+
+@pytest.mark.parametrize("values", [[1, 2**40, -3], ["a", None, "é\"'"]])
+def test_a_list_parameter_round_trips_its_values(values):
+    engine = create_engine("sqlite://")
+    each = func.json_each(bindparam("v", type_=JSONList())).table_valued("value")
+    with engine.connect() as conn:
+        got = conn.execute(select(each.c.value), {"v": iter(values)}).scalars().all()
+    engine.dispose()
+    assert got == values
