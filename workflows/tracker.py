@@ -20,10 +20,11 @@ statements, whatever the batch size:
    UPDATE)``) for the marking only, and the marking checks that every claimed
    step row is still open. A row that a duplicate delivery finished or a
    cancellation skipped after the read makes the whole unit of work, its
-   effect included, roll back and rerun. A sibling step finishing at the same
-   time, or a cancellation (it locks the workflow row first too), waits for
-   this commit and then sees its rows, so whichever commit finds every step
-   done marks the workflow done.
+   effect included, roll back and rerun; the rerun locks the workflow rows
+   before it reads, so it cannot lose the same way again. A sibling step
+   finishing at the same time, or a cancellation (it locks the workflow row
+   first too), waits for this commit and then sees its rows, so whichever
+   commit finds every step done marks the workflow done.
 2. Each delivery is classified: unknown step or subject (its own error, the
    others go on), already done or skipped, or a second copy inside this batch
    (a duplicate absorbed, no effect), still waiting for its prerequisites (its
@@ -441,7 +442,11 @@ def _once(
         # are locked only for the marking below, and the marking checks that each
         # claimed row is still claimable. SQLite: one writer at a time anyway; its
         # first write takes the database's write lock (see the module docstring).
-        lock_first = not postgresql and len(wf_ids) > 1
+        # A PostgreSQL unit of work that already lost a race (conflicts > 0) locks
+        # first as well: what it reads then cannot change under it, so it cannot
+        # lose again (left optimistic, a batch crossing deliveries of the same rows
+        # could lose once per row it shares with them, and give up).
+        lock_first = len(wf_ids) > 1 if not postgresql else conflicts > 0
         if lock_first:
             lock_workflows(session, wf_ids, started)
         rows = step_rows(session, wf_ids, step)
@@ -461,7 +466,7 @@ def _once(
         done_ids: set[int] = set()
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]
-            if postgresql:
+            if postgresql and not lock_first:
                 # siblings finishing at the same time wait here for each other's
                 # commit, so whichever commits last sees every step done; the time
                 # is read again once the lock is held, so a workflow's finish time
