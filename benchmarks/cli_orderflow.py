@@ -141,6 +141,13 @@ def e2e(
         bool, typer.Option(help="workers record metrics, as `orders worker` does by default")
     ] = True,
     timeout: Annotated[float, typer.Option(help="bound per run, seconds")] = 300.0,
+    one_process: Annotated[
+        bool,
+        typer.Option(
+            help="one worker process serves every step (`orders worker --all`), "
+            "not one process per step"
+        ),
+    ] = False,
     save: Save = True,
 ) -> None:
     """Orders/s through all four steps, and DB transactions per order."""
@@ -155,6 +162,7 @@ def e2e(
             timeout,
             label="default" if batch.strip() == "default" else None,
             metrics=metrics,
+            one_process=one_process,
         )
         for db in databases.split(",")
         if db.strip()
@@ -163,7 +171,12 @@ def e2e(
     ]
     report.show(
         report.generic_table(
-            "End to end: placement to completion, one worker process per step",
+            "End to end: placement to completion"
+            + (
+                ", one worker process for every step"
+                if one_process
+                else ", one worker process per step"
+            ),
             rows,
             [
                 "variant",

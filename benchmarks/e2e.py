@@ -127,6 +127,7 @@ def run_e2e(
     *,
     label: str | None = None,
     metrics: bool = True,
+    one_process: bool = False,
 ) -> dict[str, Any]:
     """Place ``orders`` TPC-H orders and time them through every step.
 
@@ -139,6 +140,8 @@ def run_e2e(
         label: the variant's name after the database (default ``batch <size>``;
             ``default`` for the row measured at the CLI's defaults).
         metrics: workers record metrics in the data dir (``orders worker``'s default).
+        one_process: one worker process serves every step (``orders worker --all``),
+            ``concurrency`` lanes per step, instead of one process per step.
 
     Returns:
         A row with ``orders_per_second`` and DB transactions per order.
@@ -167,13 +170,14 @@ def run_e2e(
             "PYTHONPATH": REPO,
         }
         children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        groups = [list(STEPS)] if one_process else [[step] for step in STEPS]
         procs = [
             start_process(
                 [
                     "python",
                     "-m",
                     "benchmarks.e2e_worker",
-                    step,
+                    *steps,
                     "--concurrency",
                     str(concurrency),
                     "--batch-size",
@@ -181,13 +185,13 @@ def run_e2e(
                     *(["--metrics"] if metrics else []),
                 ],
                 worker_env,
-                data_dir / f"worker-{step}.log",
+                data_dir / f"worker-{'-'.join(steps)}.log",
             )
-            for step in STEPS
+            for steps in groups
         ]
         try:
             # workers import, connect and block waiting for work before the clock starts
-            startup_wait = wait_until_serving(client, len(procs) * concurrency)
+            startup_wait = wait_until_serving(client, len(STEPS) * concurrency)
             client.delete(COMMITS_KEY)
             cpu_at_start = workers_cpu(procs)
             xact_before = pg_commits() if database == "postgresql" else 0
@@ -232,7 +236,8 @@ def run_e2e(
         "kind": "e2e",
         "library": "orderflow",
         "version": "app",
-        "variant": f"{database} {label or f'batch {batch_size}'}",
+        "variant": f"{database} {label or f'batch {batch_size}'}"
+        + (", one process" if one_process else ""),
         "mode": "outbox + idempotent handlers + unit of work per job (batch 1) or per batch",
         "n": orders,
         "enqueue_rate": None,
@@ -262,7 +267,7 @@ def run_e2e(
         "placement_cpu_ms_per_order": round(1000 * placing_cpu / orders, 3),
         "redis_cpu_ms_per_order": round(1000 * redis_cpu / done, 3) if done else None,
         "orders_per_second": round(done / seconds, 1),
-        "worker_processes": len(STEPS),
+        "worker_processes": len(procs),
         "concurrency": concurrency,
         "batch_size": batch_size,
         "worker_metrics": metrics,
