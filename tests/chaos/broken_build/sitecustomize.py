@@ -12,7 +12,7 @@ redelivered effect twice (the test drops the fourth, the unique index on
    as still open, so a redelivery runs the effect again;
 2. the effect's own check for the order's existing deductions;
 3. on PostgreSQL, the marking's check that a claimed step row is still open
-   (``tracker._mark_done``): the plain marking, as on SQLite, is used instead.
+   (``tracker._mark_done``): a plain row-by-row marking without it is used instead.
 
 With ``ORDERFLOW_TEST_BROKEN_BUILD=return_twice`` the compensation of the
 stock step is sabotaged instead: ``return_stock`` puts every part back twice
@@ -30,12 +30,12 @@ import os
 if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
     from collections import defaultdict
 
-    from sqlalchemy import func, insert, select, update
+    from sqlalchemy import bindparam, func, insert, select, update
 
     from orders.domain import effects
     from orders.domain.models import Order, OrderLine, OrderStatus, StockDeduction
     from workflows import tracker
-    from workflows.models import StepStatus
+    from workflows.models import StepStatus, WorkflowStep
 
     _step_rows = tracker.step_rows
 
@@ -83,7 +83,29 @@ if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
     _mark_done = tracker._mark_done
 
     def _unchecked_mark_done(session, claims, outcomes, started, now, *, postgresql):  # type: ignore[no-untyped-def]
-        return _mark_done(session, claims, outcomes, started, now, postgresql=False)
+        if not postgresql:  # SQLite's marking has no such check
+            return _mark_done(session, claims, outcomes, started, now, postgresql=False)
+        steps = WorkflowStep.__table__  # Core: an executemany, not the ORM's bulk update
+        session.execute(
+            update(steps)
+            .where(steps.c.id == bindparam("row_id"))
+            .values(
+                status=StepStatus.DONE,
+                outcome=bindparam("outcome"),
+                started_at=bindparam("started"),
+                finished_at=bindparam("now"),
+            ),
+            [
+                {
+                    "row_id": c.step_row_id,
+                    "outcome": str(outcomes[c.step_row_id])[:50],
+                    "started": started,
+                    "now": now,
+                }
+                for c in claims
+            ],
+        )
+        return None
 
     tracker.step_rows = _forgetful_step_rows
     tracker._mark_done = _unchecked_mark_done
