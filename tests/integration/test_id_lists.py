@@ -13,6 +13,19 @@ from workflows.idlists import JSONList, among, is_postgresql, one_of
 from workflows.models import Workflow
 
 
+def add_workflows(session, count: int) -> list[int]:
+    """Insert ``count`` workflow rows; returns their ids in insert order."""
+    now = utcnow()
+    return session.scalars(
+        insert(Workflow).returning(Workflow.id, sort_by_parameter_order=True),
+        [
+            {"kind": "k", "subject_id": i, "status": "running", "version": 1}
+            | {"created_at": now, "updated_at": now}
+            for i in range(count)
+        ],
+    ).all()
+
+
 def test_the_postgresql_text_does_not_grow_with_the_list():
     """Regression: ``IN`` rendered a parameter per id, so psycopg re-parsed every
     statement over more than 50 ids (a fifth of a worker's CPU)."""
@@ -32,16 +45,8 @@ def test_the_postgresql_text_does_not_grow_with_the_list():
 
 
 def test_among_selects_exactly_the_listed_rows(session_factory):
-    now = utcnow()
     with session_factory() as session:
-        ids = session.scalars(
-            insert(Workflow).returning(Workflow.id, sort_by_parameter_order=True),
-            [
-                {"kind": "k", "subject_id": i, "status": "running", "version": 1}
-                | {"created_at": now, "updated_at": now}
-                for i in range(80)
-            ],
-        ).all()
+        ids = add_workflows(session, 80)
         wanted = ids[::3]
         for chosen in ([], wanted[:1], wanted):
             got = session.scalars(
@@ -69,16 +74,8 @@ def test_the_sqlite_text_does_not_grow_with_the_list():
 
 
 def test_one_of_selects_exactly_the_listed_rows(session_factory):
-    now = utcnow()
     with session_factory() as session:
-        ids = session.scalars(
-            insert(Workflow).returning(Workflow.id, sort_by_parameter_order=True),
-            [
-                {"kind": "k", "subject_id": i, "status": "running", "version": 1}
-                | {"created_at": now, "updated_at": now}
-                for i in range(80)
-            ],
-        ).all()
+        ids = add_workflows(session, 80)
         statement = select(Workflow.id).where(
             one_of(Workflow.id, "ids", postgresql=is_postgresql(session))
         )
