@@ -14,13 +14,35 @@ from rich.table import Table
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_results(rows: Sequence[dict[str, Any]], suffix: str = "") -> Path:
-    """Write rows to ``benchmarks/results/<date>[-suffix].json``; returns the path."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_results(
+    rows: Sequence[dict[str, Any]], suffix: str = "", *, directory: Path | None = None
+) -> Path:
+    """Write rows to ``<directory>/<date>[-suffix].json`` and return the path.
+
+    Args:
+        rows: the result rows (JSON-serialisable dicts).
+        suffix: appended to the date, e.g. ``"orderflow-e2e"``.
+        directory: where to write; ``benchmarks/results`` by default.
+
+    An earlier results file of the same name is never replaced: the new one
+    takes the first free ``-2``, ``-3``, ... after the name (a second run on
+    the same day used to overwrite the committed figures of the first).
+    The file is created exclusively (``"x"`` mode), so two runs finishing at
+    once cannot both take the same name.
+    """
+    directory = RESULTS if directory is None else directory
+    directory.mkdir(parents=True, exist_ok=True)
     name = time.strftime("%Y-%m-%d") + (f"-{suffix}" if suffix else "")
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(list(rows), indent=2) + "\n")
-    return path
+    text = json.dumps(list(rows), indent=2) + "\n"
+    for n in range(1, 1000):
+        path = directory / (f"{name}.json" if n == 1 else f"{name}-{n}.json")
+        try:
+            with path.open("x") as f:
+                f.write(text)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{directory}/{name}-*.json: 999 results files of that name already")
 
 
 def rate(value: float | None) -> str:
