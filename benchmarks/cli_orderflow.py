@@ -148,6 +148,14 @@ def e2e(
             "not one process per step"
         ),
     ] = False,
+    warm_up: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="orders run to completion before the clock starts, then ANALYZE on "
+            "PostgreSQL (a server that has been up a minute); 0 = a cold start",
+        ),
+    ] = 0,
     save: Save = True,
 ) -> None:
     """Orders/s through all four steps, and DB transactions per order."""
@@ -163,6 +171,7 @@ def e2e(
             label="default" if batch.strip() == "default" else None,
             metrics=metrics,
             one_process=one_process,
+            warm_up=warm_up,
         )
         for db in databases.split(",")
         if db.strip()
@@ -190,6 +199,7 @@ def e2e(
                 "worker_cpu_ms_per_order",
                 "placement_cpu_ms_per_order",
                 "redis_cpu_ms_per_order",
+                "postgres_cpu_ms_per_order",
                 "machine_cpu_ms_per_order",
                 "duplicate_runs",
             ],

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 
 from orders.app.bootstrap import build
 from orders.app.placement import place
@@ -26,12 +26,20 @@ from orders.worker.counters import Counters, total
 from workflows.models import Workflow, WorkflowStatus
 
 from .e2e_worker import COMMITS_KEY
-from .measure import machine_cpu_seconds, process_cpu_seconds, start_process, stop_process
+from .measure import (
+    command_cpu_seconds,
+    machine_cpu_seconds,
+    process_cpu_seconds,
+    start_process,
+    stop_process,
+)
 from .run_peers import REPO, environment
 from .server import RedisServer
 
 log = logging.getLogger("benchmarks")
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+#: the PostgreSQL server the e2e runs use: any database on it, reached by a superuser
+#: (``BENCH_POSTGRES_URL``, e.g. a second server with pg_stat_statements loaded)
+PG_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 #: longest wait for the workers to start serving before the clock starts anyway, seconds
 READY_TIMEOUT = 60.0
 #: this run's own database: runs on one server at the same time never drop each other's
@@ -43,7 +51,11 @@ def fresh_pg_database() -> str:
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {PG_DB}")
-    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{PG_DB}"
+    server = psycopg.conninfo.conninfo_to_dict(PG_ADMIN)
+    return (
+        f"postgresql+psycopg://{server.get('user', 'postgres')}@{server.get('host', '127.0.0.1')}"
+        f":{server.get('port', 5432)}/{PG_DB}"
+    )
 
 
 def drop_pg_database() -> None:
@@ -118,6 +130,25 @@ def finished(app: Any, first_order: int) -> int:
         )
 
 
+def warm_up_run(app: Any, orders: int, timeout: float, *, analyze: bool) -> None:
+    """Place ``orders`` orders, wait until all are done or blocked, then ANALYZE if asked.
+
+    Raises:
+        TimeoutError: they did not finish within ``timeout`` seconds.
+    """
+    started = time.perf_counter()
+    first = min(place(app.session_factory, orders, publisher=app.publisher).order_ids)
+    while finished(app, first) < orders:
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError(f"warm-up: {orders} orders not done in {timeout:.0f} s")
+        time.sleep(0.05)
+    if analyze:
+        with app.engine.connect() as conn:
+            conn.execute(text("ANALYZE"))
+            conn.commit()
+    log.info("warm-up: %d orders in %.1f s", orders, time.perf_counter() - started)
+
+
 def run_e2e(
     database: str,
     orders: int,
@@ -128,6 +159,7 @@ def run_e2e(
     label: str | None = None,
     metrics: bool = True,
     one_process: bool = False,
+    warm_up: int = 0,
 ) -> dict[str, Any]:
     """Place ``orders`` TPC-H orders and time them through every step.
 
@@ -142,6 +174,11 @@ def run_e2e(
         metrics: workers record metrics in the data dir (``orders worker``'s default).
         one_process: one worker process serves every step (``orders worker --all``),
             ``concurrency`` lanes per step, instead of one process per step.
+        warm_up: orders placed and run to completion before the clock starts,
+            followed on PostgreSQL by ``ANALYZE`` (what autovacuum does within
+            a minute of a table's first changes): the timed orders then meet
+            the plans of a server that has been running, not those of tables
+            the planner has never seen filled. 0: none (a cold start).
 
     Returns:
         A row with ``orders_per_second`` and DB transactions per order.
@@ -192,11 +229,15 @@ def run_e2e(
         try:
             # workers import, connect and block waiting for work before the clock starts
             startup_wait = wait_until_serving(client, len(STEPS) * concurrency)
+            if warm_up:
+                warm_up_run(app, warm_up, timeout, analyze=database == "postgresql")
             client.delete(COMMITS_KEY)
+            duplicates_before = total(Counters(client, settings.queue_prefix).read(), "duplicate")
             cpu_at_start = workers_cpu(procs)
             xact_before = pg_commits() if database == "postgresql" else 0
             redis_cpu_at_start = redis_cpu_seconds(client)
             machine_at_start = machine_cpu_seconds()
+            pg_at_start = command_cpu_seconds("postgres") if database == "postgresql" else None
             started = time.perf_counter()
             placing_cpu = time.process_time()
             result = place(app.session_factory, orders, publisher=app.publisher)
@@ -211,6 +252,7 @@ def run_e2e(
                 time.sleep(0.05)
             seconds = time.perf_counter() - started
             machine_at_end = machine_cpu_seconds()
+            pg_at_end = command_cpu_seconds("postgres") if database == "postgresql" else None
             cpu_at_end = workers_cpu(procs)
             redis_cpu = redis_cpu_seconds(client) - redis_cpu_at_start
         finally:
@@ -226,6 +268,7 @@ def run_e2e(
             if machine_at_start is None or machine_at_end is None
             else machine_at_end - machine_at_start
         )
+        pg_cpu = None if pg_at_start is None or pg_at_end is None else pg_at_end - pg_at_start
         worker_commits = int(client.get(COMMITS_KEY) or 0)
         counted = Counters(client, settings.queue_prefix).read()
         xact = pg_commits() - xact_before if database == "postgresql" else None
@@ -266,6 +309,11 @@ def run_e2e(
         ),
         "placement_cpu_ms_per_order": round(1000 * placing_cpu / orders, 3),
         "redis_cpu_ms_per_order": round(1000 * redis_cpu / done, 3) if done else None,
+        # the PostgreSQL server's processes on this machine (postmaster and every
+        # backend alive at the end; a server shared with other work counts it too)
+        "postgres_cpu_ms_per_order": (
+            round(1000 * pg_cpu / done, 3) if pg_cpu is not None and done else None
+        ),
         "orders_per_second": round(done / seconds, 1),
         "worker_processes": len(procs),
         "concurrency": concurrency,
@@ -276,13 +324,15 @@ def run_e2e(
         "placement_commits": placement_commits[0],
         "pg_xact_commit_per_order": round(xact / orders, 2) if xact is not None else None,
         # redeliveries absorbed by the handlers (a step run twice costs a second run)
-        "duplicate_runs": total(counted, "duplicate"),
+        "duplicate_runs": total(counted, "duplicate") - duplicates_before,
+        "warm_up_orders": warm_up,
         "sweep_published": counted.get("sweep:published", 0),
         **env,
     }
     log.info(
         "%s, batch %d: %d orders in %.1f s (placing %.1f s, cpu %.1f s; workers cpu %.1f s, "
-        "%.1f of it in the run = %s ms/order; machine %s ms/order, Redis %s) = %.0f orders/s, "
+        "%.1f of it in the run = %s ms/order; machine %s ms/order, Redis %s, PostgreSQL %s) "
+        "= %.0f orders/s, "
         "%.1f commits/order, %d duplicate runs",
         database,
         batch_size,
@@ -295,6 +345,7 @@ def run_e2e(
         row["worker_cpu_ms_per_order"],
         row["machine_cpu_ms_per_order"],
         row["redis_cpu_ms_per_order"],
+        row["postgres_cpu_ms_per_order"],
         row["orders_per_second"],
         row["db_commits_per_order"],
         row["duplicate_runs"],

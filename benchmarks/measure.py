@@ -57,6 +57,35 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def command_cpu_seconds(command: str) -> float | None:
+    """CPU seconds (user + system) used so far by every live process named ``command``.
+
+    The name is the kernel's (``/proc/<pid>/stat`` field 2, e.g. ``postgres``
+    for the server and each of its backends). A delta over a run counts the
+    processes alive at its end: one that exits inside the window loses its
+    time, so the figure can only be low, never high.
+
+    Returns:
+        The seconds, or None where ``/proc`` cannot be read (not Linux).
+    """
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    wanted = f"({command})".encode()
+    seconds = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone between the listing and the read
+        if stat[stat.index(b"(") : stat.rindex(b")") + 1] == wanted:
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            seconds += int(fields[11]) + int(fields[12])
+    return seconds / os.sysconf("SC_CLK_TCK")
+
+
 def machine_cpu_seconds() -> float | None:
     """CPU seconds the whole machine has been busy since boot, all cores, from ``/proc/stat``.
 
