@@ -116,13 +116,16 @@ _WS = WorkflowStep.__table__
 # it on the (workflow_id, step) index; PostgreSQL plans from its statistics.
 _STEPS_OF = {
     pg: select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
+        # PostgreSQL: the list outside the IN too, or the outer rows are found by a
+        # scan of the whole table (the planner does not carry "= ANY" across it)
+        *((one_of(_WS.c.workflow_id, "ids", postgresql=True),) if pg else ()),
         _WS.c.workflow_id.in_(
             select(_WS.c.workflow_id).where(
                 one_of(_WS.c.workflow_id, "ids", postgresql=pg),
                 (_WS.c.status if pg else _WS.c.status.concat(literal_column("''")))
                 == StepStatus.WAITING,
             )
-        )
+        ),
     )
     for pg in (False, True)
 }

@@ -48,7 +48,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import BigInteger, Integer, String, bindparam, case, func, select, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    any_,
+    bindparam,
+    case,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -156,13 +166,16 @@ _LOCK = (
 _LOCK_PG = (
     update(_WF)
     .where(
+        # the id list again outside the sub-select: the planner does not carry
+        # "= ANY" across the IN, and without it scans every workflow row
+        one_of(_WF.c.id, "ids", postgresql=True),
         _WF.c.id.in_(
             select(_WF.c.id)
             .where(one_of(_WF.c.id, "ids", postgresql=True))
             .order_by(_WF.c.id)
             .with_for_update()
             .scalar_subquery()
-        )
+        ),
     )
     .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
 )
@@ -176,7 +189,12 @@ _STEP_ROWS = {
         _WS.c.workflow_id, _WS.c.id, _WF.c.subject_id, _WS.c.status, _WS.c.outcome, _WF.c.version
     )
     .join(_WF, _WF.c.id == _WS.c.workflow_id)
-    .where(one_of(_WS.c.workflow_id, "ids", postgresql=pg), _WS.c.step == bindparam("step"))
+    .where(
+        one_of(_WS.c.workflow_id, "ids", postgresql=pg),
+        _WS.c.step == bindparam("step"),
+        # PostgreSQL: the list on both sides of the join (see _STEP_COUNTS)
+        *((one_of(_WF.c.id, "ids", postgresql=True),) if pg else ()),
+    )
     for pg in (False, True)
 }
 # SQLite: every claim of the batch in one statement too, its rows one JSON parameter
@@ -215,6 +233,9 @@ _MARK_DONE_PG = (
     update(_WS)
     .where(
         _WS.c.id == _CLAIMED_ROWS.c.row_id,
+        # the ids as a list too: the primary key's index is then the plan whatever
+        # the planner guesses of the table's size (a hash join scans it all)
+        _WS.c.id == any_(bindparam("row_ids", type_=ARRAY(Integer))),
         _WS.c.status.not_in((*StepStatus.FINAL, StepStatus.WAITING)),
     )
     .values(
@@ -236,7 +257,13 @@ _STEP_COUNTS = {
         func.sum(case((_WS.c.status == StepStatus.DEAD, 1), else_=0)),
     )
     .join(_WS, _WS.c.workflow_id == _WF.c.id)
-    .where(one_of(_WF.c.id, "ids", postgresql=pg))
+    .where(
+        one_of(_WF.c.id, "ids", postgresql=pg),
+        # PostgreSQL: the planner does not derive "workflow_id = ANY(:ids)" from the
+        # join, so without it the step rows are found by hashing the whole table
+        # (a scan of every row up to tens of thousands of rows); with it, by index
+        *((one_of(_WS.c.workflow_id, "ids", postgresql=True),) if pg else ()),
+    )
     .group_by(_WF.c.id, _WF.c.status)
     for pg in (False, True)
 }

@@ -25,12 +25,16 @@ from workflows.bulk import insert_rows
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import StepMessage
+from workflows.models import Workflow, WorkflowStep
 from workflows.outbox import add_workflows, initial_messages
+from workflows.planner_stats import analyze_never_analyzed
 from workflows.relay import Publisher, PublishPolicy, publish_steps
 from workflows.uow import SessionFactory, UnitOfWork
 
 _ORDERS = Order.__table__
 _LINES = OrderLine.__table__
+#: the tables placement fills in bulk, analyzed after their first load (ADR 0020)
+_ANALYZED = (_ORDERS, _LINES, Workflow.__table__, WorkflowStep.__table__)
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,7 @@ def place(
     rng = rng or random.Random()
     result = PlaceResult()
     remaining = count
+    first_batch = True
     while remaining > 0:
         size = min(batch_size, remaining)
         with UnitOfWork(session_factory) as uow:
@@ -204,6 +209,11 @@ def place(
                 drafts = random_drafts(uow.session, size, rng)
             placed, first = write_orders(uow.session, drafts, now=clock())
             uow.commit()
+        if first_batch:
+            # a first bulk load into never-analyzed tables (PostgreSQL): give the
+            # planner their statistics before the step workers plan on guesses
+            analyze_never_analyzed(session_factory, _ANALYZED)
+            first_batch = False
         result.orders.extend(placed)
         remaining -= size
         # the first steps; those that wait are published when a finished step releases them

@@ -34,6 +34,7 @@ from orders.domain.models import (
 )
 from orders.sources.drafts import TPCH
 from workflows.columns import utcnow
+from workflows.planner_stats import analyze_never_analyzed
 from workflows.uow import SessionFactory, UnitOfWork
 
 TABLES = ("customer", "part", "partsupp", "orders", "lineitem")
@@ -120,6 +121,11 @@ def generate(out_dir: Path, scale: float, *, executable: str | None = None) -> P
     return out_dir
 
 
+_LOADED = tuple(
+    model.__table__ for model in (Customer, Product, Inventory, TpchOrder, TpchLineItem)
+)
+
+
 def load_tpch(
     session_factory: SessionFactory,
     data_dir: Path,
@@ -159,7 +165,11 @@ def load_tpch(
             StreamCursor(name=TPCH, position=0, size=size, scale=str(scale), loaded_at=utcnow())
         )
         uow.commit()
-        return _result(session, True, scale)
+        result = _result(session, True, scale)
+    # a bulk load: PostgreSQL's planner gets the tables' statistics now, not when
+    # autovacuum comes round (workflows.planner_stats, ADR 0020)
+    analyze_never_analyzed(session_factory, _LOADED)
+    return result
 
 
 def _result(session: Session, loaded: bool, scale: float) -> LoadResult:
