@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.exc import IntegrityError
 
 from workflows.bulk import insert_rows
@@ -68,3 +68,47 @@ def test_a_row_breaking_a_constraint_raises_integrity_error_and_keeps_nothing(se
         session.rollback()
     with session_factory() as session:
         assert session.scalars(select(Workflow)).all() == []
+
+
+def workflow_rows(subjects, now):
+    return [
+        {"kind": "k", "subject_id": s, "status": "running", "created_at": now, "updated_at": now}
+        for s in subjects
+    ]
+
+
+def test_ids_follow_the_rows_after_the_highest_rows_were_deleted(session_factory):
+    """SQLite gives a new row max(rowid) + 1: ids freed at the top are taken again,
+    and every id still belongs to the row it was returned for."""
+    now = utcnow()
+    with session_factory() as session:
+        first = insert_rows(session, _WORKFLOWS, workflow_rows(range(10), now))
+        session.execute(_WORKFLOWS.delete().where(_WORKFLOWS.c.id.in_(first[-3:])))
+        second = insert_rows(session, _WORKFLOWS, workflow_rows(range(10, 20), now))
+        session.commit()
+    with session_factory() as session:
+        subject_of = dict(session.execute(select(_WORKFLOWS.c.id, _WORKFLOWS.c.subject_id)).all())
+    assert len(subject_of) == 17
+    assert [subject_of[i] for i in first[:-3] + second] == [*range(7), *range(10, 20)]
+
+
+def test_many_rows_cost_two_statements_on_sqlite(session_factory):
+    """Regression: on SQLite a multi-row INSERT ... RETURNING went out as one
+    statement per row (SQLAlchemy cannot sort its rows by parameter order there)."""
+    engine = session_factory.kw["bind"]
+    if engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL sends the rows by COPY")
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        with session_factory() as session:
+            ids = insert_rows(session, _WORKFLOWS, workflow_rows(range(500), utcnow()))
+            session.commit()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert len(ids) == 500
+    assert len([s for s in statements if s.lstrip().upper().startswith("INSERT")]) == 2
