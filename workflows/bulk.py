@@ -49,12 +49,16 @@ def insert_rows(
     if not rows:
         return []
     dialect = session.get_bind().dialect.name
-    if dialect != "postgresql" or not _copyable(table, rows[0]):
+    copyable = _copyable(table, rows[0])
+    if dialect == "sqlite" and copyable:
+        if not ids:
+            _executemany_sqlite(session, table, rows, None)
+            return []
+        return _insert_sqlite(session, table, rows)
+    if dialect != "postgresql" or not copyable:
         if not ids:
             session.execute(insert(table), list(rows))
             return []
-        if dialect == "sqlite":
-            return _insert_sqlite(session, table, rows)
         statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
         return list(session.scalars(statement, list(rows)).all())
     return _copy(session, table, rows, ids)
@@ -72,13 +76,48 @@ def _insert_sqlite(session: Session, table: Table, rows: Sequence[Mapping[str, A
     that follow, in order, by one ``executemany``.
     """
     first = session.scalars(insert(table).returning(table.c.id), [dict(rows[0])]).one()
-    new_ids = list(range(first, first + len(rows)))
     if len(rows) > 1:
-        session.execute(
-            insert(table),
-            [{**row, "id": new_id} for row, new_id in zip(rows[1:], new_ids[1:], strict=True)],
+        _executemany_sqlite(session, table, rows[1:], first + 1)
+    return list(range(first, first + len(rows)))
+
+
+def _executemany_sqlite(
+    session: Session, table: Table, rows: Sequence[Mapping[str, Any]], first_id: int | None
+) -> None:
+    """SQLite: one ``executemany`` of the rows, their values converted column by column.
+
+    SQLAlchemy's executemany builds and converts a parameter dict per row (about
+    two thirds of placing's CPU); here each column's bind processor (the same
+    conversions: JSON text, UTC timestamps) is looked up once and the rows go to
+    the driver as tuples. Columns left out get their scalar defaults, as
+    SQLAlchemy would give them. ``first_id``: ids ``first_id, first_id + 1, ...``
+    for the rows in order; None leaves the id to SQLite.
+    """
+    dialect = session.get_bind().dialect
+    names = list(rows[0])
+    defaults = _scalar_defaults(table, rows[0])
+    columns = [table.c[name] for name in [*names, *defaults]]
+    processors = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
+    row_processors = processors[: len(names)]
+    default_values = tuple(
+        value if process is None else process(value)
+        for value, process in zip(defaults.values(), processors[len(names) :], strict=True)
+    )
+    quote = dialect.identifier_preparer.quote
+    column_names = (["id"] if first_id is not None else []) + [c.name for c in columns]
+    statement = (
+        f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in column_names)}) "
+        f"VALUES ({', '.join('?' for _ in column_names)})"
+    )
+    parameters = []
+    for i, row in enumerate(rows):
+        values = tuple(
+            row[name] if process is None else process(row[name])
+            for name, process in zip(names, row_processors, strict=True)
         )
-    return new_ids
+        head = (first_id + i,) if first_id is not None else ()
+        parameters.append(head + values + default_values)
+    session.connection().exec_driver_sql(statement, parameters)
 
 
 def _copyable(table: Table, first: Mapping[str, Any]) -> bool:
@@ -92,20 +131,25 @@ def _copyable(table: Table, first: Mapping[str, Any]) -> bool:
     return True
 
 
+def _scalar_defaults(table: Table, first: Mapping[str, Any]) -> dict[str, Any]:
+    """Column key -> scalar Python-side default, for the columns the rows leave out."""
+    return {
+        column.key: column.default.arg  # type: ignore[union-attr]
+        for column in table.columns
+        if column.key not in first
+        and not column.primary_key
+        and column.default is not None
+        and getattr(column.default, "is_scalar", False)
+    }
+
+
 def _copy(
     session: Session, table: Table, rows: Sequence[Mapping[str, Any]], ids: bool
 ) -> list[int]:
     import psycopg  # PostgreSQL only: SQLite processes never load the driver
 
     names = list(rows[0])
-    defaults = {
-        column.key: column.default.arg  # type: ignore[union-attr]
-        for column in table.columns
-        if column.key not in rows[0]
-        and not column.primary_key
-        and column.default is not None
-        and getattr(column.default, "is_scalar", False)
-    }
+    defaults = _scalar_defaults(table, rows[0])
     names += list(defaults)
     as_json = {name for name in names if isinstance(table.c[name].type, JSON)}
     new_ids: list[int] = []
