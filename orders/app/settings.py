@@ -7,6 +7,7 @@ on the data directory through the ``resolved_*`` methods.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -18,6 +19,9 @@ URLs are rewritten to psycopg 3, see ``orders.app.db.normalize_url``)."""
 
 DATABASE_URL_EXAMPLES = "sqlite:///path/to/orders.db or postgresql://user:password@host/db"
 
+#: a queue prefix: it names every Redis key and the data dir's metrics folder, so
+#: no separators of either (``:``, braces, whitespace; ``/``, ``..``)
+QUEUE_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 """Redis URL schemes a client can be built for (see ``reliable_queue.cluster``)."""
 
@@ -175,6 +179,29 @@ class Settings(BaseSettings):
                 f"{', '.join(s + '://' for s in DATABASE_SCHEMES)} (e.g. {DATABASE_URL_EXAMPLES})"
             )
         return value
+
+    @field_validator("queue_prefix")
+    @classmethod
+    def _safe_queue_prefix(cls, value: str) -> str:
+        """Refuse a prefix that is not one plain name, before anything is written.
+
+        The prefix becomes the first part of every Redis key (``<prefix>:{<queue>}:...``)
+        and a folder of the data dir (``metrics/<prefix>``): a space, colon or brace
+        would break the key layout the queue checks, a slash or ``..`` would put
+        files outside the data dir.
+
+        Raises:
+            ValueError: not 1-64 letters, digits, ``_``, ``-`` or ``.``, starting with a
+                letter or digit, or holding ``..`` (the message shows the value
+                escaped and cut to 40 characters).
+        """
+        if QUEUE_PREFIX_PATTERN.fullmatch(value) and ".." not in value:
+            return value
+        shown = ascii(value[:40]) + ("..." if len(value) > 40 else "")
+        raise ValueError(
+            f"{shown} is not a queue prefix: use 1-64 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit (no spaces, ':', braces, '/' or '..')"
+        )
 
     @field_validator("redis_url")
     @classmethod

@@ -43,6 +43,26 @@ def test_bad_settings_are_refused_with_the_variable_named(
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("prefix", ["a b", "a:b", "{x}", "", "../../escaped", "a/b", ".hidden"])
+@pytest.mark.parametrize("command", [("status",), ("place", "--count", "3"), ("worker", "stock")])
+def test_a_bad_queue_prefix_is_an_invalid_setting_and_writes_nothing(
+    cli_env: dict[str, str], tmp_path: Path, prefix: str, command: tuple[str, ...]
+) -> None:
+    """Regression: a prefix with a space or colon ended in a traceback (exit 1); with
+    a colon ``orders place`` committed orders that no queue could take (exit 0); with
+    ``../`` a worker made its metrics folder outside the data dir."""
+    (tmp_path / "nested").mkdir()
+    data_dir = tmp_path / "nested" / "data"
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=prefix, ORDERS_DATA_DIR=str(data_dir))
+    env.pop("ORDERS_DATABASE_URL", None)  # the data dir's own SQLite file, if any were made
+    proc = run(env, *command)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "ORDERS_QUEUE_PREFIX" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not data_dir.exists() and list((tmp_path / "nested").iterdir()) == []
+    assert not (tmp_path / "escaped").exists()
+
+
 def test_place_with_redis_unreachable_writes_no_order(cli_env: dict[str, str]) -> None:
     upgraded = run(dict(cli_env), "db", "upgrade")  # a configured database starts empty
     assert upgraded.returncode == 0, upgraded.stderr
