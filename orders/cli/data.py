@@ -24,13 +24,20 @@ def load_tpch(
 ) -> None:
     """Generate TPC-H with tpchgen-cli and load customers, parts, stock and the order stream.
 
-    Loading a database that already holds TPC-H data is a no-op.
+    Loading a database that already holds TPC-H data is a no-op. A run started
+    while another loads the same data dir waits for it, then finds the data loaded.
     """
+    from orders.sources.load_lock import WAITING_MESSAGE
     from orders.sources.tpch import load_tpch as load
 
     app = make_app(auto_migrate=True, uses_redis=False)
-    with console.status(f"generating and loading TPC-H at scale {scale}..."):
-        result = load(app.session_factory, app.settings.resolved_data_dir(), scale=scale)
+    with console.status(f"generating and loading TPC-H at scale {scale}...") as status:
+        result = load(
+            app.session_factory,
+            app.settings.resolved_data_dir(),
+            scale=scale,
+            on_wait=lambda: status.update(WAITING_MESSAGE),
+        )
     if as_json:
         emit_json(result.as_dict())
         return

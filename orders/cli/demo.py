@@ -260,7 +260,13 @@ def scarce(app: App, orders: int, share: float) -> Scarcity:
 
 
 def _ensure_tpch(app: App) -> None:
+    from orders.sources.load_lock import WAITING_MESSAGE
     from orders.sources.tpch import load_tpch
 
-    with console.status("loading TPC-H (scale 0.01) if missing..."):
-        load_tpch(app.session_factory, app.settings.resolved_data_dir(), scale=0.01)
+    with console.status("loading TPC-H (scale 0.01) if missing...") as status:
+        load_tpch(
+            app.session_factory,
+            app.settings.resolved_data_dir(),
+            scale=0.01,
+            on_wait=lambda: status.update(WAITING_MESSAGE),
+        )

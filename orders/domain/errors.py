@@ -49,6 +49,10 @@ class TpchGenerationFailed(OrdersError):
     """``tpchgen-cli`` is missing or exited with an error."""
 
 
+class TpchLoadBusy(OrdersError):
+    """Another TPC-H load of the same data dir held its lock for longer than the wait."""
+
+
 class SchemaNotMigrated(OrdersError):
     """The configured database is not at the newest migration; run ``orders db upgrade``."""
 

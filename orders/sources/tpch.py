@@ -3,7 +3,8 @@
 CUSTOMER -> customers, PART -> products, PARTSUPP.ps_availqty summed per part
 -> inventory, ORDERS + LINEITEM -> the order stream that ``place`` consumes.
 The load is one transaction ending with the stream's cursor row, whose
-presence makes a second load a no-op.
+presence makes a second load a no-op; concurrent loads of one data dir are
+serialised by a file lock in it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import date
 from decimal import Decimal
@@ -33,12 +34,15 @@ from orders.domain.models import (
     TpchOrder,
 )
 from orders.sources.drafts import TPCH
+from orders.sources.load_lock import LOCK_TIMEOUT_SECONDS, exclusive_lock
 from workflows.columns import utcnow
 from workflows.planner_stats import analyze_never_analyzed
 from workflows.uow import SessionFactory, UnitOfWork
 
 TABLES = ("customer", "part", "partsupp", "orders", "lineitem")
 _CHUNK = 10_000
+LOCK_FILE = ".load.lock"
+"""Name of the lock file in ``<data dir>/tpch`` held around generation and load."""
 
 
 @dataclass(frozen=True)
@@ -132,28 +136,59 @@ def load_tpch(
     scale: float = 0.01,
     *,
     executable: str | None = None,
+    lock_timeout: float = LOCK_TIMEOUT_SECONDS,
+    on_wait: Callable[[], None] | None = None,
 ) -> LoadResult:
     """Generate TPC-H at ``scale`` under ``data_dir/tpch`` and load it; no-op if loaded.
+
+    Generation and load hold an exclusive lock, ``data_dir/tpch/.load.lock``: a
+    second run on the same data dir waits for the first, then finds the stream
+    loaded.
 
     Args:
         session_factory: makes the session of the unit of work.
         data_dir: the application's data directory.
         scale: TPC-H scale factor.
         executable: ``tpchgen-cli`` path (default: found automatically).
+        lock_timeout: seconds to wait for another load of ``data_dir``.
+        on_wait: called once if another load holds the lock (before waiting).
 
     Returns:
         A ``LoadResult``; ``loaded`` is False when a stream was already loaded
-        (whatever its scale), and the counts are those in the database.
+        (whatever its scale) or another run of ``data_dir`` loaded it meanwhile,
+        and the counts are those in the database.
 
     Raises:
         TpchGenerationFailed: generation failed.
+        TpchLoadBusy: another load of ``data_dir`` held the lock past ``lock_timeout``.
+        OSError: the lock file cannot be created.
         sqlalchemy.exc.SQLAlchemyError: the load failed; nothing is kept.
     """
+    found = _already_loaded(session_factory)
+    if found is not None:
+        return found
+    with exclusive_lock(data_dir / "tpch" / LOCK_FILE, lock_timeout, on_wait=on_wait):
+        found = _already_loaded(session_factory)  # the run we waited for loaded it
+        if found is not None:
+            return found
+        folder = generate(data_dir / "tpch" / f"sf{scale}", scale, executable=executable)
+        result = _load(session_factory, folder, scale)
+    if result.loaded:
+        # a bulk load: PostgreSQL's planner gets the tables' statistics now, not when
+        # autovacuum comes round (workflows.planner_stats, ADR 0020)
+        analyze_never_analyzed(session_factory, _LOADED)
+    return result
+
+
+def _already_loaded(session_factory: SessionFactory) -> LoadResult | None:
     with UnitOfWork(session_factory) as uow:
         existing = uow.session.get(StreamCursor, TPCH)
-        if existing is not None:
-            return _result(uow.session, False, float(existing.scale))
-    folder = generate(data_dir / "tpch" / f"sf{scale}", scale, executable=executable)
+        if existing is None:
+            return None
+        return _result(uow.session, False, float(existing.scale))
+
+
+def _load(session_factory: SessionFactory, folder: Path, scale: float) -> LoadResult:
     with UnitOfWork(session_factory) as uow:
         session = uow.session
         _insert(session, Customer.__table__, _customers(folder))
@@ -165,11 +200,7 @@ def load_tpch(
             StreamCursor(name=TPCH, position=0, size=size, scale=str(scale), loaded_at=utcnow())
         )
         uow.commit()
-        result = _result(session, True, scale)
-    # a bulk load: PostgreSQL's planner gets the tables' statistics now, not when
-    # autovacuum comes round (workflows.planner_stats, ADR 0020)
-    analyze_never_analyzed(session_factory, _LOADED)
-    return result
+        return _result(session, True, scale)
 
 
 def _result(session: Session, loaded: bool, scale: float) -> LoadResult:
