@@ -3,8 +3,8 @@
 CUSTOMER -> customers, PART -> products, PARTSUPP.ps_availqty summed per part
 -> inventory, ORDERS + LINEITEM -> the order stream that ``place`` consumes.
 The load is one transaction ending with the stream's cursor row, whose
-presence makes a second load a no-op; concurrent loads of one data dir are
-serialised by a file lock in it.
+presence makes a second load a no-op; concurrent loads are serialised (a file
+lock in the data dir, and the database's unique keys across machines).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Table, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orders.domain.errors import TpchGenerationFailed
@@ -143,7 +144,9 @@ def load_tpch(
 
     Generation and load hold an exclusive lock, ``data_dir/tpch/.load.lock``: a
     second run on the same data dir waits for the first, then finds the stream
-    loaded.
+    loaded. Runs on other machines sharing one database are ordered by the
+    database: the loser's transaction conflicts on rows the winner committed, is
+    rolled back, and the run reports the winner's stream as already loaded.
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -155,8 +158,8 @@ def load_tpch(
 
     Returns:
         A ``LoadResult``; ``loaded`` is False when a stream was already loaded
-        (whatever its scale) or another run of ``data_dir`` loaded it meanwhile,
-        and the counts are those in the database.
+        (whatever its scale) or another run loaded it meanwhile, and the counts
+        are those in the database (the winner's scale, too).
 
     Raises:
         TpchGenerationFailed: generation failed.
@@ -189,18 +192,26 @@ def _already_loaded(session_factory: SessionFactory) -> LoadResult | None:
 
 
 def _load(session_factory: SessionFactory, folder: Path, scale: float) -> LoadResult:
-    with UnitOfWork(session_factory) as uow:
-        session = uow.session
-        _insert(session, Customer.__table__, _customers(folder))
-        _insert(session, Product.__table__, _products(folder))
-        _insert(session, Inventory.__table__, _inventory(folder))
-        size = _insert(session, TpchOrder.__table__, _orders(folder))
-        _insert(session, TpchLineItem.__table__, _lines(folder))
-        session.add(
-            StreamCursor(name=TPCH, position=0, size=size, scale=str(scale), loaded_at=utcnow())
-        )
-        uow.commit()
-        return _result(session, True, scale)
+    try:
+        with UnitOfWork(session_factory) as uow:
+            session = uow.session
+            _insert(session, Customer.__table__, _customers(folder))
+            _insert(session, Product.__table__, _products(folder))
+            _insert(session, Inventory.__table__, _inventory(folder))
+            size = _insert(session, TpchOrder.__table__, _orders(folder))
+            _insert(session, TpchLineItem.__table__, _lines(folder))
+            session.add(
+                StreamCursor(name=TPCH, position=0, size=size, scale=str(scale), loaded_at=utcnow())
+            )
+            uow.commit()
+            return _result(session, True, scale)
+    except IntegrityError:
+        # another database client's load committed the same keys first (the unit of
+        # work rolled this one back): its stream is the loaded one
+        found = _already_loaded(session_factory)
+        if found is None:
+            raise
+        return found
 
 
 def _result(session: Session, loaded: bool, scale: float) -> LoadResult:

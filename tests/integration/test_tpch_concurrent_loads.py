@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 from cli_processes import orders_command
+from sqlalchemy import func, select
 
 from orders.domain.errors import TpchLoadBusy
-from orders.sources.tpch import LOCK_FILE, load_tpch
+from orders.domain.models import Customer, StreamCursor
+from orders.sources.tpch import LOCK_FILE, load_tpch, tpchgen_executable
 
 SCALE_001 = {"customers": 1500, "products": 2000, "orders": 15000, "lines": 60175}
 
@@ -33,6 +37,35 @@ def test_two_first_time_load_tpch_runs_on_one_data_dir_both_succeed_and_load_onc
     assert sorted(r["loaded"] for r in results) == [False, True]
     for result in results:
         assert {k: result[k] for k in SCALE_001} == SCALE_001
+
+
+@pytest.mark.slow
+def test_a_load_that_loses_the_race_on_a_shared_database_reports_already_loaded(
+    session_factory, database_url: str, tmp_path: Path
+) -> None:
+    # Another machine (another data dir, so another lock) loads the same database
+    # while this load's files are being generated: this load's insert conflicts.
+    other = {k: v for k, v in os.environ.items() if not k.startswith("ORDERS_")}
+    other.update(ORDERS_DATA_DIR=str(tmp_path / "other"), ORDERS_DATABASE_URL=database_url)
+    exports = "".join(
+        f"export {k}={shlex.quote(v)}\n" for k, v in other.items() if k.isidentifier()
+    )
+    generator = tmp_path / "tpchgen-then-another-load"
+    generator.write_text(
+        "#!/bin/sh\nset -e\n"
+        f'{shlex.quote(tpchgen_executable())} "$@"\n'
+        f"{exports}"
+        f"{shlex.join([*orders_command(), 'load-tpch'])} >/dev/null\n"
+    )
+    generator.chmod(0o700)
+
+    result = load_tpch(session_factory, tmp_path / "data", 0.01, executable=str(generator))
+
+    assert not result.loaded
+    assert (result.customers, result.orders, result.lines) == (1500, 15000, 60175)
+    with session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Customer)) == 1500
+        assert session.get(StreamCursor, "tpch") is not None
 
 
 def test_a_load_waiting_too_long_for_another_loads_lock_fails_with_a_message(
