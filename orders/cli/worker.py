@@ -53,7 +53,9 @@ def worker(
 
     Several worker processes may serve the same step. The first signal stops
     fetching and lets in-flight jobs finish within --grace seconds; a second
-    signal exits at once (held jobs are reaped when their lease expires).
+    signal exits at once (held jobs are reaped when their lease expires). The
+    same signal again within 0.5 s is a copy (`uv run` forwards the signal its
+    process group got), not a second one.
 
     Every worker of one data dir records its metrics in the data dir's `metrics` folder;
     --metrics-port serves all of them (and the queue and order gauges) at /metrics.

@@ -47,6 +47,7 @@ from .registry import TaskRegistry
 from .replies import split as _split
 from .scripts import Call
 from .settings import QueueSettings
+from .shutdown import StopRequest, StopSignals
 
 log = logging.getLogger("reliable_queue.worker")
 
@@ -108,7 +109,8 @@ class Worker:
         hooks: fault-injection points.
         rng: jitter source for retry backoff.
         worker_id: shown as lease owner (default :func:`default_worker_id`).
-        clock: monotonic seconds, for run time limits (default ``time.monotonic``).
+        clock: monotonic seconds, for run time limits and for telling a forwarded
+            copy of a stop signal from a second one (default ``time.monotonic``).
 
     Time limits: a run of a task with a time limit (its ``RetryPolicy.time_limit``,
     else ``settings.default_time_limit_seconds``) that is still going at the first
@@ -181,7 +183,7 @@ class Worker:
         self._lanes_lock = threading.Lock()
         self._lane_seq = 0
         self._timed_out: set[str] = set()  # lease tokens failed by the time limit
-        self._signals = 0
+        self._stop_signals = StopSignals(clock=clock)
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:
@@ -237,7 +239,9 @@ class Worker:
 
         A first signal stops fetching and waits up to ``grace_seconds`` for in-flight
         jobs; a second signal exits the process at once (leases then expire and are
-        reaped by other workers).
+        reaped by other workers). The same signal again within
+        ``reliable_queue.shutdown.REPEAT_WINDOW_SECONDS`` of the first is not a second
+        request: it is a copy forwarded by ``uv run`` or a supervisor.
 
         Args:
             install_signals: handle SIGTERM and SIGINT as above (main thread only).
@@ -265,8 +269,11 @@ class Worker:
         log.info("worker %s stopped: %s", self.worker_id, dict(self.counters.counts))
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signals += 1
-        if self._signals > 1:
+        request = self._stop_signals.receive(signum)
+        if request is StopRequest.REPEAT:
+            log.debug("signal %d again at once: a forwarded copy, still draining", signum)
+            return
+        if request is StopRequest.EXIT:
             log.warning("second signal: exiting now; held leases will expire and be reaped")
             os._exit(128 + signum)
         log.info("signal %d: finishing in-flight jobs (grace %.1fs)", signum, self.grace_seconds)
