@@ -66,14 +66,23 @@ def retry(
         list[int] | None,
         typer.Argument(min=1, max=ROW_ID_MAX, help="Step ids from `orders outbox list`."),
     ] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every unpublishable row.")] = False,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Every unpublishable row, and every dead row whose dead letter is gone."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Make unpublishable rows pending again (attempts reset) and unblock their
     workflows; the outbox sweep of a running worker publishes them.
 
-    Given step ids, all of them must be unpublishable rows: otherwise nothing is
-    changed and the command fails (exit 1), saying why each other id was not retried.
+    A dead step whose dead letter Redis lost (a flush, a restore without it) is
+    retried the same way, under the same idempotency key; one whose dead letter
+    the queue still holds is for `orders dlq redrive`.
+
+    Given step ids, all of them must be retryable: otherwise nothing is changed and
+    the command fails (exit 1), saying why each other id was not retried.
     """
     if not step_ids and not all_:
         raise typer.BadParameter("give step ids or --all", param_hint="STEP_IDS")
@@ -81,7 +90,11 @@ def retry(
         raise typer.BadParameter("give step ids or --all, not both", param_hint="STEP_IDS")
     app = make_app()
     try:
-        retried = retry_rows(app.session_factory, None if all_ else step_ids)
+        retried = retry_rows(
+            app.session_factory,
+            None if all_ else step_ids,
+            held_keys=app.publisher.known_keys,
+        )
     except RowsNotRetryable as exc:
         fail(f"{exc}; nothing was changed")
         return
@@ -94,4 +107,4 @@ def retry(
             f"{len(retried)} row(s) pending again; a running worker's sweep publishes them"
         )
     else:
-        console.print("no unpublishable rows: nothing to retry")
+        console.print("no unpublishable rows and no lost dead letters: nothing to retry")

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select, update
 
 from orders.app.placement import place
-from orders.domain.steps import STEPS
+from orders.domain.steps import STEPS, STOCK
 from orders.sources.drafts import RANDOM
 from reliable_queue import EnqueueRequest, Queue
 from workflows.columns import utcnow
@@ -290,3 +290,69 @@ def test_known_keys_asks_each_queue_once_and_trusts_only_queued_jobs(
     assert real_publisher.known_keys(keys) == {"3:stock", "1:points"}
     assert {k for k in keys if real_publisher.is_known(k)} == {"3:stock", "1:points"}
     assert real_publisher.known_keys([]) == set()
+
+
+def test_a_dead_step_whose_dead_letter_redis_lost_is_retried_from_the_database(
+    session_factory, catalog, cli_env, database_url, key_prefix, queues, real_publisher, redis_url
+):
+    """Regression: after Redis lost its data, a blocked order's dead step had no dead
+    letter left to redrive, and ``orders outbox retry`` refused it ("its job is
+    dead-lettered"): the order could only be cancelled. A step whose dead letter
+    the queue still holds stays with ``orders dlq redrive``."""
+    from cli_processes import orders_command
+
+    from workflows.tracker import mark_step_dead
+
+    kept = place(session_factory, 1, source=RANDOM, rng=random.Random(4), publisher=real_publisher)
+    leased = queues[STOCK].fetch(1).jobs[0]
+    assert queues[STOCK].dead(leased.lease, "retries_exhausted", error="boom")
+    # the other order's dead letter is gone with Redis's data: the database alone says dead
+    lost = place(session_factory, 1, source=RANDOM, rng=random.Random(5))
+    for order in (*kept.orders, *lost.orders):
+        assert mark_step_dead(
+            session_factory, order.workflow_id, STOCK, "retries_exhausted", error="boom"
+        )
+    kept_step, lost_step = kept.orders[0].step_ids[0], lost.orders[0].step_ids[0]
+    env = dict(
+        cli_env,
+        ORDERS_DATABASE_URL=database_url,
+        ORDERS_QUEUE_PREFIX=key_prefix,
+        ORDERS_REDIS_URL=redis_url,  # the Redis that holds the kept dead letter
+    )
+
+    def retry(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*orders_command(), "outbox", "retry", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def state() -> dict[int, tuple[str, str]]:
+        with session_factory() as session:
+            return {
+                step.id: (step.status, session.get(Workflow, step.workflow_id).status)
+                for step in session.scalars(
+                    select(WorkflowStep).where(WorkflowStep.id.in_([kept_step, lost_step]))
+                )
+            }
+
+    blocked = {kept_step: ("dead", "blocked"), lost_step: ("dead", "blocked")}
+    assert state() == blocked
+    both = retry(str(kept_step), str(lost_step))
+    assert both.returncode == 1, both.stdout + both.stderr
+    assert f"{kept_step}: already published; its job is dead-lettered" in both.stderr
+    assert str(lost_step) + ":" not in both.stderr
+    assert state() == blocked  # all or nothing
+
+    every = retry("--all", "--json")
+    assert every.returncode == 0, every.stderr
+    assert json.loads(every.stdout)["retried"] == [lost_step]
+    assert state() == {kept_step: ("dead", "blocked"), lost_step: ("pending", "running")}
+    swept = sweep(
+        session_factory, real_publisher, known_keys=real_publisher.known_keys, republish_after=30
+    )
+    assert swept.published == 1
+    key = f"{lost.orders[0].workflow_id}:{STOCK}"
+    assert real_publisher.known_keys([key]) == {key}
