@@ -18,6 +18,18 @@ from typing import Any
 BIDI = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F))
 
 
+def hidden(ch: str) -> bool:
+    """Whether ``ch`` acts instead of showing: a control character or a bidi override.
+
+    Args:
+        ch: one character (str of length 1).
+
+    Returns:
+        True for Unicode category Cc and the bidi overrides in :data:`BIDI`.
+    """
+    return ch in BIDI or unicodedata.category(ch) == "Cc"
+
+
 def _escape_char(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
@@ -37,9 +49,4 @@ def visible(value: Any, *, multiline: bool = False) -> str:
     """
     raw = "-" if value is None else str(value)
     keep = "\n\t" if multiline else ""
-    return "".join(
-        ch
-        if ch in keep or (ch not in BIDI and unicodedata.category(ch) != "Cc")
-        else _escape_char(ch)
-        for ch in raw
-    )
+    return "".join(ch if ch in keep or not hidden(ch) else _escape_char(ch) for ch in raw)

@@ -41,7 +41,8 @@ OPEN_PATHS = ("/login", "/static/", "/healthz")
 
 
 def templates() -> Jinja2Templates:
-    """The Jinja2 environment with the dashboard's filters (``when``, ``ms``, ``rate``).
+    """The Jinja2 environment with the dashboard's filters (``when``, ``ms``, ``rate``,
+    and ``url_part`` / ``attr_value`` for links and form fields that carry real ids).
 
     Autoescape is on and every printed value passes :func:`render.shown`, so job
     and Redis text can neither add markup nor carry control characters into a page.
@@ -56,6 +57,8 @@ def templates() -> Jinja2Templates:
     t.env.filters["when_ms"] = render.when_ms
     t.env.filters["ms"] = render.ms
     t.env.filters["rate"] = render.rate
+    t.env.filters["url_part"] = render.url_part
+    t.env.filters["attr_value"] = render.attr_value
     t.env.globals["login_link"] = auth.login_link
     t.env.globals["order_link"] = render.order_link
     return t

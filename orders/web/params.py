@@ -6,7 +6,41 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from starlette.convertors import Convertor
+
 JOB_ID = re.compile(r"^[A-Za-z0-9:_\-.]{1,128}$")
+
+
+class JobIdConvertor(Convertor[str]):
+    """A path parameter holding one stored job id: the rest of the path, any character.
+
+    Starlette's ``path`` convertor stops at a newline (``.`` in its regex); a job
+    id from Redis may hold one.
+    """
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        """The id a matched path segment holds.
+
+        Args:
+            value: the percent-decoded path text (str).
+
+        Returns:
+            ``value`` unchanged.
+        """
+        return value
+
+    def to_string(self, value: str) -> str:
+        """The path text for an id (``url_path_for``).
+
+        Args:
+            value: a job id (str).
+
+        Returns:
+            ``value`` unchanged (the URL layer percent-encodes it).
+        """
+        return value
 
 
 class BadParam(Exception):
@@ -76,12 +110,41 @@ def job_id(value: str | None, name: str = "job id") -> str:
     return value
 
 
+def stored_job_id(value: str | None, name: str = "job id") -> str:
+    """A job id to look up exactly as given, whatever its characters.
+
+    A producer sharing the Redis may store any text as a job id; links and
+    forms carry it as stored (percent-encoded, attribute-escaped), and an exact
+    lookup passes it to Redis as an argument, never as a pattern or a key name.
+
+    Args:
+        value: the id from the path or a form.
+        name: what to call it in the message.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        BadParam: missing or empty.
+    """
+    if not value:
+        raise BadParam(f"{name} is missing")
+    return value
+
+
 def job_ids(values: Iterable[str]) -> list[str]:
-    """Every value checked with :func:`job_id`, duplicates dropped, order kept."""
-    seen: dict[str, None] = {}
-    for value in values:
-        seen[job_id(value)] = None
-    return list(seen)
+    """The non-empty values, duplicates dropped, order kept.
+
+    No shape check: each id is looked up exactly, and one that names no dead
+    letter is reported on its own instead of failing its batch.
+
+    Args:
+        values: the ``ids`` fields of a form.
+
+    Returns:
+        The ids as given (empty ones dropped).
+    """
+    return list(dict.fromkeys(v for v in values if v))
 
 
 def flag(params: Mapping[str, Any], name: str) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from urllib.parse import quote
 
 from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
 from orders.domain.steps import ALL_STEPS
-from orders.observability.visible import visible
+from orders.observability.visible import hidden, visible
 from orders.web.security import CSRF_FIELD
 from orders.web.state import web_state
 
@@ -29,6 +30,38 @@ def shown(value: Any) -> Any:
     if isinstance(value, Markup) or not isinstance(value, str):
         return value
     return visible(value, multiline=True)
+
+
+def url_part(value: Any) -> Markup:
+    """The real text as one path segment of a link (Jinja filter ``url_part``).
+
+    Args:
+        value: a job id or other text taken as is (``str(value)``).
+
+    Returns:
+        Its UTF-8 percent-encoding with nothing left unencoded but letters,
+        digits and ``_.-~``: control characters, ``/``, ``%`` and ``?`` included,
+        so the route receives the text exactly.
+    """
+    return Markup(quote(str(value), safe=""))
+
+
+def attr_value(value: Any) -> Markup:
+    """The real text as an HTML attribute value (Jinja filter ``attr_value``).
+
+    A form field that must send back what was stored (a job id to act on) uses
+    this instead of the shown text: ``<>&"'`` become entities and each control
+    or bidi character a numeric character reference (``&#x1b;``), so the page
+    carries no raw control byte and the browser submits the original character.
+
+    Args:
+        value: the text taken as is (``str(value)``).
+
+    Returns:
+        Markup safe inside a double-quoted attribute.
+    """
+    text = str(escape(str(value)))
+    return Markup("".join(f"&#x{ord(ch):02x};" if hidden(ch) else ch for ch in text))
 
 
 def order_link(value: Any) -> Markup:

@@ -4,6 +4,10 @@ Actions act on explicit job ids (``scope=selected``) or on everything that
 matches the filters (``scope=matching``). A purge is done only when the form
 says ``confirm=yes``, which only the confirmation page sends; that page lists
 the ids it will delete, so entries arriving meanwhile are not deleted unseen.
+
+Job ids are taken as stored, whatever their characters (a foreign producer's
+ids included): a selected id that names no dead letter is listed on the result
+page and the others are still acted on.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from starlette.routing import Route
 
 from orders.app.dead_letters import BlockingLetter, blocking_letters
 from orders.domain.steps import ALL_STEPS, TASKS
-from orders.web.params import BadParam, flag, integer, job_id, job_ids, one_of
+from orders.web.params import BadParam, flag, integer, job_ids, one_of, stored_job_id
 from orders.web.render import page
 from orders.web.state import WebState, web_state
 from reliable_queue import DEAD_REASONS, DeadLetter, Queue
@@ -98,7 +102,7 @@ def letter_page(request: Request) -> Response:
     name = request.path_params["queue"]
     if name not in state.app.queues:
         raise BadParam(f"no queue {name!r}; the queues are {', '.join(ALL_STEPS)}", 404)
-    job = job_id(request.path_params["job_id"])
+    job = stored_job_id(request.path_params["job_id"])
     letter = state.app.queues[name].dead_letters.show(job)
     if letter is None:
         raise BadParam(f"job {job!r} is not in the dead-letter queue of {name}", 404)
@@ -132,8 +136,33 @@ def parse_target(form: Mapping[str, Any], ids: list[str]) -> Target:
     return Target(filters, None)
 
 
-def resolve(state: WebState, target: Target) -> dict[str, list[str]]:
-    """queue name -> the ids of ``target`` that are in its DLQ now."""
+@dataclass
+class Resolved:
+    """The dead letters an action found, and the selected ids it did not.
+
+    Attributes:
+        per_queue: queue name -> ids in its DLQ now.
+        missing: selected ids in none of the chosen queues' DLQs (gone,
+            mistyped or in another queue), each reported on its own.
+    """
+
+    per_queue: dict[str, list[str]]
+    missing: list[str]
+
+
+def resolve(state: WebState, target: Target) -> Resolved:
+    """The ids of ``target`` that are in a chosen queue's DLQ now, and those that are not.
+
+    Args:
+        state: the dashboard's state (its queues).
+        target: the filters and, for ``scope=selected``, the ids (looked up exactly).
+
+    Returns:
+        The found ids by queue and the selected ids found nowhere.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+    """
     out: dict[str, list[str]] = {}
     for queue in chosen_queues(state, target.filters):
         if target.ids is None:
@@ -147,17 +176,25 @@ def resolve(state: WebState, target: Target) -> dict[str, list[str]]:
             found = [i for i in target.ids if queue.dead_letters.show(i) is not None]
         if found:
             out[queue.name] = found
-    return out
+    seen = {i for ids in out.values() for i in ids}
+    missing = [i for i in target.ids or () if i not in seen]
+    return Resolved(out, missing)
 
 
 def _redrive(state: WebState, target: Target, dry_run: bool) -> dict[str, Any]:
     redriven: dict[str, list[str]] = {}
     skipped: list[str] = []
-    for name, ids in resolve(state, target).items():
+    found = resolve(state, target)
+    for name, ids in found.per_queue.items():
         report = state.app.queues[name].dead_letters.redrive(ids=ids, dry_run=dry_run)
         redriven[name] = report.redriven
         skipped.extend(report.skipped)
-    return {"redriven": redriven, "skipped": skipped, "dry_run": dry_run}
+    return {
+        "redriven": redriven,
+        "skipped": skipped,
+        "dry_run": dry_run,
+        "not_found": found.missing,
+    }
 
 
 async def redrive(request: Request) -> Response:
@@ -205,10 +242,10 @@ async def purge(request: Request) -> Response:
     form = await request.form()
     state.guard.check_action(request, form)
     target = parse_target(form, job_ids(form.getlist("ids")))
-    per_queue = await run_in_threadpool(resolve, state, target)
+    found = await run_in_threadpool(resolve, state, target)
     confirmed = one_of(form, "confirm", ("yes",)) == "yes"
     if not confirmed:
-        free, blocking = await run_in_threadpool(_split_blocking, state, per_queue)
+        free, blocking = await run_in_threadpool(_split_blocking, state, found.per_queue)
         return page(
             request,
             "purge_confirm.html",
@@ -216,15 +253,20 @@ async def purge(request: Request) -> Response:
                 "per_queue": free,
                 "count": sum(len(v) for v in free.values()),
                 "blocking": blocking,
+                "not_found": found.missing,
             },
         )
-    removed, blocking = await run_in_threadpool(_purge, state, per_queue)
-    return page(request, "purge_done.html", {"removed": removed, "blocking": blocking})
+    removed, blocking = await run_in_threadpool(_purge, state, found.per_queue)
+    return page(
+        request,
+        "purge_done.html",
+        {"removed": removed, "blocking": blocking, "not_found": found.missing},
+    )
 
 
 routes = [
     Route("/dlq", dlq_page, methods=["GET"]),
     Route("/dlq/redrive", redrive, methods=["POST"]),
     Route("/dlq/purge", purge, methods=["POST"]),
-    Route("/dlq/{queue}/{job_id}", letter_page, methods=["GET"]),
+    Route("/dlq/{queue}/{job_id:job_id}", letter_page, methods=["GET"]),
 ]

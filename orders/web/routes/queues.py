@@ -9,7 +9,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from orders.domain.steps import ALL_STEPS, task_name
-from orders.web.params import BadParam, integer, job_id
+from orders.web.params import BadParam, integer, job_id, stored_job_id
 from orders.web.render import page
 from orders.web.state import web_state
 from reliable_queue import Queue, explain, stats
@@ -58,13 +58,13 @@ def explain_lookup(request: Request) -> Response:
     """GET /queues/{queue}/jobs?id=JOB : redirect to that job's page (400 if malformed)."""
     queue = known_queue(request)
     job = job_id(request.query_params.get("id"))
-    return RedirectResponse(f"/queues/{queue.name}/jobs/{quote(job)}", status_code=303)
+    return RedirectResponse(f"/queues/{queue.name}/jobs/{quote(job, safe='')}", status_code=303)
 
 
 def explain_page(request: Request) -> Response:
     """GET /queues/{queue}/jobs/{job_id} : everything Redis knows about one job."""
     queue = known_queue(request)
-    job = job_id(request.path_params["job_id"])
+    job = stored_job_id(request.path_params["job_id"])
     found = explain(queue, job)
     if found is None:
         raise BadParam(f"queue {queue.name} has no trace of job {job!r}", 404)
@@ -75,5 +75,5 @@ def explain_page(request: Request) -> Response:
 routes = [
     Route("/queues/{queue}", queue_page, methods=["GET"]),
     Route("/queues/{queue}/jobs", explain_lookup, methods=["GET"]),
-    Route("/queues/{queue}/jobs/{job_id}", explain_page, methods=["GET"]),
+    Route("/queues/{queue}/jobs/{job_id:job_id}", explain_page, methods=["GET"]),
 ]
