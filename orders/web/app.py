@@ -94,7 +94,7 @@ class ReadGuard:
 
 async def _bad_param(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, BadParam)
-    return render.error_page(request, exc.status, str(exc))
+    return render.error_page(request, exc.status, str(exc), links=exc.links)
 
 
 async def _refused(request: Request, exc: Exception) -> Response:

@@ -48,11 +48,16 @@ class BadParam(Exception):
 
     Attributes:
         status: the HTTP status to answer with (400 unless said otherwise).
+        links: (href, text) pairs the error page lists below the message (the
+            candidates of an ambiguous job id prefix); empty by default.
     """
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(
+        self, message: str, status: int = 400, *, links: list[tuple[str, str]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.links = links or []
 
 
 def one_of(params: Mapping[str, Any], name: str, allowed: Iterable[str]) -> str | None:

@@ -107,9 +107,23 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     return state.templates.TemplateResponse(request, template, shared, status_code=status)
 
 
-def error_page(request: Request, status: int, message: str) -> Response:
-    """An HTML page saying what went wrong, with ``status``."""
-    return page(request, "error.html", {"status": status, "message": message}, status=status)
+def error_page(
+    request: Request, status: int, message: str, *, links: list[tuple[str, str]] | None = None
+) -> Response:
+    """An HTML page saying what went wrong, with ``status``.
+
+    Args:
+        request: the request answered.
+        status: the HTTP status.
+        message: what went wrong (shown escaped, as every value).
+        links: (href, text) pairs listed below the message; the href is built by
+            the code (its parts percent-encoded), the text is shown escaped.
+
+    Returns:
+        The rendered page.
+    """
+    context = {"status": status, "message": message, "links": links or []}
+    return page(request, "error.html", context, status=status)
 
 
 def when(value: Any) -> str:

@@ -602,3 +602,40 @@ def test_a_dead_letter_with_a_foreign_id_can_be_purged_beside_an_unknown_id(
     assert done.status_code == 200 and "Deleted <b>1</b>" in done.text
     assert 'id="not-found"' in done.text
     assert world.app.queues["stock"].dead_letters.size() == 0 and dlq_size(world) == 1
+
+
+# ------------------------------------------------------------ job id prefixes
+
+
+def test_explain_takes_a_unique_prefix_of_six_characters_like_the_cli(
+    client: TestClient, world: World
+) -> None:
+    stock = world.app.queues["stock"]
+    page = client.get(f"/queues/stock/jobs/{world.ready_job[:14]}", follow_redirects=False)
+    assert page.status_code == 303
+    assert page.headers["location"] == f"/queues/stock/jobs/{world.ready_job}"
+    typed = client.get(f"/queues/stock/jobs?id={world.ready_job[:14]}")
+    assert typed.status_code == 200 and 'id="job-state">ready<' in typed.text
+    assert world.ready_job in typed.text
+    letter = client.get(f"/dlq/logistics/{world.dead_job[:14]}")
+    assert letter.status_code == 200 and "PermanentError: boom" in letter.text
+    short = client.get(f"/queues/stock/jobs/{world.ready_job[:5]}")
+    assert short.status_code == 404 and "at least 6 characters" in short.text
+    twins = [stock.enqueue("orders.stock", {"order_id": 999}) for _ in range(2)]
+    common = twins[0][:6]  # ids start with their creation time in ms: 6 hex digits agree
+    assert twins[1].startswith(common)
+    ambiguous = client.get(f"/queues/stock/jobs/{common}")
+    assert ambiguous.status_code == 400 and "is ambiguous" in ambiguous.text
+    for twin in twins:
+        assert f'href="/queues/stock/jobs/{twin}"' in ambiguous.text
+
+
+def test_an_ambiguous_prefix_lists_foreign_candidates_escaped(
+    client: TestClient, world: World
+) -> None:
+    for suffix in ("a", "b"):
+        foreign_dead_letter(world, f"{FOREIGN_ID}{suffix}")
+    ambiguous = client.get("/dlq/stock/bad%1B%5B31m")
+    assert ambiguous.status_code == 400 and "is ambiguous" in ambiguous.text
+    assert "\x1b" not in ambiguous.text and "bad\\x1b[31m0009escida" in ambiguous.text
+    assert 'href="/dlq/stock/bad%1B%5B31m0009escida"' in ambiguous.text

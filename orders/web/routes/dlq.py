@@ -16,14 +16,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from orders.app.dead_letters import BlockingLetter, blocking_letters
 from orders.domain.steps import ALL_STEPS, TASKS
+from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_ids, one_of, stored_job_id
 from orders.web.render import page
 from orders.web.state import WebState, web_state
@@ -96,16 +98,40 @@ def dlq_page(request: Request) -> Response:
     )
 
 
+def letter_path(queue: str, job: str) -> str:
+    """The page of dead letter ``job`` in ``queue`` (the id percent-encoded).
+
+    Args:
+        queue: a queue name.
+        job: a job id as stored.
+
+    Returns:
+        ``/dlq/<queue>/<id>``.
+    """
+    return f"/dlq/{queue}/{quote(job, safe='')}"
+
+
 def letter_page(request: Request) -> Response:
-    """GET /dlq/{queue}/{job_id} : one dead letter in full."""
+    """GET /dlq/{queue}/{job_id} : one dead letter in full.
+
+    A unique prefix of 6+ characters of a dead letter's id in this queue
+    redirects to its full id's page; an ambiguous one lists the candidates (400).
+    """
     state = web_state(request)
     name = request.path_params["queue"]
     if name not in state.app.queues:
         raise BadParam(f"no queue {name!r}; the queues are {', '.join(ALL_STEPS)}", 404)
     job = stored_job_id(request.path_params["job_id"])
-    letter = state.app.queues[name].dead_letters.show(job)
+    queue = state.app.queues[name]
+    letter = queue.dead_letters.show(job)
     if letter is None:
-        raise BadParam(f"job {job!r} is not in the dead-letter queue of {name}", 404)
+        missing = f"job {job!r} is not in the dead-letter queue of {name}"
+        full = full_job_id(
+            queue, job, dead_only=True, missing=missing, link=lambda j: letter_path(name, j)
+        )
+        if full is None:  # the exact id matched, then left the DLQ before this read
+            raise BadParam(missing, 404)
+        return RedirectResponse(letter_path(name, full), status_code=303)
     payload = json.dumps(letter.payload, indent=2, default=str)
     order_id = letter.payload.get("order_id") if isinstance(letter.payload, dict) else None
     return page(

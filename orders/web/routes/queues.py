@@ -9,6 +9,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from orders.domain.steps import ALL_STEPS, task_name
+from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, integer, job_id, stored_job_id
 from orders.web.render import page
 from orders.web.state import web_state
@@ -54,20 +55,47 @@ def queue_page(request: Request) -> Response:
     )
 
 
+def job_path(queue: str, job: str) -> str:
+    """The explain page of ``job`` in ``queue`` (the id percent-encoded).
+
+    Args:
+        queue: a queue name.
+        job: a job id as stored.
+
+    Returns:
+        ``/queues/<queue>/jobs/<id>``.
+    """
+    return f"/queues/{queue}/jobs/{quote(job, safe='')}"
+
+
 def explain_lookup(request: Request) -> Response:
-    """GET /queues/{queue}/jobs?id=JOB : redirect to that job's page (400 if malformed)."""
+    """GET /queues/{queue}/jobs?id=JOB : redirect to that job's page (400 if malformed).
+
+    JOB is an id or a unique prefix of 6+ characters; the page resolves it.
+    """
     queue = known_queue(request)
     job = job_id(request.query_params.get("id"))
-    return RedirectResponse(f"/queues/{queue.name}/jobs/{quote(job, safe='')}", status_code=303)
+    return RedirectResponse(job_path(queue.name, job), status_code=303)
 
 
 def explain_page(request: Request) -> Response:
-    """GET /queues/{queue}/jobs/{job_id} : everything Redis knows about one job."""
+    """GET /queues/{queue}/jobs/{job_id} : everything Redis knows about one job.
+
+    A unique prefix of 6+ characters of a job id in this queue (as ``orders
+    status`` shows) redirects to the full id's page; an ambiguous one lists the
+    candidates (400).
+    """
     queue = known_queue(request)
     job = stored_job_id(request.path_params["job_id"])
     found = explain(queue, job)
     if found is None:
-        raise BadParam(f"queue {queue.name} has no trace of job {job!r}", 404)
+        missing = f"queue {queue.name} has no trace of job {job!r}"
+        full = full_job_id(
+            queue, job, dead_only=False, missing=missing, link=lambda j: job_path(queue.name, j)
+        )
+        if full is None:  # the exact id matched, then expired before this read
+            raise BadParam(missing, 404)
+        return RedirectResponse(job_path(queue.name, full), status_code=303)
     order_id = found.payload.get("order_id") if isinstance(found.payload, dict) else None
     return page(request, "job.html", {"queue": queue.name, "job": found, "order_id": order_id})
 
