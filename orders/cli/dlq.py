@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
 
 from orders.app.bootstrap import App
 from orders.app.dead_letters import BlockingLetter, blocking_letters
+from orders.app.previews import PAYLOAD_SHOWN, preview
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import console, fields, fitted_table, say, short_ids, when
@@ -151,8 +153,19 @@ def show(
         str, typer.Argument(help="A job id, or a unique prefix (6+ characters), from `dlq list`.")
     ],
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help=f"Show the payload whole (by default its first {PAYLOAD_SHOWN} bytes).",
+        ),
+    ] = False,
 ) -> None:
-    """Show one dead letter in full: payload, reason, error, traceback."""
+    """Show one dead letter: payload, reason, error, traceback.
+
+    A payload (or an unreadable record) longer than a few KB is cut, with a note
+    saying how much is left out; --full or --json shows it whole.
+    """
     queues = _queues(None)
     match = find_job(queues, job_id, dead_only=True)
     letter = match.queue.dead_letters.show(match.job_id)
@@ -165,7 +178,27 @@ def show(
     values: dict[str, Any] = letter.as_dict()
     if values.get("record_missing"):
         values["record"] = "gone (only the failure info is left)"
+    if not full:
+        _cut_large(values)
     fields(values, skip=("record_missing",))
+
+
+def _cut_large(values: dict[str, Any]) -> None:
+    """Replace a payload or raw record longer than ``PAYLOAD_SHOWN`` bytes by its first
+    part (the payload as indented JSON) and a note on how to see it all."""
+    payload = values.get("payload")
+    if payload is not None and not isinstance(payload, str):
+        shown = preview(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
+        if shown.more:
+            values["payload"] = shown.text + _more(shown.more)
+    for key in ("payload", "raw_record"):
+        value = values.get(key)
+        if isinstance(value, str) and (shown := preview(value)).more:
+            values[key] = shown.text + _more(shown.more)
+
+
+def _more(left_out: int) -> str:
+    return f"\n... ({left_out} bytes more; use --json or --full to see all)"
 
 
 @dlq.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -10,6 +11,7 @@ from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
+from orders.app.previews import Preview, preview
 from orders.domain.steps import ALL_STEPS
 from orders.observability.visible import hidden, visible
 from orders.web.security import CSRF_FIELD
@@ -62,6 +64,20 @@ def attr_value(value: Any) -> Markup:
     """
     text = str(escape(str(value)))
     return Markup("".join(f"&#x{ord(ch):02x};" if hidden(ch) else ch for ch in text))
+
+
+def shown_payload(payload: Any, *, full: bool = False) -> Preview:
+    """A payload as indented JSON for a page, cut after ``PAYLOAD_SHOWN`` bytes.
+
+    Args:
+        payload: the decoded payload (anything; non-JSON values via ``str``).
+        full: show it whole, however large (``?full=1``).
+
+    Returns:
+        The text to show and the bytes left out (0 when whole).
+    """
+    text = json.dumps(payload, indent=2, default=str)
+    return Preview(text, 0) if full else preview(text)
 
 
 def order_link(value: Any) -> Markup:

@@ -639,3 +639,26 @@ def test_an_ambiguous_prefix_lists_foreign_candidates_escaped(
     assert ambiguous.status_code == 400 and "is ambiguous" in ambiguous.text
     assert "\x1b" not in ambiguous.text and "bad\\x1b[31m0009escida" in ambiguous.text
     assert 'href="/dlq/stock/bad%1B%5B31m0009escida"' in ambiguous.text
+
+
+# ------------------------------------------------------------ large payloads
+
+
+def test_a_large_payload_is_cut_on_the_dead_letter_and_job_pages_unless_full(
+    client: TestClient, world: World
+) -> None:
+    queue = world.app.queues["points"]
+    blob = "".join(f"{i:08d}" for i in range(25_000))  # 200 KB
+    job_id = queue.enqueue("orders.points", {"order_id": 999, "blob": blob})
+    leased = queue.fetch(10, worker_id="test-worker").jobs
+    mine = next(j for j in leased if j.job_id == job_id)
+    assert queue.dead(mine.lease, "error", error="PermanentError: too big")
+    queue.release([j.lease for j in leased if j is not mine])
+    for url in (f"/dlq/points/{job_id}", f"/queues/points/jobs/{job_id}"):
+        cut = client.get(url)
+        assert cut.status_code == 200 and len(cut.text) < 32 * 1024, (url, len(cut.text))
+        assert 'id="payload-cut"' in cut.text and "bytes more" in cut.text, url
+        assert '<a href="?full=1">show all</a>' in cut.text and "00024999" not in cut.text, url
+        full = client.get(f"{url}?full=1")
+        assert full.status_code == 200 and "00024999" in full.text, url
+        assert 'id="payload-cut"' not in full.text, url

@@ -12,7 +12,6 @@ page and the others are still acted on.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from orders.app.dead_letters import BlockingLetter, blocking_letters
 from orders.domain.steps import ALL_STEPS, TASKS
 from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_ids, one_of, stored_job_id
-from orders.web.render import page
+from orders.web.render import page, shown_payload
 from orders.web.state import WebState, web_state
 from reliable_queue import DEAD_REASONS, DeadLetter, Queue
 
@@ -116,6 +115,7 @@ def letter_page(request: Request) -> Response:
 
     A unique prefix of 6+ characters of a dead letter's id in this queue
     redirects to its full id's page; an ambiguous one lists the candidates (400).
+    The payload is cut after a few KB unless ``?full=1``.
     """
     state = web_state(request)
     name = request.path_params["queue"]
@@ -132,7 +132,7 @@ def letter_page(request: Request) -> Response:
         if full is None:  # the exact id matched, then left the DLQ before this read
             raise BadParam(missing, 404)
         return RedirectResponse(letter_path(name, full), status_code=303)
-    payload = json.dumps(letter.payload, indent=2, default=str)
+    payload = shown_payload(letter.payload, full=flag(request.query_params, "full"))
     order_id = letter.payload.get("order_id") if isinstance(letter.payload, dict) else None
     return page(
         request, "dead_letter.html", {"letter": letter, "payload": payload, "order_id": order_id}

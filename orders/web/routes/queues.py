@@ -10,8 +10,8 @@ from starlette.routing import Route
 
 from orders.domain.steps import ALL_STEPS, task_name
 from orders.web.lookup import full_job_id
-from orders.web.params import BadParam, integer, job_id, stored_job_id
-from orders.web.render import page
+from orders.web.params import BadParam, flag, integer, job_id, stored_job_id
+from orders.web.render import page, shown_payload
 from orders.web.state import web_state
 from reliable_queue import Queue, explain, stats
 
@@ -83,7 +83,7 @@ def explain_page(request: Request) -> Response:
 
     A unique prefix of 6+ characters of a job id in this queue (as ``orders
     status`` shows) redirects to the full id's page; an ambiguous one lists the
-    candidates (400).
+    candidates (400). The payload is cut after a few KB unless ``?full=1``.
     """
     queue = known_queue(request)
     job = stored_job_id(request.path_params["job_id"])
@@ -97,7 +97,12 @@ def explain_page(request: Request) -> Response:
             raise BadParam(missing, 404)
         return RedirectResponse(job_path(queue.name, full), status_code=303)
     order_id = found.payload.get("order_id") if isinstance(found.payload, dict) else None
-    return page(request, "job.html", {"queue": queue.name, "job": found, "order_id": order_id})
+    payload = shown_payload(found.payload, full=flag(request.query_params, "full"))
+    return page(
+        request,
+        "job.html",
+        {"queue": queue.name, "job": found, "order_id": order_id, "payload": payload},
+    )
 
 
 routes = [
