@@ -66,4 +66,7 @@ class RowsNotRetryable(WorkflowError):
     def __init__(self, reasons: dict[int, str]) -> None:
         self.reasons = reasons
         listed = "; ".join(f"{step_id}: {why}" for step_id, why in reasons.items())
-        super().__init__(f"not retried (only unpublishable rows are): {listed}")
+        super().__init__(
+            "not retried (only unpublishable rows, and dead rows whose dead letter is gone, "
+            f"are): {listed}"
+        )

@@ -14,11 +14,12 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from orders.app.settings import Settings
 from orders.chaos.driver import ChaosProgress, ChaosRun
 from orders.chaos.pool import WorkerPool
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
-from orders.cli.context import console, emit_json, err_console, handle_errors
+from orders.cli.context import console, emit_json, err_console, handle_errors, load_settings
 from orders.cli.options import number_option
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker import defaults
@@ -335,6 +336,9 @@ def chaos(
         redrive=redrive,
         seed=seed,
     )
+    # the ORDERS_* settings are checked before a folder is made or Redis started:
+    # a bad one is one line and exit 2, with nothing left behind
+    load_settings(Settings)
     temporary = data_dir is None
     folder = Path(tempfile.mkdtemp(prefix="orders-chaos-")) if data_dir is None else data_dir
     rng = random.Random(seed)

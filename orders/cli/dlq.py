@@ -187,11 +187,13 @@ def _cut_large(values: dict[str, Any]) -> None:
     """Replace a payload or raw record longer than ``PAYLOAD_SHOWN`` bytes by its first
     part (the payload as indented JSON) and a note on how to see it all."""
     payload = values.get("payload")
+    texts = ("payload", "raw_record")
     if payload is not None and not isinstance(payload, str):
         shown = preview(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
         if shown.more:
             values["payload"] = shown.text + _more(shown.more)
-    for key in ("payload", "raw_record"):
+        texts = ("raw_record",)  # the payload's cut text is not cut a second time
+    for key in texts:
         value = values.get(key)
         if isinstance(value, str) and (shown := preview(value)).more:
             values[key] = shown.text + _more(shown.more)

@@ -63,6 +63,18 @@ def test_a_bad_queue_prefix_is_an_invalid_setting_and_writes_nothing(
     assert not (tmp_path / "escaped").exists()
 
 
+def test_chaos_with_a_bad_queue_prefix_starts_nothing(cli_env: dict[str, str], tmp_path: Path):
+    """Regression: ``orders chaos`` made its temporary folder and started a Redis
+    server before it read the settings, then died with a traceback, leaving both."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX="a:b", TMPDIR=str(scratch))
+    proc = run(env, "chaos", "--orders", "5")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "ORDERS_QUEUE_PREFIX" in proc.stderr
+    assert list(scratch.iterdir()) == []  # no orders-chaos-* folder, so no Redis in it
+
+
 def test_place_with_redis_unreachable_writes_no_order(cli_env: dict[str, str]) -> None:
     upgraded = run(dict(cli_env), "db", "upgrade")  # a configured database starts empty
     assert upgraded.returncode == 0, upgraded.stderr

@@ -53,6 +53,10 @@ def test_dlq_show_of_a_20_mb_payload_prints_a_few_kb_and_says_how_to_see_all(
     assert "PermanentError: too big" in shown.stdout and '"order_id": 7' in shown.stdout
     note = " ".join(shown.stdout.split())
     assert "bytes more; use --json or --full to see all" in note, shown.stdout[-600:]
+    # the note counts what the whole payload's JSON lost, not a second cut's leftover
+    whole_json = json.dumps({"order_id": 7, "blob": "x" * BIG}, indent=2)
+    left_out = int(note.split(" bytes more")[0].rsplit("(", 1)[1])
+    assert len(whole_json) - 4096 <= left_out <= len(whole_json) - 4000, left_out
     whole = run(env, "dlq", "show", "huge-payload-job", "--json")
     assert whole.returncode == 0 and len(json.loads(whole.stdout)["payload"]["blob"]) == BIG
 
