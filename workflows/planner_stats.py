@@ -17,9 +17,10 @@ them current. SQLite plans by its indexes without statistics: nothing to do.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 
-from sqlalchemy import Table, bindparam, text
+from sqlalchemy import Engine, Table, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.types import String
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 
 #: longest wait for another ANALYZE or VACUUM of the same table (autovacuum's), ms
 LOCK_TIMEOUT_MS = 1000
+
+# per engine, the tables known to have statistics: once a table has them it keeps
+# them (autovacuum's and ours), so a process asks the catalog about it once, not at
+# every placement (paced placement places a few orders per call)
+_HAVE_STATISTICS: weakref.WeakKeyDictionary[Engine, set[str]] = weakref.WeakKeyDictionary()
 
 _NEVER_ANALYZED = text(
     "SELECT c.relname FROM pg_class c WHERE c.oid = ANY(CAST(:names AS regclass[])) "
@@ -54,12 +60,17 @@ def analyze_never_analyzed(session_factory: SessionFactory, tables: Sequence[Tab
         sqlalchemy.exc.DBAPIError: the database failed otherwise (nothing of the
             caller's is affected: its rows are committed before this runs).
     """
-    names = [t.name for t in tables]
     with UnitOfWork(session_factory) as uow:
         session = uow.session
-        if session.get_bind().dialect.name != "postgresql" or not names:
+        engine = session.get_bind().engine
+        if engine.dialect.name != "postgresql":
+            return []
+        known = _HAVE_STATISTICS.setdefault(engine, set())
+        names = [t.name for t in tables if t.name not in known]
+        if not names:
             return []
         never = list(session.scalars(_NEVER_ANALYZED, {"names": names}))
+        known.update(set(names) - set(never))
         if not never:
             return []
         session.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
@@ -72,5 +83,6 @@ def analyze_never_analyzed(session_factory: SessionFactory, tables: Sequence[Tab
             log.info("tables %s are being analyzed or vacuumed already", never)
             return []
         uow.commit()
+    known.update(never)
     log.info("analyzed %s after their first bulk load", never)
     return never

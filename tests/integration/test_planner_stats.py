@@ -65,6 +65,25 @@ def test_the_first_placement_analyzes_the_tables_it_filled(session_factory, cata
     )
 
 
+def test_later_placements_ask_the_catalog_nothing(session_factory, catalog):
+    """Paced placement places a few orders per call: once the tables are known to
+    have statistics, a placement sends no catalog query for them."""
+    require_postgresql(session_factory)
+    place(session_factory, 1, source="random", rng=random.Random(8))
+    engine = session_factory.kw["bind"]
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        place(session_factory, 1, source="random", rng=random.Random(9))
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert statements and not [s for s in statements if "pg_class" in s or "ANALYZE" in s]
+
+
 IDS = list(range(1001, 1051))  # 50 of the 3,000 workflows
 STOCK_ROWS = [(w - 1) * 4 + 1 for w in IDS]  # their first step rows
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
