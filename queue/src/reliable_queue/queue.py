@@ -11,7 +11,7 @@ import redis
 from pydantic import BaseModel
 
 from . import codec
-from .cluster import UNAVAILABLE
+from .cluster import UNAVAILABLE, is_redirect, node_client, refresh
 from .dlq import DeadLetters
 from .errors import (
     PayloadTooLargeError,
@@ -39,6 +39,10 @@ PENDING_PLACES = frozenset({"ready", "delayed", "active", "dead"})
 #: one round trip, this many per call): each id may cost an LPOS walk of ``ready``, so
 #: the bound keeps one call from holding Redis for long.
 LOCATE_BATCH = 100
+#: Seconds a blocking wait may outlast its timeout before the client gives up on it:
+#: Redis times a BLPOP out by its wall clock, which a step back of the host's clock
+#: holds for as long as the step (ADR 0022).
+BLOCK_MARGIN_SECONDS = 1.0
 
 DEAD_REASONS = (
     "error",
@@ -351,6 +355,11 @@ class Queue:
     def wait_for_work(self, timeout: float) -> bool:
         """Block on the wake-up list up to ``timeout`` seconds (no polling).
 
+        Redis ends a BLPOP by its wall clock, so a step back of the host's clock would
+        hold it as long as the step: past ``timeout`` + :data:`BLOCK_MARGIN_SECONDS`
+        (on this process's monotonic clock) the wait is dropped with its connection,
+        whatever the socket timeout, and counts as a timeout.
+
         Returns:
             True if woken by an enqueue / retry / redrive, False on timeout.
 
@@ -358,10 +367,35 @@ class Queue:
             QueueConnectionError: Redis unreachable.
         """
         timeout = max(timeout, 0.001)
+        key = self.keys.key("wake")
+        client = node_client(self.client, key)
+        pool = client.connection_pool
         try:
-            return self.client.blpop([self.keys.key("wake")], timeout=timeout) is not None
+            try:
+                conn = pool.get_connection()
+            except TypeError:  # redis-py before 5.3 takes a command name
+                conn = pool.get_connection("BLPOP")
         except UNAVAILABLE as exc:
             raise QueueConnectionError(f"blocking wait failed: {exc}") from exc
+        try:
+            conn.send_command("BLPOP", key, timeout)
+            if not conn.can_read(timeout + BLOCK_MARGIN_SECONDS):
+                conn.disconnect()  # held past its timeout: the server's clock stepped back
+                return False
+            return conn.read_response() is not None
+        except UNAVAILABLE as exc:
+            conn.disconnect()
+            raise QueueConnectionError(f"blocking wait failed: {exc}") from exc
+        except redis.ResponseError as exc:
+            if not is_redirect(exc):
+                raise
+            refresh(self.client)  # the slot moved: the next fetch finds its new owner
+            return False
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     # ------------------------------------------------------------- settlements
     def ack_call(self, leases: Sequence[Lease]) -> Call:

@@ -17,7 +17,7 @@
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
 --          delivery, -1 for a reaped job not charged), seq,
---          stats reaped / orphaned / dead / dlq_dropped.
+--          stats reaped / orphaned / dead / dlq_dropped, the queue clock's stats fields (see _common.lua).
 -- @include _common.lua
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -31,7 +31,9 @@ if type(seq0) == 'table' then return redis.error_reply(corrupt(K_SEQ, 'string'))
 if seq0 and not string.match(seq0, '^%d+$') then
   return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer')
 end
-local now = now_ms()
+local now
+now, bad = queue_now()  -- also the type check of stats (a read)
+if not now then return redis.error_reply(bad) end
 -- Numbers passed to redis.call are formatted with '%.14g' on every pass (over a
 -- thousand instructions for a 13-digit time): the drain's numbers are formatted once
 -- each, as integers.
@@ -134,6 +136,7 @@ if #ids == 0 then
     if wait < 0 or w < wait then wait = w end
   end
   out[1] = wait
+  save_clock()
   return out
 end
 -- a suspect (lost with a worker, not run since) is leased alone: the batch ends
@@ -156,6 +159,7 @@ end
 local n = #ids  -- taken off the line: leased, dead-lettered (invalid id) or orphans
 if n == 0 then
   if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
+  save_clock()
   return out
 end
 local recs
@@ -283,4 +287,5 @@ for _, id in ipairs(invalid) do
 end
 if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
+save_clock()
 return out
