@@ -14,6 +14,7 @@ from queue_helpers import FAST
 from stepped_clock import SteppedRedis, missing
 
 from reliable_queue import Queue, QueueSettings, TaskRegistry
+from reliable_queue.embedded import EmbeddedRedis
 
 pytest_plugins = ["orderflow_fixtures", "cluster_fixtures", "leak_check"]
 
@@ -69,3 +70,22 @@ def stepped_redis() -> Iterator[SteppedRedis]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def everysec_redis(tmp_path) -> Iterator[EmbeddedRedis]:
+    """A private, running :class:`EmbeddedRedis` with ``appendfsync="everysec"``.
+
+    For tests that kill it and cut its append-only file, as a host crash loses up to
+    the last second of writes. Stopped at teardown.
+    """
+    from orderflow_fixtures import _server_binary
+
+    server = EmbeddedRedis(
+        tmp_path / "redis-data", appendfsync="everysec", redis_server=_server_binary()
+    )
+    server.ensure_running()
+    try:
+        yield server
+    finally:
+        server.stop(timeout=10.0)
