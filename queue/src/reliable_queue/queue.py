@@ -23,7 +23,7 @@ from .errors import (
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
 from .keys import QueueKeys
-from .limits import MAX_FETCH, SCRIPT_BATCH, chunks
+from .limits import MAX_FENCING_FLOOR, MAX_FETCH, SCRIPT_BATCH, chunks
 from .registry import TaskRegistry
 from .replies import ms as _ms
 from .replies import split as _split
@@ -566,6 +566,35 @@ class Queue:
         if not leases:
             return 0
         return sum(int(self._run(call)) for call in self.release_calls(leases, info))
+
+    def raise_fencing_floor(self, floor: int) -> int:
+        """Make every later fencing token of this queue higher than ``floor``.
+
+        Fencing numbers come from the queue clock and stay above the ones issued before
+        Redis lost writes (ADR 0022); an application that still sees a token at or below
+        one it already recorded (Redis restored from an old backup, or its clock set
+        back across a crash) re-seeds the sequence from its own highest number here.
+        One atomic script on the queue's slot (works on Redis Cluster).
+
+        Args:
+            floor: the highest fencing number the application has seen, an int in
+                ``0..MAX_FENCING_FLOOR`` (2**52).
+
+        Returns:
+            The sequence now, ``max(sequence, floor)`` (int): the next lease gets a
+            higher number.
+
+        Raises:
+            QueueLimitError: ``floor`` is not an int in that range (nothing sent).
+            QueueDataError: the sequence key holds something other than such a number
+                (nothing was changed).
+            QueueConnectionError: Redis unreachable.
+        """
+        if type(floor) is not int or not 0 <= floor <= MAX_FENCING_FLOOR:
+            raise QueueLimitError(
+                f"a fencing floor is an int 0..{MAX_FENCING_FLOOR}, not {floor!r}"
+            )
+        return int(self.scripts.run("raise_fencing_floor", self._keys, [str(floor)]))
 
     def maintain(self, max_steps: int = 20) -> tuple[int, int]:
         """Upkeep in bounded steps: trim the DLQ by age and size, finished records by age.

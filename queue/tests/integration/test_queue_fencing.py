@@ -10,10 +10,12 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
-from reliable_queue import EnqueueRequest, Queue, QueueSettings
+from reliable_queue import EnqueueRequest, Queue, QueueDataError, QueueLimitError, QueueSettings
 from reliable_queue.execution import fencing_number
+from reliable_queue.limits import MAX_FENCING_FLOOR
 
 SETTINGS = QueueSettings(lease_seconds=60)
 
@@ -68,3 +70,41 @@ def test_tokens_after_an_aof_rollback_are_above_every_token_before_the_crash(
     assert not set(after) & set(before)
     assert min(after) > max(before)
     assert after == sorted(after) and len(set(after)) == len(after)
+
+
+def test_a_fencing_floor_lifts_every_later_token_above_it(make_queue):
+    queue = make_queue()
+    first = lease_some(queue, 1)[0]
+    floor = first + 10**12  # a number from the database, far above the queue's
+    assert queue.raise_fencing_floor(floor) == floor
+    assert queue.raise_fencing_floor(5) == floor  # a lower floor changes nothing
+    after = lease_some(queue, 3)
+    assert floor < after[0] < after[1] < after[2]
+    assert queue.raise_fencing_floor(MAX_FENCING_FLOOR) == MAX_FENCING_FLOOR
+    assert lease_some(queue, 1)[0] == MAX_FENCING_FLOOR + 1
+
+
+@pytest.mark.parametrize("floor", [-1, MAX_FENCING_FLOOR + 1, 1.5, True, "7", None])
+def test_a_fencing_floor_out_of_range_is_refused_and_nothing_is_sent(make_queue, floor):
+    queue = make_queue()
+    with pytest.raises(QueueLimitError, match="fencing floor"):
+        queue.raise_fencing_floor(floor)
+    assert queue.client.exists(queue.keys.key("seq")) == 0
+
+
+@pytest.mark.parametrize("planted", ["list", "text", "huge"])
+def test_a_fencing_floor_over_a_corrupt_sequence_is_refused_with_nothing_written(
+    make_queue, planted
+):
+    queue = make_queue()
+    key = queue.keys.key("seq")
+    if planted == "list":
+        queue.client.rpush(key, "1")
+    else:
+        queue.client.set(key, "soon" if planted == "text" else str(2**60))
+    before = queue.client.dump(key)
+    with pytest.raises(QueueDataError, match="seq"):
+        queue.raise_fencing_floor(10)
+    with pytest.raises(QueueDataError, match="seq"):
+        queue.fetch(1)  # a fetch refuses the same sequence, before any write
+    assert queue.client.dump(key) == before

@@ -86,3 +86,14 @@ def test_the_queue_clock_of_the_views_uses_the_scripts_numbers():
         assert match and int(match.group(1)) == value, lua
     for name in (clock.LAST_FIELD, clock.OFFSET_FIELD):
         assert f"'{name}'" in common, name
+
+
+def test_the_fencing_floor_bound_agrees_with_the_script():
+    from reliable_queue.limits import MAX_FENCING_FLOOR
+
+    source = script_source("raise_fencing_floor")
+    match = re.search(r"^local FLOOR_MAX = (\d+)", source, re.MULTILINE)
+    assert match and int(match.group(1)) == MAX_FENCING_FLOOR
+    # the sequence may grow past any floor and stay below 2^53, exact in a Lua number
+    fence_max = re.search(r"^local FENCE_MAX = (\d+) - MAX_BATCH", script_source("_common"), re.M)
+    assert fence_max and int(fence_max.group(1)) == 2**53 - 1 > MAX_FENCING_FLOOR
