@@ -67,7 +67,8 @@ class Queue:
         registry: when given, payloads of registered tasks are validated at enqueue
             and unknown task names are refused.
         clock: wall clock in epoch seconds (only stamps ``enqueued_at``; every
-            deadline uses the Redis server clock).
+            deadline uses the queue clock: Redis TIME plus the queue's offset, which
+            keeps it from stepping back, ADR 0022).
 
     Raises:
         ValueError: bad name/prefix, or a client that decodes responses.
@@ -134,8 +135,9 @@ class Queue:
         the earlier ones stay enqueued (re-sending with idempotency keys is safe).
 
         Args:
-            requests: the jobs. Delays are seconds from now on the Redis server clock;
-                ``run_at`` is absolute epoch seconds.
+            requests: the jobs. Delays are seconds from now on the queue clock (the
+                Redis server clock unless it stepped back, ADR 0022); ``run_at`` is
+                absolute epoch seconds on the same clock.
             replace_stale_keys: when an idempotency key maps to a job whose record is
                 gone (Redis lost it, or it finished and its record expired), enqueue a
                 new job instead of returning the old id. The outbox sweep uses this to
