@@ -6,7 +6,8 @@
 -- Returns: 1 if recorded, 0 if the token was stale (refused, counted). A
 --   'QUEUE_CORRUPT' error (nothing written) for a key of the wrong type.
 -- Changes: active, leases, dead, info, stats dead / dead:<reason> / dlq_dropped;
---          trims the DLQ by age and size, at most TRIM_STEP entries; the queue clock's stats fields (see _common.lua).
+--          trims the DLQ by age and size, at most TRIM_STEP entries; the queue clock's
+--          stats fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = H.check({K_LEASES, K_ACTIVE, K_DEAD, K_INFO, K_JOBS, K_ATTEMPTS, K_STATS},

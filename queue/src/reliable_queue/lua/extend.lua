@@ -4,7 +4,8 @@
 -- Returns: the ids whose token was stale (refused, counted as stale_extends). A
 --   'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
 --   type or too many leases.
--- Changes: active (scores of held jobs only), stats stale_extends, the queue clock's stats fields (see _common.lua).
+-- Changes: active (scores of held jobs only), stats stale_extends, the queue clock's stats
+--          fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[2])

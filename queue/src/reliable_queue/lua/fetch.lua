@@ -18,8 +18,8 @@
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
 --          delivery, -1 for a reaped job not charged), seq (max(seq + 1, queue ms * 1000)
---          per lease),
---          stats reaped / orphaned / dead / dlq_dropped, the queue clock's stats fields (see _common.lua).
+--          per lease), stats reaped / orphaned / dead / dlq_dropped, the queue clock's
+--          stats fields (see _common.lua).
 -- @include _common.lua
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
