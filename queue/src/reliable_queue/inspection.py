@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import codec, stored
+from . import clock, codec, stored
 from .cluster import UNAVAILABLE, snapshot
 from .errors import QueueConnectionError
 from .replies import text as _text
@@ -48,6 +48,9 @@ class QueueStats:
         audit: findings of the last complete audit (gauges, see
             :func:`reliable_queue.audit`): ``orphans`` (left unrepaired), ``doubles``,
             ``no_record``; empty when no audit has run.
+        clock: the queue clock's stored fields (ms, not counters; ADR 0022):
+            ``last_ms`` (the last queue time written) and ``offset_ms`` (how far the
+            queue clock ran ahead of Redis TIME then); empty when never written.
     """
 
     queue: str
@@ -58,6 +61,7 @@ class QueueStats:
     done: int
     counters: dict[str, int] = field(default_factory=dict)
     audit: dict[str, int] = field(default_factory=dict)
+    clock: dict[str, int] = field(default_factory=dict)
 
     @property
     def orphans(self) -> int:
@@ -75,6 +79,7 @@ class QueueStats:
             "done": self.done,
             "counters": dict(self.counters),
             "audit": dict(self.audit),
+            "clock": dict(self.clock),
         }
 
 
@@ -101,6 +106,7 @@ def stats(queue: Queue) -> QueueStats:
         raise QueueConnectionError(str(exc)) from exc
     counters = dict.fromkeys(COUNTERS, 0)
     audit: dict[str, int] = {}
+    times: dict[str, int] = {}
     for a, b in raw.items():
         name = _text(a)
         try:
@@ -109,9 +115,11 @@ def stats(queue: Queue) -> QueueStats:
             continue  # a foreign or hand-edited field: not a counter
         if name.startswith("audit:"):
             audit[name[6:]] = value
+        elif name.startswith("clock:"):
+            times[name[6:]] = value  # times in ms, never counted
         else:
             counters[name] = value
-    return QueueStats(queue.name, ready, delayed, active, dead, done, counters, audit)
+    return QueueStats(queue.name, ready, delayed, active, dead, done, counters, audit, times)
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ class JobExplanation:
             (None when the record is unreadable; ``record_error`` then says why).
         attempts: deliveries so far.
         lease_owner / lease_token / lease_deadline: for an active job (deadline in
-            epoch seconds, Redis clock).
+            epoch seconds on the queue clock, like every time here).
         next_run_at: for a delayed job (a retry backoff or a scheduled job), epoch s.
         dead_at / dead_reason: for a dead-lettered job.
         finished_at: for a done job.
@@ -134,6 +142,11 @@ class JobExplanation:
             when absent or not a JSON object.
         malformed: stored fields that could not be read as expected (``info``,
             ``attempts``), name -> raw stored text, shown as it is.
+        queue_time: the queue clock at this read, epoch seconds: Redis TIME plus
+            ``clock_offset`` (ADR 0022); ``lease_deadline - queue_time`` is the time the
+            lease has left, whatever the host's clock did.
+        clock_offset: seconds the queue clock runs ahead of Redis TIME (0.0 unless the
+            host's clock stepped back; it shrinks back to 0 at a bounded rate).
     """
 
     job_id: str
@@ -155,6 +168,8 @@ class JobExplanation:
     last_failure: dict[str, Any] | None
     record_error: str | None = None
     malformed: dict[str, str] = field(default_factory=dict)
+    queue_time: float | None = None
+    clock_offset: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -174,9 +189,11 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
             pipe.hget(k.key(kind), job_id)
         for kind in ("active", "delayed", "dead", "done"):
             pipe.zscore(k.key(kind), job_id)
+        pipe.time()
+        pipe.hmget(k.key("stats"), [clock.LAST_FIELD, clock.OFFSET_FIELD])
 
     try:
-        rec, att, lease, info, active, delayed, dead, done = snapshot(
+        rec, att, lease, info, active, delayed, dead, done, now, fields = snapshot(
             queue.client, k.key("jobs"), fill
         )
     except UNAVAILABLE as exc:
@@ -216,6 +233,9 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
     count, bad_attempts = stored.attempts(att)
     malformed = {name: raw for name, raw in (("info", bad_info), ("attempts", bad_attempts)) if raw}
     token = _text(lease) if lease is not None else None
+    queue_ms, offset_ms = clock.queue_time_ms(
+        int(now[0]) * 1000 + int(now[1]) // 1000, *(clock.field(f) for f in fields)
+    )
     return JobExplanation(
         job_id=job_id,
         queue=queue.name,
@@ -236,4 +256,6 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         last_failure=failure,
         record_error=error,
         malformed=malformed,
+        queue_time=queue_ms / 1000.0,
+        clock_offset=offset_ms / 1000.0,
     )

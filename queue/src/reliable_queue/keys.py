@@ -12,16 +12,16 @@ from dataclasses import dataclass
 #: The Lua files document the same order in their headers.
 KEY_ORDER = (
     "ready",  # LIST of job ids waiting to run (LPUSH in, RPOP out: FIFO)
-    "delayed",  # ZSET job id -> due time (ms, Redis server clock)
-    "active",  # ZSET job id -> lease deadline (ms, Redis server clock)
+    "delayed",  # ZSET job id -> due time (ms, queue clock: Redis TIME + offset, ADR 0022)
+    "active",  # ZSET job id -> lease deadline (ms, queue clock)
     "jobs",  # HASH job id -> JSON record {t, p, e, m, k}
     "attempts",  # HASH job id -> deliveries so far
     "leases",  # HASH job id -> current lease token "<seq>:<worker id>"
     "dead",  # ZSET job id -> time dead-lettered (ms)
     "info",  # HASH job id -> JSON {reason, error, traceback, ...} of the last failure
     "done",  # ZSET job id -> finish time (ms); trimmed after the retention window
-    "stats",  # HASH counter -> integer
-    "seq",  # STRING fencing-token sequence (INCRBY)
+    "stats",  # HASH counter -> integer; clock:last_ms / clock:offset_ms (queue clock)
+    "seq",  # STRING fencing-token sequence: max(seq + 1, queue ms * 1000) per lease
     "wake",  # LIST of wake-up tokens idle workers block on (BLPOP)
 )
 

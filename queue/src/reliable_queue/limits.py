@@ -25,6 +25,10 @@ TRIM_STEP = 500
 #: with reason ``invalid_record``.
 MAX_ID_BYTES = 200
 
+#: Largest fencing floor :meth:`Queue.raise_fencing_floor` accepts: 2**52, half the
+#: range a Lua number holds exactly, so the sequence has room above any floor.
+MAX_FENCING_FLOOR = 2**52
+
 
 def chunks(items: list, size: int = SCRIPT_BATCH) -> list[list]:
     """``items`` cut into consecutive lists of at most ``size`` (at least one list)."""

@@ -11,7 +11,7 @@ import redis
 from pydantic import BaseModel
 
 from . import codec
-from .cluster import UNAVAILABLE
+from .cluster import UNAVAILABLE, is_redirect, node_client, refresh
 from .dlq import DeadLetters
 from .errors import (
     PayloadTooLargeError,
@@ -23,7 +23,7 @@ from .errors import (
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
 from .keys import QueueKeys
-from .limits import MAX_FETCH, SCRIPT_BATCH, chunks
+from .limits import MAX_FENCING_FLOOR, MAX_FETCH, SCRIPT_BATCH, chunks
 from .registry import TaskRegistry
 from .replies import ms as _ms
 from .replies import split as _split
@@ -39,6 +39,10 @@ PENDING_PLACES = frozenset({"ready", "delayed", "active", "dead"})
 #: one round trip, this many per call): each id may cost an LPOS walk of ``ready``, so
 #: the bound keeps one call from holding Redis for long.
 LOCATE_BATCH = 100
+#: Seconds a blocking wait may outlast its timeout before the client gives up on it:
+#: Redis times a BLPOP out by its wall clock, which a step back of the host's clock
+#: holds for as long as the step (ADR 0022).
+BLOCK_MARGIN_SECONDS = 1.0
 
 DEAD_REASONS = (
     "error",
@@ -63,7 +67,8 @@ class Queue:
         registry: when given, payloads of registered tasks are validated at enqueue
             and unknown task names are refused.
         clock: wall clock in epoch seconds (only stamps ``enqueued_at``; every
-            deadline uses the Redis server clock).
+            deadline uses the queue clock: Redis TIME plus the queue's offset, which
+            keeps it from stepping back, ADR 0022).
 
     Raises:
         ValueError: bad name/prefix, or a client that decodes responses.
@@ -130,8 +135,9 @@ class Queue:
         the earlier ones stay enqueued (re-sending with idempotency keys is safe).
 
         Args:
-            requests: the jobs. Delays are seconds from now on the Redis server clock;
-                ``run_at`` is absolute epoch seconds.
+            requests: the jobs. Delays are seconds from now on the queue clock (the
+                Redis server clock unless it stepped back, ADR 0022); ``run_at`` is
+                absolute epoch seconds on the same clock.
             replace_stale_keys: when an idempotency key maps to a job whose record is
                 gone (Redis lost it, or it finished and its record expired), enqueue a
                 new job instead of returning the old id. The outbox sweep uses this to
@@ -351,6 +357,11 @@ class Queue:
     def wait_for_work(self, timeout: float) -> bool:
         """Block on the wake-up list up to ``timeout`` seconds (no polling).
 
+        Redis ends a BLPOP by its wall clock, so a step back of the host's clock would
+        hold it as long as the step: past ``timeout`` + :data:`BLOCK_MARGIN_SECONDS`
+        (on this process's monotonic clock) the wait is dropped with its connection,
+        whatever the socket timeout, and counts as a timeout.
+
         Returns:
             True if woken by an enqueue / retry / redrive, False on timeout.
 
@@ -358,10 +369,35 @@ class Queue:
             QueueConnectionError: Redis unreachable.
         """
         timeout = max(timeout, 0.001)
+        key = self.keys.key("wake")
+        client = node_client(self.client, key)
+        pool = client.connection_pool
         try:
-            return self.client.blpop([self.keys.key("wake")], timeout=timeout) is not None
+            try:
+                conn = pool.get_connection()
+            except TypeError:  # redis-py before 5.3 takes a command name
+                conn = pool.get_connection("BLPOP")
         except UNAVAILABLE as exc:
             raise QueueConnectionError(f"blocking wait failed: {exc}") from exc
+        try:
+            conn.send_command("BLPOP", key, timeout)
+            if not conn.can_read(timeout + BLOCK_MARGIN_SECONDS):
+                conn.disconnect()  # held past its timeout: the server's clock stepped back
+                return False
+            return conn.read_response() is not None
+        except UNAVAILABLE as exc:
+            conn.disconnect()
+            raise QueueConnectionError(f"blocking wait failed: {exc}") from exc
+        except redis.ResponseError as exc:
+            if not is_redirect(exc):
+                raise
+            refresh(self.client)  # the slot moved: the next fetch finds its new owner
+            return False
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     # ------------------------------------------------------------- settlements
     def ack_call(self, leases: Sequence[Lease]) -> Call:
@@ -532,6 +568,35 @@ class Queue:
         if not leases:
             return 0
         return sum(int(self._run(call)) for call in self.release_calls(leases, info))
+
+    def raise_fencing_floor(self, floor: int) -> int:
+        """Make every later fencing token of this queue higher than ``floor``.
+
+        Fencing numbers come from the queue clock and stay above the ones issued before
+        Redis lost writes (ADR 0022); an application that still sees a token at or below
+        one it already recorded (Redis restored from an old backup, or its clock set
+        back across a crash) re-seeds the sequence from its own highest number here.
+        One atomic script on the queue's slot (works on Redis Cluster).
+
+        Args:
+            floor: the highest fencing number the application has seen, an int in
+                ``0..MAX_FENCING_FLOOR`` (2**52).
+
+        Returns:
+            The sequence now, ``max(sequence, floor)`` (int): the next lease gets a
+            higher number.
+
+        Raises:
+            QueueLimitError: ``floor`` is not an int in that range (nothing sent).
+            QueueDataError: the sequence key holds something other than such a number
+                (nothing was changed).
+            QueueConnectionError: Redis unreachable.
+        """
+        if type(floor) is not int or not 0 <= floor <= MAX_FENCING_FLOOR:
+            raise QueueLimitError(
+                f"a fencing floor is an int 0..{MAX_FENCING_FLOOR}, not {floor!r}"
+            )
+        return int(self.scripts.run("raise_fencing_floor", self._keys, [str(floor)]))
 
     def maintain(self, max_steps: int = 20) -> tuple[int, int]:
         """Upkeep in bounded steps: trim the DLQ by age and size, finished records by age.

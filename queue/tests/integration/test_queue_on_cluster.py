@@ -133,3 +133,12 @@ def test_too_few_replicas_is_a_clear_error(redis_client, key_prefix):
     # the write reached the master: re-sending with the key returns the same job
     relaxed = Queue(redis_client, "jobs", prefix=key_prefix)
     assert relaxed.enqueue("t", {}, idempotency_key="k") == caught.value.replies[0][0].decode()
+
+
+def test_a_fencing_floor_on_cluster_lifts_the_next_tokens(cq):
+    queue = cq()
+    floor = 4 * 10**15  # above the queue clock (ms * 1000) until the year 2096
+    assert queue.raise_fencing_floor(floor) == floor
+    queue.enqueue("t", {})
+    token = queue.fetch(1).jobs[0].token
+    assert int(token.split(":")[0]) == floor + 1

@@ -71,3 +71,29 @@ def test_no_script_unpacks_a_whole_list_at_once(name):
     for match in re.finditer(r"unpack\(([^)]*)\)", source):
         args = match.group(1)
         assert "," in args or args.strip() in {"t", "counters"}, f"{name}.lua: unpack({args})"
+
+
+def test_the_queue_clock_of_the_views_uses_the_scripts_numbers():
+    from reliable_queue import clock
+
+    common = script_source("_common")
+    for lua, value in (
+        ("CLOCK_TOLERANCE_MS", clock.TOLERANCE_MS),
+        ("CLOCK_SLEW", clock.SLEW),
+        ("CLOCK_MAX_MS", clock.MAX_MS),
+    ):
+        match = re.search(rf"^local {lua} = (\d+)", common, re.MULTILINE)
+        assert match and int(match.group(1)) == value, lua
+    for name in (clock.LAST_FIELD, clock.OFFSET_FIELD):
+        assert f"'{name}'" in common, name
+
+
+def test_the_fencing_floor_bound_agrees_with_the_script():
+    from reliable_queue.limits import MAX_FENCING_FLOOR
+
+    source = script_source("raise_fencing_floor")
+    match = re.search(r"^local FLOOR_MAX = (\d+)", source, re.MULTILINE)
+    assert match and int(match.group(1)) == MAX_FENCING_FLOOR
+    # the sequence may grow past any floor and stay below 2^53, exact in a Lua number
+    fence_max = re.search(r"^local FENCE_MAX = (\d+) - MAX_BATCH", script_source("_common"), re.M)
+    assert fence_max and int(fence_max.group(1)) == 2**53 - 1 > MAX_FENCING_FLOOR

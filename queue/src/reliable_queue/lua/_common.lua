@@ -9,8 +9,8 @@
 --   7 dead     ZSET  job id -> dead-lettered at ms
 --   8 info     HASH  job id -> JSON of the last failure
 --   9 done     ZSET  job id -> finished at ms
---  10 stats    HASH  counters
---  11 seq      STRING fencing-token sequence
+--  10 stats    HASH  counters, and the queue clock's clock:last_ms / clock:offset_ms
+--  11 seq      STRING fencing-token sequence (hybrid: queue ms * 1000 + count, ADR 0022)
 --  12 wake     LIST  wake-up tokens for idle workers
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
@@ -47,10 +47,62 @@ local function check_count(n)
   return nil
 end
 
--- Redis server time in ms: every deadline uses it, so worker clock skew cannot matter.
-local function now_ms()
+-- Largest fencing number a fetch may start from: every number stays below 2^53, where
+-- a Lua number (a double) and '%d' are exact.
+local FENCE_MAX = 9007199254740991 - MAX_BATCH
+
+-- The queue clock (ADR 0022), what every deadline and due time is on: Redis TIME in ms
+-- plus this queue's offset (stats clock:offset_ms), so worker clock skew cannot matter
+-- and a step back of the Redis host's clock cannot hold a lease or a delay. When
+-- TIME + offset is more than CLOCK_TOLERANCE_MS below the last queue time seen
+-- (clock:last_ms), the offset grows so the clock goes on from there; while the offset
+-- is above 0 it shrinks by 1 ms per CLOCK_SLEW ms, so the clock comes back to TIME at
+-- 9/10 speed. A step forward is taken as it comes (leases end early; fencing holds).
+local CLOCK_TOLERANCE_MS = 2000
+local CLOCK_SAVE_MS = 1000  -- clock:last_ms is written at most about once a second
+local CLOCK_SLEW = 10
+local CLOCK_MAX_MS = 9007199254740  -- 2^53 / 1000: queue ms * 1000 stays exact
+local clock_save  -- {queue ms, offset ms} for save_clock(), or nil
+
+-- The queue time in ms, or nil and the refusal text when stats is not a hash (a read,
+-- no write). A clock field that is not an integer up to CLOCK_MAX_MS counts as unset
+-- and is written again.
+local function queue_now()
+  local f = redis.pcall('HMGET', K_STATS, 'clock:last_ms', 'clock:offset_ms')
+  if f['err'] then return nil, corrupt(K_STATS, 'hash') end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local q = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local last, off = f[1], f[2]
+  last = last and #last <= 13 and string.match(last, '^%d+$') and tonumber(last)
+  off = off and #off <= 13 and string.match(off, '^%d+$') and tonumber(off) or 0
+  if off > CLOCK_MAX_MS then off = 0 end
+  if not last or last > CLOCK_MAX_MS then
+    clock_save = {q + off, off}
+    return q + off
+  end
+  q = q + off
+  local e = q - last
+  if e < -CLOCK_TOLERANCE_MS then  -- the host's clock stepped back: go on from last
+    clock_save = {last, off - e}
+    return last
+  end
+  if e > 0 and off > 0 then  -- slew the offset back to 0
+    local s = math.min(off, math.floor(e / CLOCK_SLEW))
+    off, q, e = off - s, q - s, e - s
+  end
+  if e >= CLOCK_SAVE_MS then clock_save = {q, off} end
+  return q
+end
+
+-- Write what queue_now() found due (at most about once a second, or a step back). Call
+-- it after the script's checks and, where it can, after its other writes: refused (over
+-- maxmemory, as a first write) it writes nothing and the script goes on.
+local function save_clock()
+  if clock_save then
+    redis.pcall('HSET', K_STATS, 'clock:last_ms', string.format('%d', clock_save[1]),
+                'clock:offset_ms', string.format('%d', clock_save[2]))
+    clock_save = nil
+  end
 end
 
 -- Call a variadic command over a list in chunks (Lua's unpack limit is ~8000).

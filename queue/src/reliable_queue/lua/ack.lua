@@ -7,7 +7,8 @@
 --   type or too many leases. Keys are checked when this call would touch them: jobs,
 --   attempts and info only when it deletes records (retention 0, or a trim).
 -- Changes: active, leases, done (or jobs/attempts/info deleted), stats succeeded /
---          stale_refused; trims done records older than the retention window (bounded).
+--          stale_refused; trims done records older than the retention window (bounded);
+--          the queue clock's stats fields (see _common.lua).
 -- @include _common.lua
 local retention, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = check_count(n)
@@ -19,7 +20,9 @@ for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
 local cur = {}
 if n > 0 then cur = redis.pcall('HMGET', K_LEASES, unpack(ids, 1, n)) end
 if cur['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
-local now = now_ms()
+local now
+now, bad = queue_now()  -- also the type check of stats (a read)
+if not now then return redis.error_reply(bad) end
 local now_s = string.format('%d', now)  -- formatted once, not per job (see fetch.lua)
 -- retention: finished records past the window, a bounded amount per call
 local old = redis.pcall('ZRANGEBYSCORE', K_DONE, '-inf', string.format('%d', now - retention),
@@ -94,6 +97,7 @@ if #old > 0 then
   chunked('ZREM', K_DONE, old)
   H.forget(old)
 end
+save_clock()
 ok[#ok + 1] = '|'
 for _, id in ipairs(refused) do ok[#ok + 1] = id end
 return ok

@@ -6,7 +6,8 @@
 -- Returns: 1 if recorded, 0 if the token was stale (refused, counted). A
 --   'QUEUE_CORRUPT' error (nothing written) for a key of the wrong type.
 -- Changes: active, leases, dead, info, stats dead / dead:<reason> / dlq_dropped;
---          trims the DLQ by age and size, at most TRIM_STEP entries.
+--          trims the DLQ by age and size, at most TRIM_STEP entries; the queue clock's
+--          stats fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = H.check({K_LEASES, K_ACTIVE, K_DEAD, K_INFO, K_JOBS, K_ATTEMPTS, K_STATS},
@@ -18,9 +19,10 @@ if redis.call('HGET', K_LEASES, id) ~= token then
   return 0
 end
 -- validated: no command below can fail
-local now = now_ms()
+local now = queue_now()  -- stats was checked above
 redis.call('ZREM', K_ACTIVE, id)
 redis.call('HDEL', K_LEASES, id)
 H.to_dead(id, ARGV[3], ARGV[4], now)
 H.trim_dead(now, tonumber(ARGV[5]), tonumber(ARGV[6]))
+save_clock()
 return 1

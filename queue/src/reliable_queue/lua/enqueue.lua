@@ -11,7 +11,8 @@
 --   type, a bad counter or too many jobs. Keys are checked when this call would
 --   write them: ready only for a job due now, delayed only for a job due later.
 -- Changes: jobs (HSETNX), ready (LPUSH) or delayed (ZADD), idem keys (SET NX PX),
---          stats enqueued / duplicates, wake.
+--          stats enqueued / duplicates, wake; the queue clock's stats fields (see
+--          _common.lua) when a job has a delay or a run_at (the only calls that read it).
 -- @include _common.lua
 -- Off the drain's hot path, yet a single enqueue is one script per job: it makes no
 -- helpers (a dozen closures) and checks each key by a read it makes anyway, or by its
@@ -27,7 +28,7 @@ local window_s = string.format('%d', window)  -- formatted once (see fetch.lua)
 -- the key's type check (pcall: a wrong type is QUEUE_CORRUPT with nothing written).
 -- Python sends 0 as '0': comparing strings (interned) skips tonumber, which costs a
 -- strtod, for the common job (no delay, no run_at, no key).
-local now = nil  -- the server time, read only when a job has a delay or a run_at
+local now = nil  -- the queue time, read only when a job has a delay or a run_at
 -- by job: due ms (delayed jobs only), index of its idempotency key in KEYS, replace a
 -- stale key; by key name: its value (the GET, then the id this call set)
 local dues, iks, replace, seen = {}, {}, {}, {}
@@ -39,7 +40,10 @@ for i = 0, n - 1 do
   if delay == '0' and run_at == '0' then
     to_ready = true
   else
-    if not now then now = now_ms() end
+    if not now then
+      now, err = queue_now()  -- also the type check of stats (a read)
+      if not now then return redis.error_reply(err) end
+    end
     local due = tonumber(run_at)
     if due <= 0 then
       due = tonumber(delay)
@@ -157,4 +161,5 @@ if wake > 0 then
   for i = 1, wake do t[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(t))
 end
+save_clock()  -- when a delay or run_at read the clock
 return out

@@ -4,13 +4,14 @@
 -- Returns: the ids whose token was stale (refused, counted as stale_extends). A
 --   'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
 --   type or too many leases.
--- Changes: active (scores of held jobs only), stats stale_extends.
+-- Changes: active (scores of held jobs only), stats stale_extends, the queue clock's stats
+--          fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local n = tonumber(ARGV[2])
 local bad = check_count(n) or H.check({K_ACTIVE, K_LEASES, K_STATS}, {'stale_extends'})
 if bad then return redis.error_reply(bad) end
-local deadline = now_ms() + tonumber(ARGV[1])
+local deadline = queue_now() + tonumber(ARGV[1])  -- stats was checked above
 local ids = {}
 for i = 1, n do ids[i] = ARGV[1 + 2 * i] end
 local cur = H.chunked_read('HMGET', K_LEASES, ids)
@@ -30,4 +31,5 @@ while i <= #zargs do
   i = j + 1
 end
 if #refused > 0 then redis.call('HINCRBY', K_STATS, 'stale_extends', #refused) end
+save_clock()
 return refused

@@ -12,12 +12,14 @@
 -- Returns: {wait_ms, reaped, reap_more, id1, token1, attempt1, record1, id2, ...}
 --   wait_ms: -1 when jobs were returned or nothing is pending; otherwise ms until
 --   the next delayed job is due or the next lease expires. A 'QUEUE_CORRUPT' /
---   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type or a bad count.
+--   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type, a bad count, or
+--   a seq that is not an integer up to FENCE_MAX (2^53 - 501: exact in a Lua number).
 -- A suspect (a job lost with its worker and not run since) is leased alone (ADR 0002).
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
---          delivery, -1 for a reaped job not charged), seq,
---          stats reaped / orphaned / dead / dlq_dropped.
+--          delivery, -1 for a reaped job not charged), seq (max(seq + 1, queue ms * 1000)
+--          per lease), stats reaped / orphaned / dead / dlq_dropped, the queue clock's
+--          stats fields (see _common.lua).
 -- @include _common.lua
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -28,10 +30,17 @@ if bad then return redis.error_reply(bad) end
 -- is refused as QUEUE_CORRUPT with nothing written)
 local seq0 = redis.pcall('GET', K_SEQ)  -- also the type check of seq
 if type(seq0) == 'table' then return redis.error_reply(corrupt(K_SEQ, 'string')) end
-if seq0 and not string.match(seq0, '^%d+$') then
-  return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer')
+if seq0 and not (#seq0 <= 16 and string.match(seq0, '^%d+$')
+                 and tonumber(seq0) <= FENCE_MAX) then
+  return redis.error_reply('QUEUE_CORRUPT key ' .. K_SEQ .. ' is not an integer up to '
+    .. string.format('%d', FENCE_MAX))
 end
-local now = now_ms()
+local now
+now, bad = queue_now()  -- also the type check of stats (a read)
+if not now then return redis.error_reply(bad) end
+if now * 1000 > FENCE_MAX then  -- the queue clock past the year 2255
+  return redis.error_reply('QUEUE_LIMIT the queue clock is beyond the fencing range')
+end
 -- Numbers passed to redis.call are formatted with '%.14g' on every pass (over a
 -- thousand instructions for a 13-digit time): the drain's numbers are formatted once
 -- each, as integers.
@@ -134,6 +143,7 @@ if #ids == 0 then
     if wait < 0 or w < wait then wait = w end
   end
   out[1] = wait
+  save_clock()
   return out
 end
 -- a suspect (lost with a worker, not run since) is leased alone: the batch ends
@@ -156,6 +166,7 @@ end
 local n = #ids  -- taken off the line: leased, dead-lettered (invalid id) or orphans
 if n == 0 then
   if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
+  save_clock()
   return out
 end
 local recs
@@ -197,7 +208,11 @@ if not moved and (reap_limit == 0 or #invalid > 0 or orphans > 0) then
   if bad then return redis.error_reply(bad) end
 end
 -- delivery counts: one HMGET and one HSET per batch instead of an HINCRBY per job
-local seq = tonumber(seq0 or '0')
+-- fencing numbers: a hybrid logical clock, max(seq + 1, queue ms * 1000) per lease, so
+-- after Redis lost writes (an AOF cut, a failover) new numbers are above every one
+-- issued before the loss, as long as the queue issued at most 1,000 leases per ms
+-- (ADR 0022); faster, the sequence runs ahead of the clock and stays monotonic
+local seq = math.max(tonumber(seq0 or '0'), now * 1000 - 1)
 local deadline = string.format('%d', now + lease_ms)
 -- (the lists are filled by index: a '#t' per append is a search of the table's size;
 -- the usual delivery counts are written from constants, not formatted per job)
@@ -283,4 +298,5 @@ for _, id in ipairs(invalid) do
 end
 if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
+save_clock()
 return out

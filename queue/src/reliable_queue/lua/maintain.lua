@@ -5,12 +5,14 @@
 -- Returns: {dead letters dropped, finished records dropped}; a caller repeats while
 --   either equals the step (more may be left). A 'QUEUE_CORRUPT' error (nothing
 --   written) for a key of the wrong type.
--- Changes: dead, done, jobs, attempts, info, stats dlq_dropped.
+-- Changes: dead, done, jobs, attempts, info, stats dlq_dropped, the queue clock's stats
+--          fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = H.check({K_DEAD, K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_STATS}, {'dlq_dropped'})
 if bad then return redis.error_reply(bad) end
-local now = now_ms()
+local now = queue_now()  -- stats was checked above
 local dropped = H.trim_dead(now, tonumber(ARGV[1]), tonumber(ARGV[2]))
 local expired = H.trim_done(now, tonumber(ARGV[3]), TRIM_STEP)
+save_clock()
 return {dropped, expired, TRIM_STEP}

@@ -4,7 +4,8 @@
 -- ARGV[4] failure info JSON   ARGV[5] wake-token cap
 -- Returns: 1 if recorded, 0 if the token was stale (refused, counted). A
 --   'QUEUE_CORRUPT' error (nothing written) for a key of the wrong type.
--- Changes: active, leases, delayed (or the back of ready), info, stats retried / stale_refused, wake.
+-- Changes: active, leases, delayed (or the back of ready), info, stats retried / stale_refused,
+--          wake, the queue clock's stats fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = H.check({K_LEASES, K_ACTIVE, K_INFO, K_DELAYED, K_READY, K_STATS, K_WAKE},
@@ -16,7 +17,7 @@ if redis.call('HGET', K_LEASES, id) ~= token then
   return 0
 end
 -- validated: no command below can fail
-local now = now_ms()
+local now = queue_now()  -- stats was checked above
 redis.call('ZREM', K_ACTIVE, id)
 redis.call('HDEL', K_LEASES, id)
 redis.call('HSET', K_INFO, id, ARGV[4])
@@ -27,4 +28,5 @@ else
 end
 redis.call('HINCRBY', K_STATS, 'retried', 1)
 H.wake(1, tonumber(ARGV[5]))
+save_clock()
 return 1
