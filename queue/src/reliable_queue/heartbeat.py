@@ -46,6 +46,11 @@ class Held:
             time limit; None means no limit, or that the run ended.
         context: what the lane needs to settle it on a timeout (the worker's own
             record of the job; opaque here).
+        result: what the run ended with, once it ended (the worker's job and outcome;
+            opaque here): the time-limit check settles it when the lane is abandoned.
+        claimed: someone took it to settle (under the book's lock, once): its lane
+            (:meth:`LeaseBook.close`) or the time-limit check
+            (:meth:`LeaseBook.take_overdue`); the other one leaves it alone.
     """
 
     queue: Queue
@@ -54,6 +59,8 @@ class Held:
     lane: LaneRun | None = None
     deadline: float | None = None
     context: Any = None
+    result: Any = None
+    claimed: bool = False
 
     def start(self, deadline: float | None = None, context: Any = None) -> None:
         """Mark the run as started (``deadline``: monotonic seconds, None: no limit)."""
@@ -61,13 +68,14 @@ class Held:
         self.context = context
         self.started = True
 
-    def finish(self) -> None:
-        """Mark the run as ended: past its deadline it is no longer overdue.
+    def finish(self, result: Any = None) -> None:
+        """Mark the run as ended with ``result``: past its deadline it is not overdue.
 
         A lane settles a fetched batch once every job of it ran, so a job that finished
         stays held (and heartbeated) until then; this keeps a later job's hang from
-        timing it out too.
+        timing it out too, and lets the time-limit check settle it if a later job hangs.
         """
+        self.result = result
         self.deadline = None
 
 
@@ -94,7 +102,7 @@ class LeaseBook:
         return entries
 
     def take_overdue(self, now: float) -> tuple[list[Held], list[Held]]:
-        """Remove runs past their deadline, and everything else their lanes hold.
+        """Claim runs past their deadline, and everything else their lanes hold.
 
         Args:
             now: monotonic seconds (the clock the deadlines were set on).
@@ -102,7 +110,10 @@ class LeaseBook:
         Returns:
             ``(overdue, lane_mates)``: the started jobs whose deadline passed, and the
             other jobs held by the same lanes (not started yet, or finished and
-            waiting for their settlement). Neither is heartbeated any more.
+            waiting for their settlement: their ``result`` is set). All are removed
+            from the book (no longer heartbeated) and claimed: the caller settles or
+            hands them back, and their lane does not (:meth:`close`). An entry its
+            lane already claimed is left out: that lane settles it.
         """
         with self._lock:
             # a lane finishes a run without this lock (Held.finish clears the deadline):
@@ -110,18 +121,49 @@ class LeaseBook:
             overdue = [
                 h
                 for h in self._held.values()
-                if h.started and (d := h.deadline) is not None and d <= now
+                if h.started and not h.claimed and (d := h.deadline) is not None and d <= now
             ]
             lanes = {id(h.lane) for h in overdue if h.lane is not None}
             taken = {id(h) for h in overdue}
             mates = [
                 h
                 for h in self._held.values()
-                if h.lane is not None and id(h.lane) in lanes and id(h) not in taken
+                if h.lane is not None
+                and id(h.lane) in lanes
+                and id(h) not in taken
+                and not h.claimed
             ]
             for h in overdue + mates:
+                h.claimed = True
                 del self._held[h.lease.job_id]
             return overdue, mates
+
+    def close(self, entries: list[Held]) -> list[Held]:
+        """A lane's batch has run: claim its entries to settle and stop holding them.
+
+        Args:
+            entries: the batch's entries, from :meth:`add`.
+
+        Returns:
+            The entries the lane settles (or hands back), in order: all but those the
+            time-limit check claimed first (:meth:`take_overdue`), which it settled or
+            handed back itself. An entry no longer in the book for another reason (its
+            lease dropped, the job fetched again by another lane) is the lane's to
+            settle: its stale settlement is refused and counted.
+        """
+        kept: list[Held] = []
+        held = self._held
+        with self._lock:
+            for entry in entries:
+                if entry.claimed:
+                    continue
+                entry.claimed = True
+                kept.append(entry)
+                job_id = entry.lease.job_id
+                if held.get(job_id) is entry:
+                    del held[job_id]
+                    self.lost.discard(job_id)
+        return kept
 
     def drop(self, leases: list[Lease]) -> None:
         """Forget jobs that are settled (or about to be, in the next round trip).

@@ -117,9 +117,10 @@ class Worker:
     heartbeat past the limit fails with reason ``timed_out``: it is retried with
     backoff, or dead-lettered as ``timed_out`` at max attempts, and its lease is no
     longer extended. A Python thread cannot be killed, so its lane is abandoned: a
-    fresh lane takes its place at once, the jobs its batch had not started are
-    handed back, and the old thread exits when the handler returns (its late ack is
-    refused by the fencing token). So a hung run is released within its limit plus
+    fresh lane takes its place at once, the jobs its batch had finished are settled
+    at once (ack, retry or dead letter, as their lane would have), those it had not
+    started are handed back, and the old thread exits when the handler returns (its
+    late result is ignored). So a hung run is released within its limit plus
     one heartbeat interval (a third of the lease). A batch task's jobs share one
     handler call, so when that call times out the job that hung is not known: the
     whole batch is handed back uncharged and each of its jobs is leased alone next;
@@ -182,7 +183,6 @@ class Worker:
         self._lane_runs: dict[threading.Thread, LaneRun] = {}
         self._lanes_lock = threading.Lock()
         self._lane_seq = 0
-        self._timed_out: set[str] = set()  # lease tokens failed by the time limit
         self._stop_signals = StopSignals(clock=clock)
 
     # ----------------------------------------------------------------- control
@@ -465,10 +465,12 @@ class Worker:
         entries = self.book.add(queue, [j.lease for j in jobs], run)
         try:
             return self._run_held(queue, jobs, entries, run)
-        finally:
-            # settled in the next round trip, or (after an unexpected error) left to
-            # expire and be reaped: either way the heartbeat must stop extending them
+        except BaseException:
+            # an unexpected error: its jobs are left to expire and be reaped, so the
+            # heartbeat must stop extending them (a finished batch left the book when
+            # its lane claimed it, LeaseBook.close)
             self.book.drop([j.lease for j in jobs])
+            raise
 
     def _deadline(self, item: Prepared, limits: dict[str, float | None]) -> float | None:
         """Monotonic seconds ``item``'s run must end by if it starts now (None: no limit).
@@ -487,12 +489,17 @@ class Worker:
     def _run_held(
         self, queue: Queue, jobs: list[RawJob], entries: list[Held], run: LaneRun
     ) -> list[Call]:
-        """Run a fetched batch; ``entries`` are its lease-book entries, one per job."""
+        """Run a fetched batch; ``entries`` are its lease-book entries, one per job.
+
+        Each run's outcome is kept on its entry (:meth:`Held.finish`). When the batch
+        has run, the lane claims its entries (:meth:`LeaseBook.close`) and settles
+        them; if a run overstayed its time limit meanwhile, the time-limit check has
+        claimed the lane's entries and settled them itself (:meth:`_check_time_limits`),
+        and they are skipped here.
+        """
         if self.hooks.after_fetch:
             self.hooks.after_fetch(jobs)
-        outcomes: list[tuple[RawJob, Outcome]] = []
         batched: dict[str, list[tuple[Prepared, Held]]] = {}
-        released: list[RawJob] = []
         limits: dict[str, float | None] = {}
         abandoned, stopping = run.abandoned, self.stopping
         registry, middleware, rng = self.registry, self.middleware, self.rng
@@ -500,42 +507,41 @@ class Worker:
             if abandoned.is_set():
                 break  # the rest of the batch was handed back by the time-limit check
             if stopping.is_set():
-                released.append(job)
-                continue
+                continue  # not run: handed back below
             item = prepare(job, registry)
             if isinstance(item, Prepared):
                 if item.definition.batch:
                     batched.setdefault(item.definition.name, []).append((item, entry))
                     continue
                 entry.start(self._deadline(item, limits), item)
-                outcome: Outcome = run_prepared(item, middleware=middleware, rng=rng)
-                entry.finish()
+                entry.finish((job, run_prepared(item, middleware=middleware, rng=rng)))
             else:
                 entry.start()
-                outcome = item
-            outcomes.append((job, outcome))
+                entry.finish((job, item))
         for pairs in batched.values():
             if abandoned.is_set():
                 break
-            items = [i for i, _ in pairs]
             if stopping.is_set():
-                released.extend(i.job for i in items)
                 continue
+            items = [i for i, _ in pairs]
             deadline = self._deadline(items[0], limits)
             for i, entry in pairs:
                 entry.start(deadline, i)
-            outcomes.extend(
-                zip(
-                    [i.job for i in items],
-                    run_batch(items, rng, middleware=middleware),
-                    strict=True,
-                )
+            results = run_batch(items, rng, middleware=middleware)
+            for (i, entry), outcome in zip(pairs, results, strict=True):
+                entry.finish((i.job, outcome))
+        mine = self.book.close(entries)
+        if len(mine) < len(entries):
+            log.warning(
+                "lane %s: %d job(s) of its batch were settled by the time-limit check; "
+                "their late results are ignored",
+                queue.name,
+                len(entries) - len(mine),
             )
-            for _, entry in pairs:
-                entry.finish()
-        calls = self._settlements(queue, outcomes)
+        calls = self._settlements(queue, [e.result for e in mine if e.result is not None])
+        released = [e.lease for e in mine if e.result is None]
         if released:
-            calls.extend(queue.release_calls([j.lease for j in released]))
+            calls.extend(queue.release_calls(released))
             self.counters.add("released", len(released))
         return calls
 
@@ -559,12 +565,34 @@ class Worker:
                     self._time_out(held)
             else:  # one handler call ran them all: the one that hung is not known
                 self._split_timed_out(group)
-        unstarted = [h for h in mates if not h.started]
-        for queue in {h.queue.name: h.queue for h in unstarted}.values():
+        self._settle_mates(mates)
+
+    def _settle_mates(self, mates: list[Held]) -> None:
+        """Settle the finished batch-mates of a timed-out run now; hand back the rest.
+
+        Their lane is stuck in the hung run and will not settle them (its late
+        settlement skips what was claimed here, LeaseBook.close), and they are no
+        longer heartbeated: a finished job left waiting would lose its lease and run
+        again. Each is settled once, through the lane's own settlement code (and the
+        ``on_outcome`` hook). A settlement that cannot reach Redis is logged: its
+        lease expires and the job is reaped, as after a crash.
+        """
+        for queue in {h.queue.name: h.queue for h in mates}.values():
+            mine = [h for h in mates if h.queue is queue]
+            finished = [h.result for h in mine if h.result is not None]
+            unstarted = [h.lease for h in mine if h.result is None and not h.started]
+            calls = self._settlements(queue, finished) + queue.release_calls(unstarted)
+            if not calls:
+                continue
             try:
-                queue.release([h.lease for h in unstarted if h.queue is queue])
+                replies = queue.scripts.run_many(calls, partial=True)
+            except ReplicationTimeoutError as exc:
+                replies = list(exc.replies or [])
             except (QueueConnectionError, redis.RedisError) as exc:
-                log.warning("hand-back after a time limit failed (%s); leases will expire", exc)
+                log.warning("settling after a time limit failed (%s); leases will expire", exc)
+                continue
+            if len(replies) == len(calls):
+                self._check_settled(queue, calls, replies)
 
     def _time_out(self, held: Held) -> None:
         item = held.context
@@ -580,8 +608,6 @@ class Worker:
         else:
             outcome = Dead(held.lease, "timed_out", error, "")
         self.counters.add("timed_out")
-        with self._lanes_lock:
-            self._timed_out.add(held.lease.token)
         log.warning(
             "job %s timed out (attempt %d, limit %s s)",
             item.job.job_id,
@@ -629,8 +655,6 @@ class Worker:
             f"TimeLimitExceeded: a batch of {len(group)} jobs sharing one handler call ran "
             f"past its limit of {limit} s; not counted as an attempt, each job runs alone next"
         )
-        with self._lanes_lock:
-            self._timed_out.update(h.lease.token for h in group)
         self.counters.add("timed_out")  # one run (the shared call) timed out
         self.counters.add("timeout_splits")
         log.warning(
@@ -650,17 +674,8 @@ class Worker:
     def _settlements(self, queue: Queue, outcomes: list[tuple[RawJob, Outcome]]) -> list[Call]:
         acks = []
         calls: list[Call] = []
-        late: set[str] = set()
-        if self._timed_out:  # one look under the lock per batch, and only after a timeout
-            with self._lanes_lock:
-                late = {job.token for job, _ in outcomes if job.token in self._timed_out}
-                self._timed_out -= late
         succeeded = 0
         for job, outcome in outcomes:
-            if late and job.token in late:
-                # already failed as timed_out; this late result is not settled
-                log.warning("job %s returned after its time limit; result ignored", job.job_id)
-                continue
             if isinstance(outcome, Succeeded):
                 succeeded += 1  # counted once per batch below
             else:

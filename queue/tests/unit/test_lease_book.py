@@ -77,3 +77,44 @@ def test_a_run_finishing_while_the_heartbeat_looks_is_not_an_error() -> None:
     overdue, mates = book.take_overdue(now=5.0)
     assert [h.lease for h in overdue] == [Lease("job-1", "1:w")]
     assert mates == []
+
+
+def test_a_batch_is_settled_once_by_its_lane_or_by_the_time_limit_check() -> None:
+    """The time-limit check claims the overdue run and its finished and unstarted
+    batch-mates; the lane, returning late, settles none of them, and a mate the lane
+    claimed first (its batch had run) is never taken by the check."""
+    book = LeaseBook()
+    queue = _queue()
+    lane = LaneRun(queue)
+    done, hung, unstarted = book.add(
+        queue, [Lease("a", "1:w"), Lease("b", "2:w"), Lease("c", "3:w")], lane
+    )
+    done.start(deadline=9.0)
+    done.finish(result="a's outcome")
+    hung.start(deadline=1.0)
+    overdue, mates = book.take_overdue(now=2.0)
+    assert (overdue, mates) == ([hung], [done, unstarted])
+    assert [m.result for m in mates] == ["a's outcome", None]
+    assert book.snapshot() == []
+    hung.finish(result="late")
+    assert book.close([done, hung, unstarted]) == []  # all claimed by the check
+
+    other = LaneRun(queue)
+    first, second = book.add(queue, [Lease("d", "4:w"), Lease("e", "5:w")], other)
+    first.start(deadline=1.0)
+    first.finish(result="d's outcome")
+    second.start(deadline=1.0)  # a deadline read as it passes, the batch already run
+    assert book.close([first, second]) == [first, second]
+    assert book.take_overdue(now=2.0) == ([], [])
+
+
+def test_a_lane_settles_an_entry_dropped_from_the_book_by_someone_else() -> None:
+    """A run whose heartbeat was stopped (its lease dropped) is still its lane's to
+    settle: its stale ack is sent, refused and counted."""
+    book = LeaseBook()
+    queue = _queue()
+    entry = book.add(queue, [Lease("a", "1:w")], LaneRun(queue))[0]
+    book.drop([Lease("a", "1:w")])
+    entry.start()
+    entry.finish(result="outcome")
+    assert book.close([entry]) == [entry]
