@@ -25,10 +25,17 @@ class LaneRun:
     An abandoned lane's thread may still be stuck in a handler (a Python thread
     cannot be killed); a fresh lane takes its place and the old one exits, without
     fetching again, once the handler returns.
+
+    Attributes:
+        taken: the time-limit check took the batch the lane runs (set under the
+            lease book's lock, :meth:`LeaseBook.take_overdue`): the check settles it,
+            the lane does not (:meth:`LeaseBook.close`). The lane is abandoned then,
+            so this is never cleared.
     """
 
     queue: Queue
     abandoned: threading.Event = field(default_factory=threading.Event)
+    taken: bool = False
 
 
 @dataclass(slots=True)
@@ -48,9 +55,6 @@ class Held:
             record of the job; opaque here).
         result: what the run ended with, once it ended (the worker's job and outcome;
             opaque here): the time-limit check settles it when the lane is abandoned.
-        claimed: someone took it to settle (under the book's lock, once): its lane
-            (:meth:`LeaseBook.close`) or the time-limit check
-            (:meth:`LeaseBook.take_overdue`); the other one leaves it alone.
     """
 
     queue: Queue
@@ -60,7 +64,6 @@ class Held:
     deadline: float | None = None
     context: Any = None
     result: Any = None
-    claimed: bool = False
 
     def start(self, deadline: float | None = None, context: Any = None) -> None:
         """Mark the run as started (``deadline``: monotonic seconds, None: no limit)."""
@@ -111,9 +114,9 @@ class LeaseBook:
             ``(overdue, lane_mates)``: the started jobs whose deadline passed, and the
             other jobs held by the same lanes (not started yet, or finished and
             waiting for their settlement: their ``result`` is set). All are removed
-            from the book (no longer heartbeated) and claimed: the caller settles or
-            hands them back, and their lane does not (:meth:`close`). An entry its
-            lane already claimed is left out: that lane settles it.
+            from the book (no longer heartbeated) and their lanes marked ``taken``:
+            the caller settles or hands them back, and their lanes do not
+            (:meth:`close`). A batch its lane closed is no longer in the book.
         """
         with self._lock:
             # a lane finishes a run without this lock (Held.finish clears the deadline):
@@ -121,49 +124,43 @@ class LeaseBook:
             overdue = [
                 h
                 for h in self._held.values()
-                if h.started and not h.claimed and (d := h.deadline) is not None and d <= now
+                if h.started and (d := h.deadline) is not None and d <= now
             ]
-            lanes = {id(h.lane) for h in overdue if h.lane is not None}
+            lanes = {id(h.lane): h.lane for h in overdue if h.lane is not None}
             taken = {id(h) for h in overdue}
             mates = [
                 h
                 for h in self._held.values()
-                if h.lane is not None
-                and id(h.lane) in lanes
-                and id(h) not in taken
-                and not h.claimed
+                if h.lane is not None and id(h.lane) in lanes and id(h) not in taken
             ]
+            for lane in lanes.values():
+                lane.taken = True
             for h in overdue + mates:
-                h.claimed = True
                 del self._held[h.lease.job_id]
             return overdue, mates
 
-    def close(self, entries: list[Held]) -> list[Held]:
-        """A lane's batch has run: claim its entries to settle and stop holding them.
+    def close(self, lane: LaneRun, entries: list[Held]) -> bool:
+        """``lane``'s batch has run: stop holding its jobs, unless the check took it.
 
         Args:
+            lane: the lane that ran the batch.
             entries: the batch's entries, from :meth:`add`.
 
         Returns:
-            The entries the lane settles (or hands back), in order: all but those the
-            time-limit check claimed first (:meth:`take_overdue`), which it settled or
-            handed back itself. An entry no longer in the book for another reason (its
-            lease dropped, the job fetched again by another lane) is the lane's to
-            settle: its stale settlement is refused and counted.
+            True if the lane settles (or hands back) the batch; False if the time-limit
+            check took it first (:meth:`take_overdue`) and settled or handed back what
+            the book held of it. Either way, once: the two meet under the book's lock.
         """
-        kept: list[Held] = []
         held = self._held
         with self._lock:
+            if lane.taken:
+                return False
             for entry in entries:
-                if entry.claimed:
-                    continue
-                entry.claimed = True
-                kept.append(entry)
                 job_id = entry.lease.job_id
-                if held.get(job_id) is entry:
+                if held.get(job_id) is entry:  # not a newer delivery of the same job
                     del held[job_id]
                     self.lost.discard(job_id)
-        return kept
+        return True
 
     def drop(self, leases: list[Lease]) -> None:
         """Forget jobs that are settled (or about to be, in the next round trip).

@@ -492,13 +492,14 @@ class Worker:
         """Run a fetched batch; ``entries`` are its lease-book entries, one per job.
 
         Each run's outcome is kept on its entry (:meth:`Held.finish`). When the batch
-        has run, the lane claims its entries (:meth:`LeaseBook.close`) and settles
-        them; if a run overstayed its time limit meanwhile, the time-limit check has
-        claimed the lane's entries and settled them itself (:meth:`_check_time_limits`),
-        and they are skipped here.
+        has run, the lane closes it (:meth:`LeaseBook.close`) and settles it; if a run
+        overstayed its time limit meanwhile, the time-limit check has taken the batch
+        and settled it itself (:meth:`_check_time_limits`), and the lane settles
+        nothing.
         """
         if self.hooks.after_fetch:
             self.hooks.after_fetch(jobs)
+        outcomes: list[tuple[RawJob, Outcome]] = []  # also kept on each job's entry
         batched: dict[str, list[tuple[Prepared, Held]]] = {}
         limits: dict[str, float | None] = {}
         abandoned, stopping = run.abandoned, self.stopping
@@ -514,10 +515,12 @@ class Worker:
                     batched.setdefault(item.definition.name, []).append((item, entry))
                     continue
                 entry.start(self._deadline(item, limits), item)
-                entry.finish((job, run_prepared(item, middleware=middleware, rng=rng)))
+                result = (job, run_prepared(item, middleware=middleware, rng=rng))
             else:
                 entry.start()
-                entry.finish((job, item))
+                result = (job, item)
+            entry.finish(result)
+            outcomes.append(result)
         for pairs in batched.values():
             if abandoned.is_set():
                 break
@@ -529,18 +532,18 @@ class Worker:
                 entry.start(deadline, i)
             results = run_batch(items, rng, middleware=middleware)
             for (i, entry), outcome in zip(pairs, results, strict=True):
-                entry.finish((i.job, outcome))
-        mine = self.book.close(entries)
-        if len(mine) < len(entries):
+                result = (i.job, outcome)
+                entry.finish(result)
+                outcomes.append(result)
+        if not self.book.close(run, entries):
             log.warning(
-                "lane %s: %d job(s) of its batch were settled by the time-limit check; "
-                "their late results are ignored",
+                "lane %s: its batch was settled by the time-limit check; late results ignored",
                 queue.name,
-                len(entries) - len(mine),
             )
-        calls = self._settlements(queue, [e.result for e in mine if e.result is not None])
-        released = [e.lease for e in mine if e.result is None]
-        if released:
+            return []
+        calls = self._settlements(queue, outcomes)
+        if len(outcomes) < len(entries):  # not run: stopping, or the batch was cut short
+            released = [e.lease for e in entries if e.result is None]
             calls.extend(queue.release_calls(released))
             self.counters.add("released", len(released))
         return calls

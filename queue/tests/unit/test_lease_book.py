@@ -80,9 +80,9 @@ def test_a_run_finishing_while_the_heartbeat_looks_is_not_an_error() -> None:
 
 
 def test_a_batch_is_settled_once_by_its_lane_or_by_the_time_limit_check() -> None:
-    """The time-limit check claims the overdue run and its finished and unstarted
-    batch-mates; the lane, returning late, settles none of them, and a mate the lane
-    claimed first (its batch had run) is never taken by the check."""
+    """The time-limit check takes the overdue run's batch with its finished and
+    unstarted jobs; the lane, returning late, settles none of them, and a batch its
+    lane closed first (it had run) is never taken by the check."""
     book = LeaseBook()
     queue = _queue()
     lane = LaneRun(queue)
@@ -97,24 +97,24 @@ def test_a_batch_is_settled_once_by_its_lane_or_by_the_time_limit_check() -> Non
     assert [m.result for m in mates] == ["a's outcome", None]
     assert book.snapshot() == []
     hung.finish(result="late")
-    assert book.close([done, hung, unstarted]) == []  # all claimed by the check
+    assert lane.taken
+    assert book.close(lane, [done, hung, unstarted]) is False  # taken by the check
 
     other = LaneRun(queue)
     first, second = book.add(queue, [Lease("d", "4:w"), Lease("e", "5:w")], other)
     first.start(deadline=1.0)
     first.finish(result="d's outcome")
     second.start(deadline=1.0)  # a deadline read as it passes, the batch already run
-    assert book.close([first, second]) == [first, second]
-    assert book.take_overdue(now=2.0) == ([], [])
+    assert book.close(other, [first, second]) is True
+    assert book.take_overdue(now=2.0) == ([], []) and not other.taken
+    assert book.snapshot() == []
 
 
-def test_a_lane_settles_an_entry_dropped_from_the_book_by_someone_else() -> None:
-    """A run whose heartbeat was stopped (its lease dropped) is still its lane's to
-    settle: its stale ack is sent, refused and counted."""
+def test_closing_a_batch_keeps_a_newer_delivery_of_its_job_held() -> None:
     book = LeaseBook()
     queue = _queue()
-    entry = book.add(queue, [Lease("a", "1:w")], LaneRun(queue))[0]
-    book.drop([Lease("a", "1:w")])
-    entry.start()
-    entry.finish(result="outcome")
-    assert book.close([entry]) == [entry]
+    lane = LaneRun(queue)
+    old = book.add(queue, [Lease("a", "1:w")], lane)
+    book.add(queue, [Lease("a", "7:w")], LaneRun(queue))  # reaped, fetched again
+    assert book.close(lane, old) is True
+    assert [h.lease for h in book.snapshot()] == [Lease("a", "7:w")]
