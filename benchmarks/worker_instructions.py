@@ -39,8 +39,8 @@ def _resp(items: list[int | bytes]) -> bytes:
     return b"".join(out)
 
 
-def _reply(batch: int) -> bytes:
-    items: list[int | bytes] = [-1, 0, 0]
+def _reply(batch: int, header: list[int]) -> bytes:
+    items: list[int | bytes] = list(header)
     for i in range(JOBS):
         token = b"%d:host:1234:abcd" % (batch * JOBS + i)
         items += [b"01JDEXAMPLE%05d%05d" % (batch, i), token, 1, RECORD]
@@ -55,6 +55,7 @@ def _measured(batches: int, freeze: bool) -> None:
 
     from reliable_queue import TaskRegistry, Worker
     from reliable_queue.heartbeat import LaneRun
+    from reliable_queue.job import FetchResult
 
     registry = TaskRegistry()
     registry.task("noop")(lambda payload, ctx: None)
@@ -71,7 +72,9 @@ def _measured(batches: int, freeze: bool) -> None:
     lane = LaneRun(queue)
     conn = Connection()
     fetch = queue.fetch_calls(JOBS, 30.0, worker.worker_id)[:1]
-    raws = [_reply(b) for b in range(batches)]
+    # an older checkout's fetch reply has no suspect_waiting field
+    header = [-1, 0, 0, 0] if "suspect_waiting" in FetchResult.__dataclass_fields__ else [-1, 0, 0]
+    raws = [_reply(b, header) for b in range(batches)]
     if freeze:
         gc.collect()
         gc.freeze()
