@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from .errors import QueueConnectionError
+from .gate import Ticket
 from .job import Lease
 from .queue import Queue
 
@@ -27,6 +28,9 @@ class LaneRun:
     fetching again, once the handler returns.
 
     Attributes:
+        ticket: the lane's place at the process's gate (:mod:`reliable_queue.gate`),
+            held while it fetches and runs a batch; the time-limit check gives back
+            an abandoned lane's hold.
         taken: the time-limit check took the batch the lane runs (set under the
             lease book's lock, :meth:`LeaseBook.take_overdue`): the check settles it,
             the lane does not (:meth:`LeaseBook.close`). The lane is abandoned then,
@@ -35,6 +39,7 @@ class LaneRun:
 
     queue: Queue
     abandoned: threading.Event = field(default_factory=threading.Event)
+    ticket: Ticket = field(default_factory=Ticket)
     taken: bool = False
 
 

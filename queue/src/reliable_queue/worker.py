@@ -37,6 +37,7 @@ from .execution import (
     run_batch,
     run_prepared,
 )
+from .gate import LaneGate, Ticket
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
 from .job import FetchResult, RawJob
 from .limits import MAX_FETCH
@@ -126,6 +127,15 @@ class Worker:
     whole batch is handed back uncharged and each of its jobs is leased alone next;
     only a run that times out alone counts as an attempt (ADR 0005).
 
+    Suspects: a job that may have killed its process (lost with it, or timed out)
+    runs alone in the process, so that only it is charged if the process dies again
+    (ADR 0021). The lanes share one gate (:mod:`reliable_queue.gate`): each holds it
+    shared while it fetches and runs a batch, whose fetch leases no suspect; a lane
+    told a suspect waits takes it exclusively once the other lanes' batches have
+    run, fetches the suspect alone, runs it, and settles it before the others go on.
+    A lane abandoned at its time limit gives up its hold: its stuck thread no longer
+    counts as running. One worker per process is what the gate assumes.
+
     Raises:
         ValueError: ``concurrency`` or ``batch_size`` out of range, or no queue.
         TypeError: a plain middleware with batch tasks in the registry (it could not
@@ -172,6 +182,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.counters = WorkerCounters()
         self.book = LeaseBook()
+        self.gate = LaneGate()
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
         lease = self.settings.lease_seconds
@@ -218,6 +229,7 @@ class Worker:
     def request_stop(self) -> None:
         """Stop fetching; in-flight jobs finish, unstarted ones are handed back."""
         self.stopping.set()
+        self.gate.close()  # a lane waiting for its turn goes on to stop
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the lanes; after ``timeout`` s hand back what is still held.
@@ -363,6 +375,7 @@ class Worker:
                 self._lane_loop(queue, run)
                 return
             except Exception:
+                self.gate.leave(run.ticket)  # a failed lane holds up no other lane
                 log.exception("lane of queue %s failed; restarting it in 1 s", queue.name)
                 if self.stopping.wait(1.0):
                     return
@@ -370,12 +383,29 @@ class Worker:
     def _lane_loop(self, queue: Queue, run: LaneRun) -> None:
         pending: list[Call] = []
         backoff = 0.05
-        # the fetch's calls are the same every time (immutable): built once per lane
-        fetch = queue.fetch_calls(self.batch_size, self.settings.lease_seconds, self.worker_id)
+        lease = self.settings.lease_seconds
+        # the fetch's calls are the same every time (immutable): built once per lane. A
+        # batch runs beside the other lanes of the process, so it leases no suspect; a
+        # suspect waiting at the head is fetched alone, under the gate's exclusive hold
+        fetch = queue.fetch_calls(self.batch_size, lease, self.worker_id, alone=False)
+        fetch_alone = [queue.fetch_call(1, lease, self.worker_id, alone=True)]
+        alone = False  # the last fetch found a suspect waiting: the next one runs alone
+        gate, ticket = self.gate, run.ticket
         while True:
-            parts = [] if self.stopping.is_set() or run.abandoned.is_set() else fetch
+            if self.stopping.is_set() or run.abandoned.is_set():
+                parts = []
+            else:
+                parts = fetch_alone if alone else fetch
             # a split fetch sends its later calls only after a full first call
             fetches = parts[:1]
+            # the gate is held from sending a fetch until its batch has run, and kept
+            # from one batch to the next while no lane waits to run alone
+            if not fetches or alone:
+                gate.leave(ticket)  # stopping, or about to wait for the exclusive hold
+            if fetches and not ticket.holds and (alone or not gate.try_shared(ticket)):
+                pending = self._wait_at_gate(queue, ticket, pending, exclusive=alone)
+                if not ticket.holds:
+                    continue  # the gate closed: the worker is stopping
             calls = pending + fetches
             if not calls:
                 return
@@ -394,6 +424,7 @@ class Worker:
             except (QueueConnectionError, redis.RedisError) as exc:
                 # unreachable, or refusing for now (READONLY after a failover, OOM, ...):
                 # keep the settlements and try again; a lane never dies of Redis trouble
+                gate.leave(ticket)
                 log.warning(
                     "queue %s: Redis unavailable (%s); retrying in %.2fs", queue.name, exc, backoff
                 )
@@ -414,6 +445,7 @@ class Worker:
                 elif reply is not None:
                     fetched.append(reply)
             if not fetched:
+                gate.leave(ticket)
                 self.stopping.wait(backoff)
                 continue
             result = queue.parse_fetches(fetched)
@@ -422,7 +454,9 @@ class Worker:
             if result.reaped:
                 self.counters.add("reaped", result.reaped)
             if not result.jobs:
-                if result.reap_more or pending:
+                gate.leave(ticket)
+                alone = result.suspect_waiting and not alone
+                if alone or result.reap_more or pending:
                     continue
                 limit = self.settings.max_block_seconds
                 wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
@@ -433,9 +467,16 @@ class Worker:
                     self.stopping.wait(backoff)
                 continue
             pending += self._run_batch(queue, result.jobs, run)
+            if alone:  # settled before the exclusive hold ends: nothing else ran meanwhile
+                pending = self._send_settlements(queue, pending)
+                alone = False
+                gate.leave(ticket)
+            elif gate.waiting:  # read unlocked, a hint: a lane waits to run alone
+                gate.leave(ticket)
             if run.abandoned.is_set():
                 # a run overstayed its time limit and a fresh lane took over: settle
                 # what finished (once; a refused ack is harmless) and stop
+                gate.leave(ticket)
                 log.warning("lane %s: abandoned after a time limit; exiting", queue.name)
                 if pending:
                     try:
@@ -443,6 +484,41 @@ class Worker:
                     except (QueueConnectionError, redis.RedisError, ReplicationTimeoutError):
                         pass  # their leases expire and are reaped
                 return
+
+    def _wait_at_gate(
+        self, queue: Queue, ticket: Ticket, pending: list[Call], *, exclusive: bool
+    ) -> list[Call]:
+        """Wait for the process's gate before a fetch: the exclusive hold, or a shared
+        one once no lane runs or waits to run alone (``ticket.holds`` stays NONE if the
+        gate closed meanwhile).
+
+        First sends the settlements the lane keeps: the heartbeat no longer extends
+        their leases. Returns the settlements still to send.
+        """
+        if pending:
+            pending = self._send_settlements(queue, pending)
+        if exclusive:
+            self.gate.exclusive(ticket)
+        else:
+            self.gate.shared(ticket)
+        return pending
+
+    def _send_settlements(self, queue: Queue, calls: list[Call]) -> list[Call]:
+        """Send settlements in a round trip of their own; return those to send again."""
+        if not calls:
+            return calls
+        if self.hooks.before_settle:
+            self.hooks.before_settle(calls)
+        try:
+            replies = queue.scripts.run_many(calls, partial=True)
+        except ReplicationTimeoutError as exc:
+            log.warning("queue %s: %s", queue.name, exc)
+            self.counters.add("replication_timeouts")
+            replies = exc.replies
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning("queue %s: settling failed (%s); sent again later", queue.name, exc)
+            return calls
+        return self._check_settled(queue, calls, replies)
 
     def _fetch_rest(self, queue: Queue, calls: list[Call], first: FetchResult) -> FetchResult:
         """Send the later calls of a split fetch; on trouble keep what the first leased.
@@ -556,6 +632,7 @@ class Worker:
         lanes = {id(h.lane): h.lane for h in overdue if h.lane is not None}
         for lane in lanes.values():
             lane.abandoned.set()
+            self.gate.leave(lane.ticket)  # its stuck thread no longer counts (ADR 0021)
             self.counters.add("lanes_abandoned")
             if not self.stopping.is_set():
                 self._open_lane(lane.queue)
