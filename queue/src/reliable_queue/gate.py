@@ -37,15 +37,15 @@ class LaneGate:
     """Shared holds for lanes running batches, an exclusive one for a lane running alone.
 
     Thread-safe: every change is made under the gate's lock. Every wait ends when the
-    gate is :meth:`close`\\ d (the hold is then not granted). The gate is per process
-    (one :class:`~reliable_queue.worker.Worker`).
+    gate is closed (:meth:`close`; the hold is then not granted). The gate is per
+    process (one :class:`~reliable_queue.worker.Worker`).
 
     Attributes:
         waiting: lanes waiting for the exclusive hold. Read without the lock it is a
             hint: a lane that keeps its shared hold between batches gives it back
-            once it reads a waiting lane here (a stale read costs that lane's turn one
-            more batch; it never lets a lane run beside the exclusive hold, which is
-            granted only when no shared hold is left).
+            once it reads a waiting lane here. A stale read makes the waiting lane
+            wait one batch more; it never lets a lane run beside the exclusive hold,
+            which is granted only when no shared hold is left.
     """
 
     def __init__(self) -> None:
