@@ -6,7 +6,9 @@ does per batch of 100 jobs on canned bytes (no Redis: its time is measured by
 ``drain_instructions.py``): hiredis parses a fetch reply (100 jobs, each with its
 id, lease token, delivery count and record), ``parse_fetches`` turns it into jobs,
 the lane runs them (no-op handler, no middleware) and builds their settlement
-calls, and the calls and the next fetch are packed into one write. The start-up
+calls, and the calls and the next fetch are packed into one write; the batches run
+under a shared hold of the worker's lane gate, kept between batches as a lane keeps
+it while no lane waits to run alone. The start-up
 heap is frozen first, as ``Worker.run`` does (``--no-freeze``: not, as the code
 before that did). Instruction counts are stable under
 machine load, wall-clock is not; imports only ``reliable_queue`` (and redis-py,
@@ -39,8 +41,8 @@ def _resp(items: list[int | bytes]) -> bytes:
     return b"".join(out)
 
 
-def _reply(batch: int) -> bytes:
-    items: list[int | bytes] = [-1, 0, 0]
+def _reply(batch: int, header: list[int]) -> bytes:
+    items: list[int | bytes] = list(header)
     for i in range(JOBS):
         token = b"%d:host:1234:abcd" % (batch * JOBS + i)
         items += [b"01JDEXAMPLE%05d%05d" % (batch, i), token, 1, RECORD]
@@ -55,6 +57,7 @@ def _measured(batches: int, freeze: bool) -> None:
 
     from reliable_queue import TaskRegistry, Worker
     from reliable_queue.heartbeat import LaneRun
+    from reliable_queue.job import FetchResult
 
     registry = TaskRegistry()
     registry.task("noop")(lambda payload, ctx: None)
@@ -71,12 +74,18 @@ def _measured(batches: int, freeze: bool) -> None:
     lane = LaneRun(queue)
     conn = Connection()
     fetch = queue.fetch_calls(JOBS, 30.0, worker.worker_id)[:1]
-    raws = [_reply(b) for b in range(batches)]
+    # an older checkout's fetch reply has no suspect_waiting field, nor its worker a gate
+    header = [-1, 0, 0, 0] if "suspect_waiting" in FetchResult.__dataclass_fields__ else [-1, 0, 0]
+    gate = getattr(worker, "gate", None)
+    ticket = lane.ticket if gate is not None else None
+    raws = [_reply(b, header) for b in range(batches)]
     if freeze:
         gc.collect()
         gc.freeze()
     subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True)
     pending: list = []
+    if gate is not None:  # a lane keeps its shared hold between batches while no lane waits
+        gate.try_shared(ticket)
     for raw in raws:
         reader = hiredis.Reader()
         reader.feed(raw)
@@ -86,6 +95,8 @@ def _measured(batches: int, freeze: bool) -> None:
             [("EVALSHA", queue.scripts.sha(c.script), len(c.keys), *c.keys, *c.args) for c in calls]
         )
         pending = worker._run_batch(queue, result.jobs, lane)
+        if gate is not None and gate.waiting:
+            gate.leave(ticket)
 
 
 def main(batches: int = 40, freeze: bool = True) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from .errors import QueueConnectionError
+from .gate import Ticket
 from .job import Lease
 from .queue import Queue
 
@@ -25,10 +26,21 @@ class LaneRun:
     An abandoned lane's thread may still be stuck in a handler (a Python thread
     cannot be killed); a fresh lane takes its place and the old one exits, without
     fetching again, once the handler returns.
+
+    Attributes:
+        ticket: the lane's place at the process's gate (:mod:`reliable_queue.gate`),
+            held while it fetches and runs a batch; the time-limit check gives back
+            an abandoned lane's hold.
+        taken: the time-limit check took the batch the lane runs (set under the
+            lease book's lock, :meth:`LeaseBook.take_overdue`): the check settles it,
+            the lane does not (:meth:`LeaseBook.close`). The lane is abandoned then,
+            so this is never cleared.
     """
 
     queue: Queue
     abandoned: threading.Event = field(default_factory=threading.Event)
+    ticket: Ticket = field(default_factory=Ticket)
+    taken: bool = False
 
 
 @dataclass(slots=True)
@@ -46,6 +58,8 @@ class Held:
             time limit; None means no limit, or that the run ended.
         context: what the lane needs to settle it on a timeout (the worker's own
             record of the job; opaque here).
+        result: what the run ended with, once it ended (the worker's job and outcome;
+            opaque here): the time-limit check settles it when the lane is abandoned.
     """
 
     queue: Queue
@@ -54,6 +68,7 @@ class Held:
     lane: LaneRun | None = None
     deadline: float | None = None
     context: Any = None
+    result: Any = None
 
     def start(self, deadline: float | None = None, context: Any = None) -> None:
         """Mark the run as started (``deadline``: monotonic seconds, None: no limit)."""
@@ -61,13 +76,14 @@ class Held:
         self.context = context
         self.started = True
 
-    def finish(self) -> None:
-        """Mark the run as ended: past its deadline it is no longer overdue.
+    def finish(self, result: Any = None) -> None:
+        """Mark the run as ended with ``result``: past its deadline it is not overdue.
 
         A lane settles a fetched batch once every job of it ran, so a job that finished
         stays held (and heartbeated) until then; this keeps a later job's hang from
-        timing it out too.
+        timing it out too, and lets the time-limit check settle it if a later job hangs.
         """
+        self.result = result
         self.deadline = None
 
 
@@ -94,7 +110,7 @@ class LeaseBook:
         return entries
 
     def take_overdue(self, now: float) -> tuple[list[Held], list[Held]]:
-        """Remove runs past their deadline, and everything else their lanes hold.
+        """Claim runs past their deadline, and everything else their lanes hold.
 
         Args:
             now: monotonic seconds (the clock the deadlines were set on).
@@ -102,7 +118,10 @@ class LeaseBook:
         Returns:
             ``(overdue, lane_mates)``: the started jobs whose deadline passed, and the
             other jobs held by the same lanes (not started yet, or finished and
-            waiting for their settlement). Neither is heartbeated any more.
+            waiting for their settlement: their ``result`` is set). All are removed
+            from the book (no longer heartbeated) and their lanes marked ``taken``:
+            the caller settles or hands them back, and their lanes do not
+            (:meth:`close`). A batch its lane closed is no longer in the book.
         """
         with self._lock:
             # a lane finishes a run without this lock (Held.finish clears the deadline):
@@ -112,16 +131,41 @@ class LeaseBook:
                 for h in self._held.values()
                 if h.started and (d := h.deadline) is not None and d <= now
             ]
-            lanes = {id(h.lane) for h in overdue if h.lane is not None}
+            lanes = {id(h.lane): h.lane for h in overdue if h.lane is not None}
             taken = {id(h) for h in overdue}
             mates = [
                 h
                 for h in self._held.values()
                 if h.lane is not None and id(h.lane) in lanes and id(h) not in taken
             ]
+            for lane in lanes.values():
+                lane.taken = True
             for h in overdue + mates:
                 del self._held[h.lease.job_id]
             return overdue, mates
+
+    def close(self, lane: LaneRun, entries: list[Held]) -> bool:
+        """``lane``'s batch has run: stop holding its jobs, unless the check took it.
+
+        Args:
+            lane: the lane that ran the batch.
+            entries: the batch's entries, from :meth:`add`.
+
+        Returns:
+            True if the lane settles (or hands back) the batch; False if the time-limit
+            check took it first (:meth:`take_overdue`) and settled or handed back what
+            the book held of it. Either way, once: the two meet under the book's lock.
+        """
+        held = self._held
+        with self._lock:
+            if lane.taken:
+                return False
+            for entry in entries:
+                job_id = entry.lease.job_id
+                if held.get(job_id) is entry:  # not a newer delivery of the same job
+                    del held[job_id]
+                    self.lost.discard(job_id)
+        return True
 
     def drop(self, leases: list[Lease]) -> None:
         """Forget jobs that are settled (or about to be, in the next round trip).

@@ -229,12 +229,15 @@ class FetchResult:
             or the next lease expires (None if neither exists).
         reaped: expired leases reclaimed by this call.
         reap_more: True if reaping hit ``reap_limit`` and more expired leases remain.
+        suspect_waiting: True if nothing was leased because the head of the line is a
+            suspect that this fetch could not lease (it was not ``alone``, ADR 0021).
     """
 
     jobs: list[RawJob]
     wait_seconds: float | None
     reaped: int
     reap_more: bool
+    suspect_waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -233,13 +233,24 @@ class Queue:
 
     # -------------------------------------------------------------------- fetch
     def fetch_call(
-        self, count: int, lease_seconds: float, worker_id: str, *, reap: bool = True
+        self,
+        count: int,
+        lease_seconds: float,
+        worker_id: str,
+        *,
+        reap: bool = True,
+        alone: bool = True,
     ) -> Call:
         """The script call behind :meth:`fetch`, for pipelining with settlements.
 
         Args:
             reap: reclaim expired leases first (False for the later calls of a split
                 fetch: they must not reap the short leases the first call gave out).
+            alone: the caller promises to run nothing else in its process while it
+                runs what this call leases, so a suspect at the head of the line is
+                leased (as the call's one job) and charged if lost. False: no suspect
+                is leased; when one at the head leaves the call empty, its result says
+                ``suspect_waiting`` (ADR 0021).
 
         Raises:
             QueueLimitError: ``count`` outside ``0..SCRIPT_BATCH`` (use :meth:`fetch_calls`).
@@ -258,15 +269,19 @@ class Queue:
                 s.default_max_attempts,
                 s.dlq_max_size,
                 _ms(s.dlq_max_age_seconds),
+                b"1" if alone else b"0",  # bytes: sent as they are, not formatted
             ),
         )
 
-    def fetch_calls(self, count: int, lease_seconds: float, worker_id: str) -> list[Call]:
+    def fetch_calls(
+        self, count: int, lease_seconds: float, worker_id: str, *, alone: bool = True
+    ) -> list[Call]:
         """The script calls that lease up to ``count`` jobs (``ceil(count / SCRIPT_BATCH)``).
 
         Send the first call alone and the others only if it came back full
         (:meth:`fetch_needs_rest`): a first call that leased a suspect (a job lost
-        with its worker) leased it alone, and the later calls must not add to it.
+        with its worker) leased it alone, and the later calls never lease one.
+        ``alone`` is the first call's, as in :meth:`fetch_call`.
 
         Raises:
             QueueLimitError: ``count`` outside ``1..MAX_FETCH``.
@@ -275,7 +290,8 @@ class Queue:
             raise QueueLimitError(f"fetch count must be 1..{MAX_FETCH}, not {count}")
         sizes = [min(SCRIPT_BATCH, count - i) for i in range(0, count, SCRIPT_BATCH)]
         return [
-            self.fetch_call(n, lease_seconds, worker_id, reap=i == 0) for i, n in enumerate(sizes)
+            self.fetch_call(n, lease_seconds, worker_id, reap=i == 0, alone=alone and i == 0)
+            for i, n in enumerate(sizes)
         ]
 
     @staticmethod
@@ -299,8 +315,8 @@ class Queue:
         ``invalid_record``); records stay bytes and are decoded per job later.
         """
         wait_ms, reaped, more = int(reply[0]), int(reply[1]), bool(int(reply[2]))
-        name, items, make = self.name, iter(reply[3:]), make_raw_job
-        if len(reply) > 3 and type(reply[3]) is bytes:  # the usual bytes replies
+        name, items, make = self.name, iter(reply[4:]), make_raw_job
+        if len(reply) > 4 and type(reply[4]) is bytes:  # the usual bytes replies
             jobs = [
                 make(name, job_id.decode(), token.decode(), int(attempt), record)
                 for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
@@ -311,7 +327,7 @@ class Queue:
                 for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
             ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
-        return FetchResult(jobs, wait, reaped, more)
+        return FetchResult(jobs, wait, reaped, more, not jobs and int(reply[3]) == 1)
 
     def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
         """Merge the replies of :meth:`fetch_calls` into one :class:`FetchResult`."""
@@ -326,11 +342,20 @@ class Queue:
         waits = [p.wait_seconds for p in parts if p.wait_seconds is not None]
         wait = None if jobs or not waits else min(waits)
         return FetchResult(
-            jobs, wait, sum(p.reaped for p in parts), any(p.reap_more for p in parts)
+            jobs,
+            wait,
+            sum(p.reaped for p in parts),
+            any(p.reap_more for p in parts),
+            not jobs and any(p.suspect_waiting for p in parts),
         )
 
     def fetch(
-        self, count: int = 1, *, lease_seconds: float | None = None, worker_id: str = "-"
+        self,
+        count: int = 1,
+        *,
+        lease_seconds: float | None = None,
+        worker_id: str = "-",
+        alone: bool = True,
     ) -> FetchResult:
         """Lease up to ``count`` ready jobs (after reaping and promoting due jobs).
 
@@ -341,13 +366,18 @@ class Queue:
                 came back full (a suspect is leased alone, ADR 0002).
             lease_seconds: lease length (default ``settings.lease_seconds``).
             worker_id: recorded in each lease token (shown by ``explain``).
+            alone: the caller runs nothing else in its process while it runs these
+                jobs (the default, for a process that fetches in one place): a suspect
+                at the head is leased, as the fetch's one job. False leases no suspect
+                and reports one at the head as ``suspect_waiting`` (ADR 0021).
 
         Raises:
             QueueLimitError: ``count`` outside ``1..MAX_FETCH``.
             QueueConnectionError: Redis unreachable (no job was leased, or a leased one
                 will be reaped when its lease expires).
         """
-        calls = self.fetch_calls(count, lease_seconds or self.settings.lease_seconds, worker_id)
+        lease = lease_seconds or self.settings.lease_seconds
+        calls = self.fetch_calls(count, lease, worker_id, alone=alone)
         first = self.parse_fetch(self._run(calls[0]))
         if not self.fetch_needs_rest(calls, first):
             return first

@@ -37,6 +37,7 @@ from .execution import (
     run_batch,
     run_prepared,
 )
+from .gate import LaneGate, Ticket
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
 from .job import FetchResult, RawJob
 from .limits import MAX_FETCH
@@ -117,13 +118,23 @@ class Worker:
     heartbeat past the limit fails with reason ``timed_out``: it is retried with
     backoff, or dead-lettered as ``timed_out`` at max attempts, and its lease is no
     longer extended. A Python thread cannot be killed, so its lane is abandoned: a
-    fresh lane takes its place at once, the jobs its batch had not started are
-    handed back, and the old thread exits when the handler returns (its late ack is
-    refused by the fencing token). So a hung run is released within its limit plus
+    fresh lane takes its place at once, the jobs its batch had finished are settled
+    at once (ack, retry or dead letter, as their lane would have), those it had not
+    started are handed back, and the old thread exits when the handler returns (its
+    late result is ignored). So a hung run is released within its limit plus
     one heartbeat interval (a third of the lease). A batch task's jobs share one
     handler call, so when that call times out the job that hung is not known: the
     whole batch is handed back uncharged and each of its jobs is leased alone next;
     only a run that times out alone counts as an attempt (ADR 0005).
+
+    Suspects: a job that may have killed its process (lost with it, or timed out)
+    runs alone in the process, so that only it is charged if the process dies again
+    (ADR 0021). The lanes share one gate (:mod:`reliable_queue.gate`): each holds it
+    shared while it fetches and runs a batch, whose fetch leases no suspect; a lane
+    told a suspect waits takes it exclusively once the other lanes' batches have
+    run, fetches the suspect alone, runs it, and settles it before the others go on.
+    A lane abandoned at its time limit gives up its hold: its stuck thread no longer
+    counts as running. One worker per process is what the gate assumes.
 
     Raises:
         ValueError: ``concurrency`` or ``batch_size`` out of range, or no queue.
@@ -171,6 +182,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.counters = WorkerCounters()
         self.book = LeaseBook()
+        self.gate = LaneGate()
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
         lease = self.settings.lease_seconds
@@ -182,7 +194,6 @@ class Worker:
         self._lane_runs: dict[threading.Thread, LaneRun] = {}
         self._lanes_lock = threading.Lock()
         self._lane_seq = 0
-        self._timed_out: set[str] = set()  # lease tokens failed by the time limit
         self._stop_signals = StopSignals(clock=clock)
 
     # ----------------------------------------------------------------- control
@@ -218,6 +229,7 @@ class Worker:
     def request_stop(self) -> None:
         """Stop fetching; in-flight jobs finish, unstarted ones are handed back."""
         self.stopping.set()
+        self.gate.close()  # a lane waiting for its turn goes on to stop
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the lanes; after ``timeout`` s hand back what is still held.
@@ -363,6 +375,7 @@ class Worker:
                 self._lane_loop(queue, run)
                 return
             except Exception:
+                self.gate.leave(run.ticket)  # a failed lane holds up no other lane
                 log.exception("lane of queue %s failed; restarting it in 1 s", queue.name)
                 if self.stopping.wait(1.0):
                     return
@@ -370,12 +383,29 @@ class Worker:
     def _lane_loop(self, queue: Queue, run: LaneRun) -> None:
         pending: list[Call] = []
         backoff = 0.05
-        # the fetch's calls are the same every time (immutable): built once per lane
-        fetch = queue.fetch_calls(self.batch_size, self.settings.lease_seconds, self.worker_id)
+        lease = self.settings.lease_seconds
+        # the fetch's calls are the same every time (immutable): built once per lane. A
+        # batch runs beside the other lanes of the process, so it leases no suspect; a
+        # suspect waiting at the head is fetched alone, under the gate's exclusive hold
+        fetch = queue.fetch_calls(self.batch_size, lease, self.worker_id, alone=False)
+        fetch_alone = [queue.fetch_call(1, lease, self.worker_id, alone=True)]
+        alone = False  # the last fetch found a suspect waiting: the next one runs alone
+        gate, ticket = self.gate, run.ticket
         while True:
-            parts = [] if self.stopping.is_set() or run.abandoned.is_set() else fetch
+            if self.stopping.is_set() or run.abandoned.is_set():
+                parts = []
+            else:
+                parts = fetch_alone if alone else fetch
             # a split fetch sends its later calls only after a full first call
             fetches = parts[:1]
+            # the gate is held from sending a fetch until its batch has run, and kept
+            # from one batch to the next while no lane waits to run alone
+            if not fetches or alone:
+                gate.leave(ticket)  # stopping, or about to wait for the exclusive hold
+            if fetches and not ticket.holds and (alone or not gate.try_shared(ticket)):
+                pending = self._wait_at_gate(queue, ticket, pending, exclusive=alone)
+                if not ticket.holds:
+                    continue  # the gate closed: the worker is stopping
             calls = pending + fetches
             if not calls:
                 return
@@ -394,6 +424,7 @@ class Worker:
             except (QueueConnectionError, redis.RedisError) as exc:
                 # unreachable, or refusing for now (READONLY after a failover, OOM, ...):
                 # keep the settlements and try again; a lane never dies of Redis trouble
+                gate.leave(ticket)
                 log.warning(
                     "queue %s: Redis unavailable (%s); retrying in %.2fs", queue.name, exc, backoff
                 )
@@ -414,6 +445,7 @@ class Worker:
                 elif reply is not None:
                     fetched.append(reply)
             if not fetched:
+                gate.leave(ticket)
                 self.stopping.wait(backoff)
                 continue
             result = queue.parse_fetches(fetched)
@@ -422,7 +454,9 @@ class Worker:
             if result.reaped:
                 self.counters.add("reaped", result.reaped)
             if not result.jobs:
-                if result.reap_more or pending:
+                gate.leave(ticket)
+                alone = result.suspect_waiting and not alone
+                if alone or result.reap_more or pending:
                     continue
                 limit = self.settings.max_block_seconds
                 wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
@@ -433,9 +467,16 @@ class Worker:
                     self.stopping.wait(backoff)
                 continue
             pending += self._run_batch(queue, result.jobs, run)
+            if alone:  # settled before the exclusive hold ends: nothing else ran meanwhile
+                pending = self._send_settlements(queue, pending)
+                alone = False
+                gate.leave(ticket)
+            elif gate.waiting:  # read unlocked, a hint: a lane waits to run alone
+                gate.leave(ticket)
             if run.abandoned.is_set():
                 # a run overstayed its time limit and a fresh lane took over: settle
                 # what finished (once; a refused ack is harmless) and stop
+                gate.leave(ticket)
                 log.warning("lane %s: abandoned after a time limit; exiting", queue.name)
                 if pending:
                     try:
@@ -443,6 +484,41 @@ class Worker:
                     except (QueueConnectionError, redis.RedisError, ReplicationTimeoutError):
                         pass  # their leases expire and are reaped
                 return
+
+    def _wait_at_gate(
+        self, queue: Queue, ticket: Ticket, pending: list[Call], *, exclusive: bool
+    ) -> list[Call]:
+        """Wait for the process's gate before a fetch: the exclusive hold, or a shared
+        one once no lane runs or waits to run alone (``ticket.holds`` stays NONE if the
+        gate closed meanwhile).
+
+        First sends the settlements the lane keeps: the heartbeat no longer extends
+        their leases. Returns the settlements still to send.
+        """
+        if pending:
+            pending = self._send_settlements(queue, pending)
+        if exclusive:
+            self.gate.exclusive(ticket)
+        else:
+            self.gate.shared(ticket)
+        return pending
+
+    def _send_settlements(self, queue: Queue, calls: list[Call]) -> list[Call]:
+        """Send settlements in a round trip of their own; return those to send again."""
+        if not calls:
+            return calls
+        if self.hooks.before_settle:
+            self.hooks.before_settle(calls)
+        try:
+            replies = queue.scripts.run_many(calls, partial=True)
+        except ReplicationTimeoutError as exc:
+            log.warning("queue %s: %s", queue.name, exc)
+            self.counters.add("replication_timeouts")
+            replies = exc.replies
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning("queue %s: settling failed (%s); sent again later", queue.name, exc)
+            return calls
+        return self._check_settled(queue, calls, replies)
 
     def _fetch_rest(self, queue: Queue, calls: list[Call], first: FetchResult) -> FetchResult:
         """Send the later calls of a split fetch; on trouble keep what the first leased.
@@ -465,10 +541,12 @@ class Worker:
         entries = self.book.add(queue, [j.lease for j in jobs], run)
         try:
             return self._run_held(queue, jobs, entries, run)
-        finally:
-            # settled in the next round trip, or (after an unexpected error) left to
-            # expire and be reaped: either way the heartbeat must stop extending them
+        except BaseException:
+            # an unexpected error: its jobs are left to expire and be reaped, so the
+            # heartbeat must stop extending them (a finished batch left the book when
+            # its lane claimed it, LeaseBook.close)
             self.book.drop([j.lease for j in jobs])
+            raise
 
     def _deadline(self, item: Prepared, limits: dict[str, float | None]) -> float | None:
         """Monotonic seconds ``item``'s run must end by if it starts now (None: no limit).
@@ -487,12 +565,18 @@ class Worker:
     def _run_held(
         self, queue: Queue, jobs: list[RawJob], entries: list[Held], run: LaneRun
     ) -> list[Call]:
-        """Run a fetched batch; ``entries`` are its lease-book entries, one per job."""
+        """Run a fetched batch; ``entries`` are its lease-book entries, one per job.
+
+        Each run's outcome is kept on its entry (:meth:`Held.finish`). When the batch
+        has run, the lane closes it (:meth:`LeaseBook.close`) and settles it; if a run
+        overstayed its time limit meanwhile, the time-limit check has taken the batch
+        and settled it itself (:meth:`_check_time_limits`), and the lane settles
+        nothing.
+        """
         if self.hooks.after_fetch:
             self.hooks.after_fetch(jobs)
-        outcomes: list[tuple[RawJob, Outcome]] = []
+        outcomes: list[tuple[RawJob, Outcome]] = []  # also kept on each job's entry
         batched: dict[str, list[tuple[Prepared, Held]]] = {}
-        released: list[RawJob] = []
         limits: dict[str, float | None] = {}
         abandoned, stopping = run.abandoned, self.stopping
         registry, middleware, rng = self.registry, self.middleware, self.rng
@@ -500,42 +584,43 @@ class Worker:
             if abandoned.is_set():
                 break  # the rest of the batch was handed back by the time-limit check
             if stopping.is_set():
-                released.append(job)
-                continue
+                continue  # not run: handed back below
             item = prepare(job, registry)
             if isinstance(item, Prepared):
                 if item.definition.batch:
                     batched.setdefault(item.definition.name, []).append((item, entry))
                     continue
                 entry.start(self._deadline(item, limits), item)
-                outcome: Outcome = run_prepared(item, middleware=middleware, rng=rng)
-                entry.finish()
+                result = (job, run_prepared(item, middleware=middleware, rng=rng))
             else:
                 entry.start()
-                outcome = item
-            outcomes.append((job, outcome))
+                result = (job, item)
+            entry.finish(result)
+            outcomes.append(result)
         for pairs in batched.values():
             if abandoned.is_set():
                 break
-            items = [i for i, _ in pairs]
             if stopping.is_set():
-                released.extend(i.job for i in items)
                 continue
+            items = [i for i, _ in pairs]
             deadline = self._deadline(items[0], limits)
             for i, entry in pairs:
                 entry.start(deadline, i)
-            outcomes.extend(
-                zip(
-                    [i.job for i in items],
-                    run_batch(items, rng, middleware=middleware),
-                    strict=True,
-                )
+            results = run_batch(items, rng, middleware=middleware)
+            for (i, entry), outcome in zip(pairs, results, strict=True):
+                result = (i.job, outcome)
+                entry.finish(result)
+                outcomes.append(result)
+        if not self.book.close(run, entries):
+            log.warning(
+                "lane %s: its batch was settled by the time-limit check; late results ignored",
+                queue.name,
             )
-            for _, entry in pairs:
-                entry.finish()
+            return []
         calls = self._settlements(queue, outcomes)
-        if released:
-            calls.extend(queue.release_calls([j.lease for j in released]))
+        if len(outcomes) < len(entries):  # not run: stopping, or the batch was cut short
+            released = [e.lease for e in entries if e.result is None]
+            calls.extend(queue.release_calls(released))
             self.counters.add("released", len(released))
         return calls
 
@@ -547,6 +632,7 @@ class Worker:
         lanes = {id(h.lane): h.lane for h in overdue if h.lane is not None}
         for lane in lanes.values():
             lane.abandoned.set()
+            self.gate.leave(lane.ticket)  # its stuck thread no longer counts (ADR 0021)
             self.counters.add("lanes_abandoned")
             if not self.stopping.is_set():
                 self._open_lane(lane.queue)
@@ -559,12 +645,34 @@ class Worker:
                     self._time_out(held)
             else:  # one handler call ran them all: the one that hung is not known
                 self._split_timed_out(group)
-        unstarted = [h for h in mates if not h.started]
-        for queue in {h.queue.name: h.queue for h in unstarted}.values():
+        self._settle_mates(mates)
+
+    def _settle_mates(self, mates: list[Held]) -> None:
+        """Settle the finished batch-mates of a timed-out run now; hand back the rest.
+
+        Their lane is stuck in the hung run and will not settle them (its late
+        settlement skips what was claimed here, LeaseBook.close), and they are no
+        longer heartbeated: a finished job left waiting would lose its lease and run
+        again. Each is settled once, through the lane's own settlement code (and the
+        ``on_outcome`` hook). A settlement that cannot reach Redis is logged: its
+        lease expires and the job is reaped, as after a crash.
+        """
+        for queue in {h.queue.name: h.queue for h in mates}.values():
+            mine = [h for h in mates if h.queue is queue]
+            finished = [h.result for h in mine if h.result is not None]
+            unstarted = [h.lease for h in mine if h.result is None and not h.started]
+            calls = self._settlements(queue, finished) + queue.release_calls(unstarted)
+            if not calls:
+                continue
             try:
-                queue.release([h.lease for h in unstarted if h.queue is queue])
+                replies = queue.scripts.run_many(calls, partial=True)
+            except ReplicationTimeoutError as exc:
+                replies = list(exc.replies or [])
             except (QueueConnectionError, redis.RedisError) as exc:
-                log.warning("hand-back after a time limit failed (%s); leases will expire", exc)
+                log.warning("settling after a time limit failed (%s); leases will expire", exc)
+                continue
+            if len(replies) == len(calls):
+                self._check_settled(queue, calls, replies)
 
     def _time_out(self, held: Held) -> None:
         item = held.context
@@ -580,8 +688,6 @@ class Worker:
         else:
             outcome = Dead(held.lease, "timed_out", error, "")
         self.counters.add("timed_out")
-        with self._lanes_lock:
-            self._timed_out.add(held.lease.token)
         log.warning(
             "job %s timed out (attempt %d, limit %s s)",
             item.job.job_id,
@@ -629,8 +735,6 @@ class Worker:
             f"TimeLimitExceeded: a batch of {len(group)} jobs sharing one handler call ran "
             f"past its limit of {limit} s; not counted as an attempt, each job runs alone next"
         )
-        with self._lanes_lock:
-            self._timed_out.update(h.lease.token for h in group)
         self.counters.add("timed_out")  # one run (the shared call) timed out
         self.counters.add("timeout_splits")
         log.warning(
@@ -650,17 +754,8 @@ class Worker:
     def _settlements(self, queue: Queue, outcomes: list[tuple[RawJob, Outcome]]) -> list[Call]:
         acks = []
         calls: list[Call] = []
-        late: set[str] = set()
-        if self._timed_out:  # one look under the lock per batch, and only after a timeout
-            with self._lanes_lock:
-                late = {job.token for job, _ in outcomes if job.token in self._timed_out}
-                self._timed_out -= late
         succeeded = 0
         for job, outcome in outcomes:
-            if late and job.token in late:
-                # already failed as timed_out; this late result is not settled
-                log.warning("job %s returned after its time limit; result ignored", job.job_id)
-                continue
             if isinstance(outcome, Succeeded):
                 succeeded += 1  # counted once per batch below
             else:

@@ -1,7 +1,8 @@
 """A real worker process for the crash tests: ``python queue_worker_process.py '<json spec>'``.
 
 Spec keys: ``url``, ``prefix``, ``queue``, ``db`` (SQLite file for effects), and
-optionally ``settings`` (QueueSettings fields), ``batch_size``, ``grace_seconds``,
+optionally ``queues`` (names served, instead of ``queue`` alone), ``concurrency``
+(lanes per queue), ``settings`` (QueueSettings fields), ``batch_size``, ``grace_seconds``,
 ``retry`` (RetryPolicy fields for every task), ``kill`` (``"after_fetch"`` or
 ``"before_settle"``: SIGKILL this process at that fault-injection point).
 
@@ -99,9 +100,10 @@ def main(spec: dict) -> None:
     client = redis.Redis.from_url(spec["url"], socket_timeout=10)
     worker = Worker(
         client,
-        [spec["queue"]],
+        spec.get("queues", [spec["queue"]]),
         registry,
         prefix=spec["prefix"],
+        concurrency=spec.get("concurrency", 1),
         batch_size=spec.get("batch_size", 10),
         settings=QueueSettings(**spec.get("settings", {})),
         grace_seconds=spec.get("grace_seconds", 10.0),

@@ -15,7 +15,9 @@ max attempts is dead, ``worker_lost``), any other reaped job gets the attempt ba
 becomes a suspect. A run that timed out makes a suspect too (a nack with reason
 ``timed_out``, or a release recording it: a batch whose shared call timed out, ADR
 0005). Any other nack, a dead letter, redrive or replay ends suspicion; a release
-keeps it. A fetch leases a suspect only as its one job (see ``expected_fetch``).
+keeps it. A fetch leases a suspect only as its one job, and only when it is ``alone``
+(its caller runs nothing else in its process, ADR 0021); one that is not says so when
+a suspect at the head leaves it empty (see ``expected_fetch``).
 
 CI runs a fixed, small example budget. A longer run:
 
@@ -131,13 +133,17 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                         job.suspect = True
                         self.leave_active(job_id, "ready")
 
-        def expected_fetch(self, line: list[str], count: int) -> list[str]:
-            """The ids one fetch of ``count`` leases from ``line`` (head first).
+        def expected_fetch(
+            self, line: list[str], count: int, alone: bool = True
+        ) -> tuple[list[str], bool]:
+            """The ids one fetch of ``count`` leases from ``line`` (head first), and
+            whether it says a suspect waits.
 
             The fetch is ``ceil(count / SCRIPT_BATCH)`` script calls. The first pops up to
-            its count and ends before the first suspect, or leases a suspect at its head
-            alone; the others are sent only if the first came back full, and end before
-            any suspect. So a fetch holds at most one suspect, and only as its one job.
+            its count and ends before the first suspect, or (``alone``) leases a suspect at
+            its head alone; the others are sent only if the first came back full, and end
+            before any suspect. So a fetch holds at most one suspect, and only as its one
+            job. A fetch that leased nothing because of a suspect at the head says so.
             """
             sizes = [min(SCRIPT_BATCH, count - i) for i in range(0, count, SCRIPT_BATCH)]
             got: list[str] = []
@@ -145,7 +151,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 take: list[str] = []
                 for job_id in line[:n]:
                     if self.jobs[job_id].suspect:
-                        if part == 0 and not take:
+                        if part == 0 and not take and alone:
                             take.append(job_id)
                         break
                     take.append(job_id)
@@ -153,7 +159,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 got += take
                 if part == 0 and len(take) < n:
                     break
-            return got
+            waiting = not got and bool(line) and self.jobs[line[0]].suspect
+            return got, waiting
 
         def pick(self, data, state: str) -> str:
             return data.draw(st.sampled_from(self.in_state(state)))
@@ -194,14 +201,17 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
         @rule(
             count=st.one_of(st.integers(1, 4), st.sampled_from([999, 1000, 1001, 4500, 10_000])),
             tiny=st.booleans(),
+            alone=st.booleans(),
         )
-        def fetch(self, count, tiny):
+        def fetch(self, count, tiny, alone):
             self.reap_model()
             self.queue.reap()
             ready = client.lrange(self.queue.keys.key("ready"), 0, -1)
             line = [r.decode() for r in reversed(ready)]  # the head (next to pop) first
-            result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG)
-            assert [raw.job_id for raw in result.jobs] == self.expected_fetch(line, count)
+            result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG, alone=alone)
+            expected, waiting = self.expected_fetch(line, count, alone)
+            assert [raw.job_id for raw in result.jobs] == expected
+            assert result.suspect_waiting == waiting
             for raw in result.jobs:
                 job = self.jobs[raw.job_id]
                 job.attempts += 1

@@ -2,6 +2,7 @@
 
 import threading
 import time
+from collections import Counter
 
 import pytest
 from queue_helpers import running_worker, wait_until
@@ -12,6 +13,7 @@ from reliable_queue import (
     QueueSettings,
     RetryPolicy,
     TaskRegistry,
+    WorkerHooks,
     explain,
     stats,
 )
@@ -191,5 +193,73 @@ def test_a_finished_job_is_not_timed_out_with_a_hung_one_after_it(
             assert explain(queue, first).attempts == 1
             assert explain(queue, hung).attempts == 2
             assert worker.counters.counts["timed_out"] == 1
+    finally:
+        unblock.set()
+
+
+def test_finished_batch_mates_of_a_hung_job_are_settled_at_once_and_run_once(
+    redis_client, key_prefix, registry
+):
+    """A lane runs a fetched batch of single-job tasks one after another. When one hangs
+    past its limit for longer than a lease, the jobs that finished before it are settled
+    by the time-limit check (their hook called once), not left to expire with the
+    abandoned lane and run again; the jobs after it are handed back and run once."""
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock, returned = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    runs: Counter[str] = Counter()
+    hooked: Counter[str] = Counter()
+    policy = RetryPolicy(max_attempts=3, base_delay=0.01, jitter=False, time_limit=LIMIT)
+
+    @registry.task("record", retry=policy)
+    def record(payload, ctx: JobContext):
+        with lock:
+            runs[ctx.job_id] += 1
+        if payload.get("fail") and ctx.attempt == 1:
+            raise RuntimeError("a finished run that failed is settled too")
+
+    @registry.task("hang", retry=policy)
+    def hang(payload, ctx: JobContext):
+        with lock:
+            runs[ctx.job_id] += 1
+        if ctx.attempt == 1:
+            unblock.wait(30)  # hung well past a lease: the test lets it go
+            returned.set()
+
+    def on_outcome(job, outcome) -> None:
+        with lock:
+            hooked[job.job_id] += 1
+
+    before = [queue.enqueue("record", {}) for _ in range(4)]
+    failed = queue.enqueue("record", {"fail": True})
+    hung = queue.enqueue("hang", {})
+    after = [queue.enqueue("record", {}) for _ in range(3)]
+    mates = [*before, failed, *after]
+    try:
+        with running_worker(
+            redis_client,
+            ["jobs"],
+            registry,
+            prefix=key_prefix,
+            settings=SETTINGS,
+            batch_size=10,
+            hooks=WorkerHooks(on_outcome=on_outcome),
+        ) as worker:
+            wait_until(lambda: explain(queue, hung).state == "done", timeout=8)
+            wait_until(lambda: explain(queue, failed).state == "done", timeout=5)
+            wait_until(lambda: all(explain(queue, i).state == "done" for i in mates), timeout=5)
+            time.sleep(SETTINGS.lease_seconds + 0.5)  # past any lease a finished job kept
+            assert {i: runs[i] for i in before + after} == dict.fromkeys(before + after, 1)
+            assert runs[failed] == 2  # its first run failed (retried), its second passed
+            assert [explain(queue, i).attempts for i in before + after] == [1] * 7
+            assert worker.counters.counts["timed_out"] == 1
+            unblock.set()  # the abandoned lane returns: it settles nothing twice
+            assert returned.wait(5)
+            time.sleep(0.3)
+            assert worker.counters.counts["lanes_abandoned"] == 1
+            s = stats(queue)
+            assert (s.counters["reaped"], s.counters["stale_refused"]) == (0, 0)
+            assert (s.counters["succeeded"], s.counters["retried"]) == (9, 2)
+            assert hooked == {**dict.fromkeys(before + after, 1), failed: 2, hung: 2}
     finally:
         unblock.set()

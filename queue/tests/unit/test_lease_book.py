@@ -77,3 +77,44 @@ def test_a_run_finishing_while_the_heartbeat_looks_is_not_an_error() -> None:
     overdue, mates = book.take_overdue(now=5.0)
     assert [h.lease for h in overdue] == [Lease("job-1", "1:w")]
     assert mates == []
+
+
+def test_a_batch_is_settled_once_by_its_lane_or_by_the_time_limit_check() -> None:
+    """The time-limit check takes the overdue run's batch with its finished and
+    unstarted jobs; the lane, returning late, settles none of them, and a batch its
+    lane closed first (it had run) is never taken by the check."""
+    book = LeaseBook()
+    queue = _queue()
+    lane = LaneRun(queue)
+    done, hung, unstarted = book.add(
+        queue, [Lease("a", "1:w"), Lease("b", "2:w"), Lease("c", "3:w")], lane
+    )
+    done.start(deadline=9.0)
+    done.finish(result="a's outcome")
+    hung.start(deadline=1.0)
+    overdue, mates = book.take_overdue(now=2.0)
+    assert (overdue, mates) == ([hung], [done, unstarted])
+    assert [m.result for m in mates] == ["a's outcome", None]
+    assert book.snapshot() == []
+    hung.finish(result="late")
+    assert lane.taken
+    assert book.close(lane, [done, hung, unstarted]) is False  # taken by the check
+
+    other = LaneRun(queue)
+    first, second = book.add(queue, [Lease("d", "4:w"), Lease("e", "5:w")], other)
+    first.start(deadline=1.0)
+    first.finish(result="d's outcome")
+    second.start(deadline=1.0)  # a deadline read as it passes, the batch already run
+    assert book.close(other, [first, second]) is True
+    assert book.take_overdue(now=2.0) == ([], []) and not other.taken
+    assert book.snapshot() == []
+
+
+def test_closing_a_batch_keeps_a_newer_delivery_of_its_job_held() -> None:
+    book = LeaseBook()
+    queue = _queue()
+    lane = LaneRun(queue)
+    old = book.add(queue, [Lease("a", "1:w")], lane)
+    book.add(queue, [Lease("a", "7:w")], LaneRun(queue))  # reaped, fetched again
+    assert book.close(lane, old) is True
+    assert [h.lease for h in book.snapshot()] == [Lease("a", "7:w")]

@@ -9,23 +9,36 @@
 --                          lease no suspect)
 -- ARGV[5] default max attempts (for records that cannot be read)
 -- ARGV[6] dlq max size     ARGV[7] dlq max age ms
--- Returns: {wait_ms, reaped, reap_more, id1, token1, attempt1, record1, id2, ...}
+-- ARGV[8] suspect mode     0: lease no suspect; 1: the caller runs nothing else in its
+--                          process while it runs this fetch's jobs, so a suspect at the
+--                          head is leased alone and marked so (ADR 0021)
+-- Returns: {wait_ms, reaped, reap_more, suspect_waiting, id1, token1, attempt1, record1,
+--           id2, ...}
 --   wait_ms: -1 when jobs were returned or nothing is pending; otherwise ms until
---   the next delayed job is due or the next lease expires. A 'QUEUE_CORRUPT' /
---   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type, a bad count, or
---   a seq that is not an integer up to FENCE_MAX (2^53 - 501: exact in a Lua number).
--- A suspect (a job lost with its worker and not run since) is leased alone (ADR 0002).
+--   the next delayed job is due or the next lease expires. suspect_waiting: 1 when
+--   nothing was leased because the head of the line is a suspect this call may not
+--   lease (mode 0, or a later call of a split fetch), else 0. A 'QUEUE_CORRUPT' /
+--   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type, a bad count, a
+--   bad mode, or a seq that is not an integer up to FENCE_MAX (2^53 - 501: exact in a
+--   Lua number).
+-- A suspect (a job lost with its worker or timed out, not run since) is leased only
+-- alone in its process (ADR 0002, ADR 0021).
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
---          delivery, -1 for a reaped job not charged), seq (max(seq + 1, queue ms * 1000)
---          per lease), stats reaped / orphaned / dead / dlq_dropped, the queue clock's
---          stats fields (see _common.lua).
+--          delivery, -1 for a reaped job not charged), info (a reaped job's lease
+--          expiry; `alone` on a suspect leased in mode 1), seq (max(seq + 1, queue ms *
+--          1000) per lease), stats reaped / orphaned / dead / dlq_dropped, the queue
+--          clock's stats fields (see _common.lua).
 -- @include _common.lua
 local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local dlq_size, dlq_age = tonumber(ARGV[6]), tonumber(ARGV[7])
+local mode = tonumber(ARGV[8])
 local bad = check_count(count) or check_count(reap_limit)
 if bad then return redis.error_reply(bad) end
+if mode ~= 0 and mode ~= 1 then
+  return redis.error_reply('QUEUE_LIMIT suspect mode ' .. tostring(ARGV[8]) .. ' is not 0 or 1')
+end
 -- reads first; each is also the type check of the key it reads (pcall: a wrong type
 -- is refused as QUEUE_CORRUPT with nothing written)
 local seq0 = redis.pcall('GET', K_SEQ)  -- also the type check of seq
@@ -46,12 +59,13 @@ end
 -- each, as integers.
 local now_s = string.format('%d', now)
 
--- 1. reap. A job lost with its worker is charged the attempt only when it ran alone
--- (it was already a suspect: its last failure a lease expiry). A job lost in a batch,
--- or lost for the first time, is not charged (its delivery is taken back): it may
--- never have started, and the culprit is not known. Either way it becomes a suspect,
--- which fetch leases alone, so a repeated crash narrows to the one job that causes it.
--- At max attempts a charged job is dead (worker_lost).
+-- 1. reap. A job lost with its worker is charged the attempt only when it ran alone in
+-- its process: a suspect leased in mode 1, whose info says `alone`. Any other lost job
+-- (in a batch, beside other lanes of its process, or lost for the first time) is not
+-- charged (its delivery is taken back): it may never have started, or another job of
+-- its process may have killed it. Either way it becomes a suspect, which is leased
+-- only alone in its process, so a repeated crash narrows to the one job that causes
+-- it. At max attempts a charged job is dead (worker_lost).
 local expired = {}
 if reap_limit > 0 then
   expired = redis.pcall('ZRANGEBYSCORE', K_ACTIVE, '-inf', now_s, 'LIMIT', '0',
@@ -84,20 +98,26 @@ if reaped > 0 then
   local back, aargs = {}, {}
   for i, id in ipairs(expired) do
     local att = tonumber(atts[i]) or 0
-    local alone = H.is_suspect(infos[i])
+    local alone = false  -- leased alone in its process (mode 1 wrote `alone` on its info)
+    if infos[i] and H.is_suspect(infos[i]) and string.find(infos[i], '"alone"', 1, true) then
+      local ok, data = pcall(cjson.decode, infos[i])
+      alone = ok and type(data) == 'table' and data['alone'] == true
+    end
     if alone and att >= math.max(H.max_attempts_in(recs[i], default_max), 1) then
       local info = cjson.encode({reason = 'worker_lost', attempts = att,
-        error = 'lease expired without ack ' .. att .. ' time(s) while the job ran alone: '
-          .. 'the job is taken to cause the loss of its worker'})
+        error = 'lease expired without ack ' .. att .. ' time(s) while the job ran alone '
+          .. 'in its process: the job is taken to cause the loss of its worker'})
       H.to_dead(id, 'worker_lost', info, now)
       dead_any = true
     else
-      local note = 'lease expired without ack while the job ran alone: the attempt counts'
+      local note = 'lease expired without ack while the job ran alone in its process: '
+        .. 'the attempt counts'
       if not alone then
         att = math.max(att - 1, 0)
         aargs[#aargs + 1] = id
         aargs[#aargs + 1] = att
-        note = 'lease expired without ack: not counted as an attempt; the job runs alone next'
+        note = 'lease expired without ack: not counted as an attempt; the job runs alone '
+          .. 'in its process next'
       end
       redis.call('HSET', K_INFO, id, cjson.encode({reason = 'lease_expired', attempts = att,
         error = note}))
@@ -121,7 +141,7 @@ end
 -- the tail, then their failure info, records and delivery counts); only what is
 -- leased is then taken off the line (LTRIM), so a batch cut at a suspect leaves the
 -- rest where it was.
-local out = {-1, reaped, (reap_limit > 0 and reaped >= reap_limit) and 1 or 0}
+local out = {-1, reaped, (reap_limit > 0 and reaped >= reap_limit) and 1 or 0, 0}
 local ids, err = {}, nil
 if count > 0 then
   local tail
@@ -146,18 +166,32 @@ if #ids == 0 then
   save_clock()
   return out
 end
--- a suspect (lost with a worker, not run since) is leased alone: the batch ends
--- before the first suspect that is not its first job; the rest stay at the head.
--- A later call of a split fetch (reap limit 0) never leases a suspect: its fetch
--- already holds jobs (the caller sends it only after a full first call).
-local infos
+-- a suspect (lost with a worker or timed out, not run since) is leased only alone in
+-- its process: the batch ends before the first suspect that is not its first job, and
+-- the rest stay at the head. A suspect at the head is leased as a batch of one in mode
+-- 1 (its caller runs nothing else meanwhile), with `alone` added to its info, written
+-- below (the reap charges only such a job). In mode 0, and in a later call of a split
+-- fetch (reap limit 0: its fetch already holds jobs), it is not leased, and the empty
+-- reply says suspect_waiting.
+local infos, alone_info
 infos, err = read('hash', 'HMGET', K_INFO, unpack(ids, 1, #ids))
 if err then return redis.error_reply(err) end
 for i = 1, #ids do
   if infos[i] then
     helpers()
     if H.is_suspect(infos[i]) then
-      local cut = (i == 1 and reap_limit > 0) and 2 or i
+      local cut = i
+      if i == 1 and mode == 1 and reap_limit > 0 then
+        cut = 2
+        -- is_suspect decoded it: a table whose reason is a string. The text is made
+        -- here, before the first write (an encode can fail, e.g. on a huge number)
+        local _, data = pcall(cjson.decode, infos[1])
+        data['alone'] = true
+        local ok, text = pcall(cjson.encode, data)
+        alone_info = ok and text or cjson.encode({reason = data['reason'], alone = true})
+      elseif i == 1 then
+        out[4] = 1
+      end
       for j = #ids, cut, -1 do ids[j] = nil end
       break
     end
@@ -298,5 +332,6 @@ for _, id in ipairs(invalid) do
 end
 if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
+if alone_info and #good == 1 then redis.call('HSET', K_INFO, good[1], alone_info) end
 save_clock()
 return out
