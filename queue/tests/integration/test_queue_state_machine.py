@@ -324,7 +324,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             model = copy.deepcopy((self.jobs, self.keyed, self.stale, self.counters))
             leased = len(self.fences)
             self.enqueue(n=1, delayed=False, max_attempts=3)
-            self.fetch(count=count, tiny=False)
+            self.fetch(count=count, tiny=False, alone=True)
             if data.draw(st.booleans()):
                 self.ack(data)
             lost = [Lease(*pair) for pair in self.issued[leased:]]
@@ -343,7 +343,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             while max(self.fences) >= redis_ms(client) * 1000 and time.monotonic() < give_up:
                 time.sleep(0.001)
             self.enqueue(n=1, delayed=False, max_attempts=3)
-            self.fetch(count=count, tiny=False)  # leases again, with fresh numbers
+            self.fetch(count=count, tiny=False, alone=True)  # leases again, with fresh numbers
 
         @rule()
         def script_flush(self):
