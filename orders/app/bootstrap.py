@@ -72,6 +72,16 @@ def redis_url(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
     return server.ensure_running(), server
 
 
+def client_timeouts(block_seconds: float) -> dict[str, float]:
+    """Socket settings of every Redis client, seconds: the read timeout outlasts the
+    longest blocking wait (``block_seconds``)."""
+    return {
+        "socket_timeout": block_seconds + 10.0,
+        "socket_connect_timeout": 5.0,
+        "health_check_interval": 30,
+    }
+
+
 def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
     """A bytes-replies client whose socket timeout outlasts the longest blocking wait.
 
@@ -86,12 +96,7 @@ def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
             node cannot be reached (the cluster client reads the slot table at once).
     """
     try:
-        return client_from_url(
-            url,
-            socket_timeout=block_seconds + 10.0,
-            socket_connect_timeout=5.0,
-            health_check_interval=30,
-        )
+        return client_from_url(url, **client_timeouts(block_seconds))
     except ValueError as exc:
         raise InvalidRedisUrl(
             f"ORDERS_REDIS_URL {mask_url(url)!r} is not a Redis URL: {exc} "
@@ -116,11 +121,18 @@ class App:
 
     @cached_property
     def redis(self) -> RedisClient:
-        """The Redis client (starts the embedded server on first use if needed)."""
+        """The Redis client (starts the embedded server on first use if needed).
+
+        A client of the embedded server restarts it when it finds it dead
+        (``EmbeddedRedis.client``): a worker whose server was killed brings it back.
+        """
         if self.redis_override is not None:
             return self.redis_override
         url, self.embedded = redis_url(self.settings)
-        return redis_client(url, block_seconds=queue_settings(self.settings).max_block_seconds)
+        block_seconds = queue_settings(self.settings).max_block_seconds
+        if self.embedded is not None:
+            return self.embedded.client(**client_timeouts(block_seconds))
+        return redis_client(url, block_seconds=block_seconds)
 
     auto_migrate: bool = False
     #: connections kept by the engine; a worker sets it from its lanes before first use
