@@ -241,6 +241,23 @@ class App:
         self.bind_namespace()
         return QueuePublisher(lambda name: self.queues.get(name) or self.queue(name))
 
+    def publisher_if_running(self) -> QueuePublisher:
+        """:attr:`publisher`, but never starting the embedded Redis (for commands that
+        need the database only, and publish when they can: ``orders cancel``).
+
+        Raises:
+            QueueConnectionError: the embedded Redis of the data dir is not running.
+            NamespaceClaimed / redis.RedisError: as :attr:`publisher`.
+        """
+        if (
+            self.redis_override is None
+            and not self.settings.redis_url
+            and "redis" not in self.__dict__
+            and not EmbeddedRedis(self.settings.resolved_data_dir()).is_running()
+        ):
+            raise QueueConnectionError(f"{self.redis_label()} is not running")
+        return self.publisher
+
     @cached_property
     def publish_policy(self) -> PublishPolicy:
         """Attempts and backoff of outbox rows the queue refuses (from the settings)."""
