@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
-from orders.app.namespace import DatabaseLabel, bind_namespace
+from orders.app.namespace import DatabaseLabel, bind_namespace, holder
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
@@ -229,6 +229,15 @@ class App:
             self.redis, self.settings.queue_prefix, self.database_label, self.redis_label()
         )
         self._bound = True
+
+    def namespace_holder(self) -> DatabaseLabel:
+        """The database that holds the Redis namespace now, read afresh (one GET; the
+        namespace is claimed for this database if no one holds it).
+
+        Raises:
+            redis.RedisError: Redis unreachable.
+        """
+        return holder(self.redis, self.settings.queue_prefix, self.database_label)
 
     @cached_property
     def publisher(self) -> QueuePublisher:
