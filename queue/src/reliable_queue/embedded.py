@@ -603,7 +603,12 @@ def _read_int(path: Path) -> int | None:
 
 
 def _pid_alive(pid: int) -> bool:
-    """True if process ``pid`` exists and is not a zombie."""
+    """True if process ``pid`` exists and is not a zombie whose threads are all gone.
+
+    A killed multi-threaded server's main thread may be a zombie while its other
+    threads still exit, its files (the listening socket) still open: it counts as
+    alive until the last one is gone.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -614,7 +619,12 @@ def _pid_alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no procfs (macOS): trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    if stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
+        return True
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
 
 
 def _is_redis_process(pid: int) -> bool:
