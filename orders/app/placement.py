@@ -69,6 +69,9 @@ class PlaceResult:
             unreachable, or the queue refused them; see ``orders outbox list``).
         publish_error: the first publishing error met, one line; None if none.
         reconnects: batches run again after their database connection dropped.
+        uncertain: ids of the orders of a batch whose commit the database could not
+            confirm or deny (an interrupt or failure during its COMMIT); not in
+            ``orders``.
     """
 
     orders: list[PlacedOrder] = field(default_factory=list)
@@ -76,6 +79,7 @@ class PlaceResult:
     deferred: int = 0
     publish_error: str | None = None
     reconnects: int = 0
+    uncertain: list[int] = field(default_factory=list)
 
     @property
     def order_ids(self) -> list[int]:
@@ -346,10 +350,13 @@ def _place_batch(
                 uow.commit()
             return written
         except KeyboardInterrupt:
-            if committing and _settle(
-                store, session_factory, attempt, Reconnect(attempts=1), sleep, rng
-            ) is (Outcome.COMMITTED):
-                result.orders.extend(written[0])
+            if committing:  # ask briefly: the user wants out
+                brief = Reconnect(attempts=3, base_seconds=0.2, max_seconds=0.5)
+                outcome = _settle(store, session_factory, attempt, brief, sleep, rng)
+                if outcome is Outcome.COMMITTED:
+                    result.orders.extend(written[0])
+                elif outcome is not Outcome.ABORTED:
+                    result.uncertain = list(attempt.order_ids)
             raise
         except Exception as exc:
             outcome = (
@@ -360,6 +367,7 @@ def _place_batch(
             if outcome is Outcome.COMMITTED:  # the reply to COMMIT was lost, not the commit
                 return written
             if outcome is not Outcome.ABORTED:
+                result.uncertain = list(attempt.order_ids)
                 raise PlacementUncertain(attempt.order_ids, describe(exc)) from exc
             if not store.dropped(exc) or run + 1 == reconnect.attempts:
                 raise

@@ -101,8 +101,8 @@ def place(
     except KeyboardInterrupt:
         _report(result, as_json, stopped="interrupted")
         raise
-    except Exception as exc:
-        _report(result, as_json, stopped="failed", uncertain=getattr(exc, "order_ids", None))
+    except Exception:
+        _report(result, as_json, stopped="failed")
         raise
     finally:
         app.close()
@@ -114,11 +114,10 @@ def _report(
     as_json: bool,
     *,
     stopped: str | None = None,
-    uncertain: list[int] | None = None,
 ) -> None:
     """What was committed, published and deferred; ``stopped`` says why it ended early
-    (the error itself follows on stderr), ``uncertain`` the ids a batch would have if
-    its unknown commit went through."""
+    (the error itself follows on stderr), and a batch whose commit the database could
+    not confirm is named with the ids its orders have if it did."""
     if as_json:
         emit_json(
             {
@@ -128,7 +127,7 @@ def _report(
                 "publish_error": result.publish_error,
                 "reconnects": result.reconnects,
                 "stopped": stopped,
-                "uncertain_order_ids": uncertain or [],
+                "uncertain_order_ids": result.uncertain,
             }
         )
         return
@@ -140,6 +139,13 @@ def _report(
         f"placed {len(ids)} order(s) (ids {span}){ended}; published {result.published} step job(s)",
         highlight=False,
     )
+    if result.uncertain:
+        span = f"{result.uncertain[0]}..{result.uncertain[-1]}"
+        console.print(
+            f"{len(result.uncertain)} more order(s) (ids {span}) may have committed: the "
+            "database did not say (`orders status ID` shows whether they exist)",
+            highlight=False,
+        )
     if result.reconnects:
         console.print(
             f"the database connection dropped {result.reconnects} time(s); each batch it "

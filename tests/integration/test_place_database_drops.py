@@ -56,13 +56,16 @@ def admin(database_url: str) -> psycopg.Connection:
 
 
 def terminate_placing_sessions(database_url: str) -> int:
-    """Terminate the sessions of the test database that are inside a transaction."""
+    """Terminate the test database's sessions caught inside a placement transaction
+    (writing orders or their lines: a statement no other transaction sends)."""
     name = make_url(database_url).database
     with admin(database_url) as conn:
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = %s AND pid <> pg_backend_pid() "
-            "AND state IN ('active', 'idle in transaction')",
+            "AND state IN ('active', 'idle in transaction') "
+            "AND (query ILIKE '%%order_lines%%' OR query ILIKE '%%INTO orders %%' "
+            "OR query ILIKE 'COPY orders %%')",
             (name,),
         ).fetchone()
     return int(row[0]) if row else 0
@@ -83,13 +86,15 @@ def test_place_rides_out_terminated_sessions_and_places_each_order_once(
         text=True,
     )
     hits = 0
-    while proc.poll() is None and hits < 3:  # three sessions killed mid-transaction
-        hits += terminate_placing_sessions(database_url)
-        time.sleep(0.3)
+    while proc.poll() is None and hits < 2:  # two placement sessions killed mid-transaction
+        if terminate_placing_sessions(database_url):
+            hits += 1
+            time.sleep(1.0)  # let the retry through
+        time.sleep(0.02)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
     report = json.loads(out)
-    assert hits >= 1 and report["reconnects"] >= 1, (hits, report["reconnects"])
+    assert hits >= 1 and report["reconnects"] >= hits, (hits, report["reconnects"])
     assert len(report["order_ids"]) == 4000
     assert placed_in(session_factory) == (4000, 0)  # none twice, none half-written
 
@@ -163,7 +168,10 @@ def test_ctrl_c_ends_place_with_the_count_it_committed(
     assert "interrupted" in err and "Traceback" not in err
     committed, bare = placed_in(session_factory)
     assert bare == 0
-    assert f"placed {committed} order(s)" in " ".join(out.split())
+    said = " ".join(out.split())
+    placed = int(said.split("placed ", 1)[1].split(" ", 1)[0])
+    maybe = int(said.split(" more order(s)")[0].rsplit(" ", 1)[1]) if "may have" in said else 0
+    assert committed in (placed, placed + maybe), said  # a batch it could not settle is named
 
 
 @pytest.fixture
