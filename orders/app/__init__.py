@@ -4,8 +4,10 @@
 work), ``migrate`` (the Alembic history, run once however many processes
 start), ``bootstrap`` (the one place that builds an ``App``: database, Redis,
 queues, publisher), ``placement`` (orders, their workflow and step rows in
-one transaction, then the relay publishes) and ``pacing`` (placement at a
-target rate). It may import ``orders.domain``, ``orders.sources``,
+one transaction, then the relay publishes; ``commit_outcome`` asks the
+database whether a batch whose connection dropped committed), ``pacing``
+(placement at a target rate) and ``run_lock`` (one demo or chaos run per data
+dir). It may import ``orders.domain``, ``orders.sources``,
 ``workflows`` and ``reliable_queue``, and of the interfaces only the leaf
 ``orders.observability.urls`` (to mask credentials in an error message).
 """

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
-from orders.app.namespace import DatabaseLabel, bind_namespace
+from orders.app.namespace import DatabaseLabel, bind_namespace, holder
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
@@ -72,6 +72,16 @@ def redis_url(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
     return server.ensure_running(), server
 
 
+def client_timeouts(block_seconds: float) -> dict[str, float]:
+    """Socket settings of every Redis client, seconds: the read timeout outlasts the
+    longest blocking wait (``block_seconds``)."""
+    return {
+        "socket_timeout": block_seconds + 10.0,
+        "socket_connect_timeout": 5.0,
+        "health_check_interval": 30,
+    }
+
+
 def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
     """A bytes-replies client whose socket timeout outlasts the longest blocking wait.
 
@@ -86,12 +96,7 @@ def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
             node cannot be reached (the cluster client reads the slot table at once).
     """
     try:
-        return client_from_url(
-            url,
-            socket_timeout=block_seconds + 10.0,
-            socket_connect_timeout=5.0,
-            health_check_interval=30,
-        )
+        return client_from_url(url, **client_timeouts(block_seconds))
     except ValueError as exc:
         raise InvalidRedisUrl(
             f"ORDERS_REDIS_URL {mask_url(url)!r} is not a Redis URL: {exc} "
@@ -116,11 +121,18 @@ class App:
 
     @cached_property
     def redis(self) -> RedisClient:
-        """The Redis client (starts the embedded server on first use if needed)."""
+        """The Redis client (starts the embedded server on first use if needed).
+
+        A client of the embedded server restarts it when it finds it dead
+        (``EmbeddedRedis.client``): a worker whose server was killed brings it back.
+        """
         if self.redis_override is not None:
             return self.redis_override
         url, self.embedded = redis_url(self.settings)
-        return redis_client(url, block_seconds=queue_settings(self.settings).max_block_seconds)
+        block_seconds = queue_settings(self.settings).max_block_seconds
+        if self.embedded is not None:
+            return self.embedded.client(**client_timeouts(block_seconds))
+        return redis_client(url, block_seconds=block_seconds)
 
     auto_migrate: bool = False
     #: connections kept by the engine; a worker sets it from its lanes before first use
@@ -218,6 +230,15 @@ class App:
         )
         self._bound = True
 
+    def namespace_holder(self) -> DatabaseLabel:
+        """The database that holds the Redis namespace now, read afresh (one GET; the
+        namespace is claimed for this database if no one holds it).
+
+        Raises:
+            redis.RedisError: Redis unreachable.
+        """
+        return holder(self.redis, self.settings.queue_prefix, self.database_label)
+
     @cached_property
     def publisher(self) -> QueuePublisher:
         """The relay's publisher onto the step queues (the namespace is bound first).
@@ -228,6 +249,23 @@ class App:
         """
         self.bind_namespace()
         return QueuePublisher(lambda name: self.queues.get(name) or self.queue(name))
+
+    def publisher_if_running(self) -> QueuePublisher:
+        """:attr:`publisher`, but never starting the embedded Redis (for commands that
+        need the database only, and publish when they can: ``orders cancel``).
+
+        Raises:
+            QueueConnectionError: the embedded Redis of the data dir is not running.
+            NamespaceClaimed / redis.RedisError: as :attr:`publisher`.
+        """
+        if (
+            self.redis_override is None
+            and not self.settings.redis_url
+            and "redis" not in self.__dict__
+            and not EmbeddedRedis(self.settings.resolved_data_dir()).is_running()
+        ):
+            raise QueueConnectionError(f"{self.redis_label()} is not running")
+        return self.publisher
 
     @cached_property
     def publish_policy(self) -> PublishPolicy:

@@ -2,8 +2,9 @@
 
 The cancellation (order status, cancellation notice, skipped steps and the
 compensating step rows) commits in one transaction, retried when it loses a
-race; the compensating steps are then published at once, and the relay sweep
-publishes them if that publish fails (they are ordinary outbox rows).
+race; it needs the database only. The compensating steps are then published
+at once when the queue can be reached, and otherwise by the relay sweep of a
+running worker (they are ordinary outbox rows).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
@@ -22,6 +24,7 @@ from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ORDER_GRAPH, WORKFLOW_KIND
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
+from workflows.isolation import describe
 from workflows.messages import Publisher
 from workflows.models import StepStatus, Workflow, WorkflowStep
 from workflows.relay import PublishPolicy, publish_steps
@@ -30,26 +33,52 @@ from workflows.uow import SessionFactory, UnitOfWork
 log = logging.getLogger("orders.cancel")
 
 
-def cancel(
+@dataclass(frozen=True)
+class Cancellation:
+    """A committed cancellation and how its compensating steps went out.
+
+    Attributes:
+        result: what the database transaction did (``CancelResult``).
+        published: compensating steps published right after the commit.
+        deferred: compensating steps left pending for the relay sweep (the queue
+            could not be reached or refused them).
+        publish_error: why publishing was deferred, one line; None if it was not.
+    """
+
+    result: CancelResult
+    published: int = 0
+    deferred: int = 0
+    publish_error: str | None = None
+
+
+def cancel_then_publish(
     session_factory: SessionFactory,
-    publisher: Publisher,
+    publisher: Callable[[], Publisher],
     order_id: int,
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
-) -> CancelResult:
-    """Cancel an order and publish its compensating steps.
+) -> Cancellation:
+    """Cancel an order in the database, then publish its compensating steps if the queue
+    can be reached.
+
+    The queue is asked for only after the commit: a cancellation never waits for, or
+    fails because of, Redis. Publishing goes through the relay
+    (``workflows.relay.publish_steps``); rows it cannot publish stay pending and the
+    relay sweep of a running worker publishes them.
 
     Args:
         session_factory: makes the session of the unit of work.
-        publisher: the queue adapter the compensating steps go through.
+        publisher: called after the commit for the queue adapter; whatever it raises
+            (Redis unreachable, the namespace bound to another database, ...) defers
+            publishing.
         order_id: the order to cancel.
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
 
     Returns:
-        The :class:`~orders.domain.cancellation.CancelResult` (``already`` when the
-        order was cancelled before; repeating a cancellation is harmless).
+        The :class:`Cancellation` (``result.already`` when the order was cancelled
+        before; repeating a cancellation is harmless).
 
     Raises:
         OrderNotFound: no such order; nothing written.
@@ -64,14 +93,38 @@ def cancel(
             return result
 
     result = retry_on_conflict(once)
-    if result.added:
-        try:
-            publish_steps(
-                session_factory, publisher, list(result.added), clock=clock, policy=policy
-            )
-        except Exception as exc:  # the rows stay pending: the relay sweep publishes them
-            log.warning("compensations of order %d left to the sweep: %s", order_id, exc)
-    return result
+    added = list(result.added)
+    if not added:
+        return Cancellation(result)
+    try:
+        published = publish_steps(session_factory, publisher(), added, clock=clock, policy=policy)
+    except Exception as exc:  # the rows stay pending: the relay sweep publishes them
+        log.warning("compensations of order %d left to the sweep: %s", order_id, exc)
+        return Cancellation(result, 0, len(added), describe(exc))
+    return Cancellation(result, published, len(added) - published)
+
+
+def cancel(
+    session_factory: SessionFactory,
+    publisher: Publisher,
+    order_id: int,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    policy: PublishPolicy | None = None,
+) -> CancelResult:
+    """Cancel an order and publish its compensating steps (:func:`cancel_then_publish`
+    with a publisher in hand).
+
+    Returns:
+        The :class:`~orders.domain.cancellation.CancelResult`.
+
+    Raises:
+        OrderNotFound / OrderNotCancellable / ConcurrencyConflict: as
+            :func:`cancel_then_publish`; nothing written.
+    """
+    return cancel_then_publish(
+        session_factory, lambda: publisher, order_id, clock=clock, policy=policy
+    ).result
 
 
 def cancel_in_flight(

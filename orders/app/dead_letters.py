@@ -1,8 +1,11 @@
 """Which dead letters still block an order's workflow in the database.
 
 A dead step blocks its workflow until its dead letter is redriven (or the order
-is cancelled). Purging that dead letter would leave the order blocked with
-nothing to redrive, so purges ask here first.
+is cancelled). Purging that dead letter would leave the order blocked with no
+dead letter to redrive, so purges ask here first, and name the ways out that
+still work afterwards: ``orders outbox retry <step id>`` (or ``--all``) runs
+the step again from the database, ``orders cancel`` ends the order
+(:func:`ways_out`).
 """
 
 from __future__ import annotations
@@ -28,11 +31,32 @@ class BlockingLetter:
         job_id: the dead letter's job id.
         order_id: the order the workflow is about.
         step: the dead step's name.
+        step_id: the dead step's row id (``orders outbox retry`` takes it).
     """
 
     job_id: str
     order_id: int
     step: str
+    step_id: int
+
+
+def ways_out(letter: BlockingLetter, *, purged: bool) -> list[str]:
+    """The commands that end the block of ``letter``'s order, best first.
+
+    Args:
+        letter: a blocking dead letter.
+        purged: the dead letter is gone (purged with ``--force``, or dropped by the
+            DLQ's bounds) rather than still in the queue.
+
+    Returns:
+        Command lines: before a purge, redrive the letter or cancel the order; after
+        it, run the step again from the database (one step, or every such step) or
+        cancel the order.
+    """
+    cancel = f"orders cancel {letter.order_id}"
+    if not purged:
+        return [f"orders dlq redrive {letter.job_id}", cancel]
+    return [f"orders outbox retry {letter.step_id}", "orders outbox retry --all", cancel]
 
 
 def _step_of(letter: DeadLetter) -> tuple[int, str] | None:
@@ -66,11 +90,16 @@ def blocking_letters(
     """
     named = [(letter, key) for letter in letters if (key := _step_of(letter)) is not None]
     workflow_ids = sorted({key[0] for _, key in named})
-    dead: dict[tuple[int, str], int] = {}
+    dead: dict[tuple[int, str], tuple[int, int]] = {}
     with session_factory() as session:
         for i in range(0, len(workflow_ids), _CHUNK):
             rows = session.execute(
-                select(WorkflowStep.workflow_id, WorkflowStep.step, Workflow.subject_id)
+                select(
+                    WorkflowStep.workflow_id,
+                    WorkflowStep.step,
+                    Workflow.subject_id,
+                    WorkflowStep.id,
+                )
                 .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
                 .where(
                     and_(
@@ -81,10 +110,13 @@ def blocking_letters(
                     )
                 )
             )
-            dead.update({(wid, step): order for wid, step, order in rows})
-    return [
-        BlockingLetter(letter.job_id, dead[key], key[1]) for letter, key in named if key in dead
-    ]
+            dead.update({(wid, step): (order, step_id) for wid, step, order, step_id in rows})
+    found = []
+    for letter, key in named:
+        if key in dead:
+            order_id, step_id = dead[key]
+            found.append(BlockingLetter(letter.job_id, order_id, key[1], step_id))
+    return found
 
 
 def stranded_orders(
@@ -92,10 +124,10 @@ def stranded_orders(
 ) -> list[tuple[int, str]]:
     """Blocked orders whose dead step has no dead letter left to redrive.
 
-    Such an order can only be cancelled: its dead letter was purged (``--force``)
-    or dropped by the DLQ's size or age bound. The database alone cannot see
-    this (``orders.domain.invariants`` checks only the database), so it is a
-    check across both.
+    Its dead letter was purged (``--force``) or dropped by the DLQ's size or age
+    bound: ``orders outbox retry`` runs its step again, or ``orders cancel`` ends
+    it. The database alone cannot see this (``orders.domain.invariants`` checks
+    only the database), so it is a check across both.
 
     Args:
         session_factory: makes the read-only sessions.

@@ -6,7 +6,9 @@ absorbed as a duplicate of the first's jobs, and no step ever runs. The
 namespace therefore carries a claim, ``<prefix>:database`` = the id of the
 database that first used it (``workflows.identity``); any other database is
 refused with one line naming both. ``rebind_namespace`` hands a namespace
-over (its keys are deleted first).
+over (its keys are deleted first). A running worker reads the claim again
+(:func:`holder`) before each batch and at every sweep, and stops serving a
+namespace handed to another database (``orders.worker.binding``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,33 @@ def claim_key(prefix: str) -> str:
     return f"{prefix}:database"
 
 
+def holder(client: RedisClient, prefix: str, database: DatabaseLabel) -> DatabaseLabel:
+    """The database that holds namespace ``prefix`` now; ``database`` claims it if none does.
+
+    One GET while the claim stands (no write), so a worker may ask before every
+    batch; a claim lost with Redis data is taken again with ``SET NX``.
+
+    Args:
+        client: the Redis client.
+        prefix: the queue prefix (``ORDERS_QUEUE_PREFIX``).
+        database: this database's id and masked URL (the claimant when none holds it).
+
+    Returns:
+        The holder: ``database`` itself, or the other database as its claim names it
+        (an unreadable claim names an id no database has).
+
+    Raises:
+        redis.RedisError: Redis unreachable.
+    """
+    key = claim_key(prefix)
+    raw = client.get(key)
+    if raw is None:
+        if client.set(key, json.dumps({"id": database.id, "url": database.url}), nx=True):
+            return database
+        raw = client.get(key)
+    return _read_claim(raw)
+
+
 def bind_namespace(
     client: RedisClient, prefix: str, database: DatabaseLabel, redis_label: str
 ) -> None:
@@ -55,11 +84,7 @@ def bind_namespace(
             naming both databases and the way out).
         redis.RedisError: Redis unreachable.
     """
-    key = claim_key(prefix)
-    value = json.dumps({"id": database.id, "url": database.url})
-    if client.set(key, value, nx=True):
-        return
-    other = _read_claim(client.get(key))
+    other = holder(client, prefix, database)
     if other.id == database.id:
         return
     raise NamespaceClaimed(
@@ -67,6 +92,22 @@ def bind_namespace(
         f"{other.id[:8]} ({other.url}), not to this database {database.id[:8]} "
         f"({database.url}): set another ORDERS_QUEUE_PREFIX or ORDERS_REDIS_URL, or run "
         "`orders db rebind-redis` to delete that namespace's keys and bind it to this database"
+    )
+
+
+def namespace_lost(
+    prefix: str, redis_label: str, database: DatabaseLabel, other: DatabaseLabel
+) -> NamespaceClaimed:
+    """The error of a worker whose namespace was handed to ``other`` while it served it.
+
+    Returns:
+        A :class:`NamespaceClaimed` with one line naming both databases.
+    """
+    return NamespaceClaimed(
+        f"Redis namespace {prefix!r} on {redis_label} now belongs to database "
+        f"{other.id[:8]} ({other.url}), not to this worker's database {database.id[:8]} "
+        f"({database.url}): stopped serving it (`orders db rebind-redis` hands a "
+        "namespace over; point this database at another ORDERS_QUEUE_PREFIX or Redis)"
     )
 
 

@@ -30,6 +30,7 @@ def place_paced(
     on_batch: Callable[[list[PlacedOrder]], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    result: PlaceResult | None = None,
 ) -> PlaceResult:
     """Place ``count`` orders through the outbox, publishing each batch after its commit.
 
@@ -39,18 +40,25 @@ def place_paced(
         source: ``tpch`` or ``random``.
         rate: orders per second at most (None: unpaced).
         on_batch: progress callback with each committed batch.
-        clock / sleep: injected for tests (seconds).
+        clock / sleep: injected for tests (seconds); ``sleep`` also waits the
+            backoff before a batch whose database connection dropped is retried.
+        result: where to record what was placed (default: a new one): the caller's
+            object holds every committed order also when this raises.
+
+    Returns:
+        ``result``.
 
     Raises:
-        orders.domain.errors.StreamNotLoaded / UnknownSource: see ``orders.app.placement.place``.
+        StreamNotLoaded / UnknownSource / PlacementUncertain / sqlalchemy errors /
+            KeyboardInterrupt: see ``orders.app.placement.place``.
     """
     size = batch_size_for(rate)
-    total = PlaceResult()
+    total = result if result is not None else PlaceResult()
     started = clock()
     placed = 0
     while placed < count:
         n = min(size, count - placed)
-        result = place(
+        place(
             app.session_factory,
             n,
             source=source,
@@ -58,11 +66,9 @@ def place_paced(
             publisher=app.publisher,
             on_batch=on_batch,
             policy=app.publish_policy,
+            result=total,
+            sleep=sleep,
         )
-        total.orders.extend(result.orders)
-        total.published += result.published
-        total.deferred += result.deferred
-        total.publish_error = total.publish_error or result.publish_error
         placed += n
         if rate:
             ahead = placed / rate - (clock() - started)

@@ -6,18 +6,27 @@ the relay publishes the batch's steps; if the process dies first, or the
 queue cannot be reached or refuses a step, the steps stay in the outbox and
 the relay sweep publishes them later: placing never fails because of
 publishing, it reports the steps whose publishing was deferred.
+
+A batch whose database connection drops is retried with bounded backoff
+(:class:`Reconnect`), and never placed twice: before a retry the database is
+asked whether the failed attempt committed (``orders.app.commit_outcome``).
+The caller's :class:`PlaceResult` holds every committed order whatever
+happens, so a command can always say how many it placed.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from orders.domain.errors import UnknownSource
+from orders.app.commit_outcome import Attempt, Outcome, Store, store_of
+from orders.domain.errors import OrdersError, UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
@@ -30,6 +39,8 @@ from workflows.outbox import add_workflows, initial_messages
 from workflows.planner_stats import analyze_never_analyzed
 from workflows.relay import Publisher, PublishPolicy, publish_steps
 from workflows.uow import SessionFactory, UnitOfWork
+
+log = logging.getLogger("orders.placement")
 
 _ORDERS = Order.__table__
 _LINES = OrderLine.__table__
@@ -57,17 +68,67 @@ class PlaceResult:
         deferred: first steps left in the outbox for the sweep (queue
             unreachable, or the queue refused them; see ``orders outbox list``).
         publish_error: the first publishing error met, one line; None if none.
+        reconnects: batches run again after their database connection dropped.
+        uncertain: ids of the orders of a batch whose commit the database could not
+            confirm or deny (an interrupt or failure during its COMMIT); not in
+            ``orders``.
     """
 
     orders: list[PlacedOrder] = field(default_factory=list)
     published: int = 0
     deferred: int = 0
     publish_error: str | None = None
+    reconnects: int = 0
+    uncertain: list[int] = field(default_factory=list)
 
     @property
     def order_ids(self) -> list[int]:
         """Ids of the placed orders, in placement order."""
         return [placed.order_id for placed in self.orders]
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """How a batch whose database connection dropped is tried again.
+
+    Attributes:
+        attempts: runs of one batch at most (the first included), >= 1.
+        base_seconds / max_seconds: backoff before the n-th retry: a random share of
+            ``min(max_seconds, base_seconds * 2**n)`` (full jitter), seconds. The
+            defaults give up after about 15 s of a database that does not answer.
+
+    Raises:
+        ValueError: ``attempts`` below 1, or the delays out of order or negative.
+    """
+
+    attempts: int = 6
+    base_seconds: float = 0.5
+    max_seconds: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or not 0 <= self.base_seconds <= self.max_seconds:
+            raise ValueError("Reconnect needs attempts >= 1 and 0 <= base_seconds <= max_seconds")
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based)."""
+        return rng.uniform(0, min(self.max_seconds, self.base_seconds * 2**retry))
+
+
+class PlacementUncertain(OrdersError):
+    """A batch's transaction may or may not have committed and the database cannot
+    say (it stayed unreachable, or no longer knows the transaction).
+
+    Attributes:
+        order_ids: the ids the batch's orders have if it committed.
+    """
+
+    def __init__(self, order_ids: Sequence[int], why: str) -> None:
+        self.order_ids = list(order_ids)
+        span = f"{self.order_ids[0]}..{self.order_ids[-1]}" if self.order_ids else "-"
+        super().__init__(
+            f"the database did not say whether {len(self.order_ids)} order(s) (ids {span}) "
+            f"committed ({why}); `orders status ID` shows whether they exist"
+        )
 
 
 def place_orders(
@@ -162,18 +223,25 @@ def place(
     clock: Callable[[], datetime] = utcnow,
     on_batch: Callable[[list[PlacedOrder]], None] | None = None,
     policy: PublishPolicy | None = None,
+    result: PlaceResult | None = None,
+    reconnect: Reconnect | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> PlaceResult:
     """Place the next ``count`` orders of a source, batch by batch, and publish their steps.
 
     Each batch of up to ``batch_size`` orders is one transaction (every order
     with its steps is atomic); its steps are published right after it
     commits when a ``publisher`` is given, else left pending for the relay.
+    A batch whose connection drops is run again (``reconnect``) once the
+    database says the failed attempt did not commit; one that did commit is
+    kept as placed. The TPC-H stream's cursor moves in the batch's transaction,
+    so a retry takes the same orders of the stream.
 
     Args:
         session_factory: makes the session of each unit of work.
         count: orders to place (>= 0).
         source: ``tpch`` (the next orders of the stream) or ``random``.
-        rng: random source for ``random`` orders; default unseeded.
+        rng: random source for ``random`` orders and the backoff's jitter.
         batch_size: orders per transaction (>= 1).
         publisher: queue adapter; None leaves steps pending for the sweep.
         clock: current time (timezone-aware).
@@ -181,14 +249,24 @@ def place(
             advance a progress bar.
         policy: attempts and backoff of rows the queue refuses (default
             ``workflows.relay.PublishPolicy()``).
+        result: where to record what was placed (default: a new one); the
+            caller's object holds every committed batch also when this raises.
+        reconnect: retries of a batch whose connection dropped (default
+            :class:`Reconnect`).
+        sleep: waits the backoff (seconds; injected in tests).
 
     Returns:
-        A ``PlaceResult`` with the placed orders and the number of steps
-        published.
+        ``result``, with the placed orders and the number of steps published.
 
     Raises:
         UnknownSource: ``source`` is not ``tpch`` or ``random``.
         StreamNotLoaded: the TPC-H stream or the catalog is not loaded.
+        PlacementUncertain: a batch's outcome stayed unknown (nothing retried).
+        sqlalchemy.exc.DBAPIError: the connection kept dropping past
+            ``reconnect.attempts``, or another database error (the failed batch
+            did not commit).
+        KeyboardInterrupt: as raised; the batch it interrupted is recorded in
+            ``result`` if the database says it committed.
 
     Publishing errors are never raised: they are counted in ``deferred`` and
     described in ``publish_error``; after the queue is found unreachable the
@@ -197,25 +275,28 @@ def place(
     if source not in (TPCH, RANDOM):
         raise UnknownSource(f"unknown order source {source!r}; use 'tpch' or 'random'")
     rng = rng or random.Random()
-    result = PlaceResult()
+    result = result if result is not None else PlaceResult()
+    reconnect = reconnect or Reconnect()
+    store = store_of(session_factory)
     remaining = count
     first_batch = True
     while remaining > 0:
         size = min(batch_size, remaining)
-        with UnitOfWork(session_factory) as uow:
-            if source == TPCH:
-                drafts = next_tpch_drafts(uow.session, size)
-            else:
-                drafts = random_drafts(uow.session, size, rng)
-            placed, first = write_orders(uow.session, drafts, now=clock())
-            uow.commit()
+        placed, first = _place_batch(
+            session_factory, store, size, source, rng, clock, reconnect, sleep, result
+        )
+        result.orders.extend(placed)
+        remaining -= size
         if first_batch:
             # a first bulk load into never-analyzed tables (PostgreSQL): give the
             # planner their statistics before the step workers plan on guesses
-            analyze_never_analyzed(session_factory, _ANALYZED)
             first_batch = False
-        result.orders.extend(placed)
-        remaining -= size
+            try:
+                analyze_never_analyzed(session_factory, _ANALYZED)
+            except Exception as exc:  # statistics are an optimisation: a later run's
+                if not store.dropped(exc):
+                    raise
+                log.warning("planner statistics left for later: %s", describe(exc))
         # the first steps; those that wait are published when a finished step releases them
         step_ids = list(first)
         published = 0
@@ -232,3 +313,98 @@ def place(
         if on_batch is not None:
             on_batch(placed)
     return result
+
+
+def _place_batch(
+    session_factory: SessionFactory,
+    store: Store,
+    size: int,
+    source: str,
+    rng: random.Random,
+    clock: Callable[[], datetime],
+    reconnect: Reconnect,
+    sleep: Callable[[float], None],
+    result: PlaceResult,
+) -> tuple[list[PlacedOrder], dict[int, StepMessage]]:
+    """One batch in one transaction, run again while its connection drops and the
+    database says the failed attempt did not commit.
+
+    An attempt that failed before its COMMIT was sent did not commit (the server
+    rolls back a transaction whose session ends); one that failed during or after
+    it is settled by asking the database (:func:`_settle`).
+    """
+    for run in range(reconnect.attempts):
+        attempt = Attempt(placed_at=clock())
+        written: tuple[list[PlacedOrder], dict[int, StepMessage]] = ([], {})
+        committing = False
+        try:
+            with UnitOfWork(session_factory) as uow:
+                store.mark(uow.session, attempt)
+                if source == TPCH:
+                    drafts = next_tpch_drafts(uow.session, size)
+                else:
+                    drafts = random_drafts(uow.session, size, rng)
+                written = write_orders(uow.session, drafts, now=attempt.placed_at)
+                attempt.order_ids = [p.order_id for p in written[0]]
+                committing = True
+                uow.commit()
+            return written
+        except KeyboardInterrupt:
+            if committing:  # ask briefly: the user wants out
+                brief = Reconnect(attempts=3, base_seconds=0.2, max_seconds=0.5)
+                outcome = _settle(store, session_factory, attempt, brief, sleep, rng)
+                if outcome is Outcome.COMMITTED:
+                    result.orders.extend(written[0])
+                elif outcome is not Outcome.ABORTED:
+                    result.uncertain = list(attempt.order_ids)
+            raise
+        except Exception as exc:
+            outcome = (
+                _settle(store, session_factory, attempt, reconnect, sleep, rng)
+                if committing
+                else Outcome.ABORTED
+            )
+            if outcome is Outcome.COMMITTED:  # the reply to COMMIT was lost, not the commit
+                return written
+            if outcome is not Outcome.ABORTED:
+                result.uncertain = list(attempt.order_ids)
+                raise PlacementUncertain(attempt.order_ids, describe(exc)) from exc
+            if not store.dropped(exc) or run + 1 == reconnect.attempts:
+                raise
+            result.reconnects += 1
+            pause = reconnect.delay(run, rng)
+            log.warning(
+                "database connection lost while placing %d order(s), nothing of them "
+                "committed: trying again in %.1f s (%s)",
+                size,
+                pause,
+                describe(exc),
+            )
+            sleep(pause)
+    raise AssertionError("unreachable: the last run returns or raises")
+
+
+def _settle(
+    store: Store,
+    session_factory: SessionFactory,
+    attempt: Attempt,
+    reconnect: Reconnect,
+    sleep: Callable[[float], None],
+    rng: random.Random,
+) -> Outcome:
+    """The store's answer about ``attempt``: asked up to ``reconnect.attempts`` times
+    while the database is unreachable or the transaction still in progress."""
+    outcome = Outcome.UNKNOWN
+    for run in range(reconnect.attempts):
+        try:
+            outcome = store.outcome(session_factory, attempt)
+        except Exception as exc:
+            if not store.dropped(exc):
+                return Outcome.UNKNOWN
+            outcome = Outcome.UNKNOWN
+        else:
+            if outcome is not Outcome.IN_PROGRESS:
+                return outcome
+        if run + 1 < reconnect.attempts:
+            sleep(reconnect.delay(run, rng))
+    return outcome

@@ -8,6 +8,7 @@ import typer
 
 from orders.cli.context import ROW_ID_MAX, emit_json, handle_errors, make_app
 from orders.cli.render import say
+from orders.observability.urls import mask_urls_in
 
 
 @handle_errors
@@ -22,18 +23,22 @@ def cancel(
     The order becomes `cancelled` and gets a cancellation notice; steps that had
     not run are skipped, and the ones that ran are undone by compensating steps
     (return_stock, reverse_points, cancel_shipment) that workers run like any
-    step. Cancelling again changes nothing. Exit status 1 when the order is
-    unknown, completed (too late) or ended out of stock.
+    step. Cancelling again changes nothing. The cancellation needs the database
+    only: when Redis cannot be reached (or the embedded one is not running), the
+    compensating steps are published later by a running worker's outbox sweep.
+    Exit status 1 when the order is unknown, completed (too late) or ended out of
+    stock.
     """
-    from orders.app.cancellation import cancel as cancel_order
+    from orders.app.cancellation import cancel_then_publish
 
-    app = make_app()
+    app = make_app(uses_redis=False)
     try:
-        result = cancel_order(
-            app.session_factory, app.publisher, order_id, policy=app.publish_policy
+        done = cancel_then_publish(
+            app.session_factory, app.publisher_if_running, order_id, policy=app.publish_policy
         )
     finally:
         app.close()
+    result = done.result
     if as_json:
         emit_json(
             {
@@ -42,6 +47,9 @@ def cancel(
                 "already_cancelled": result.already,
                 "compensations": list(result.compensations),
                 "skipped": list(result.skipped),
+                "published_steps": done.published,
+                "deferred_steps": done.deferred,
+                "publish_error": done.publish_error and mask_urls_in(done.publish_error),
             }
         )
         return
@@ -52,3 +60,11 @@ def cancel(
     say("order {} cancelled; compensations: {}", order_id, undo)
     if result.skipped:
         say("skipped before they ran: {}", ", ".join(result.skipped))
+    if done.deferred:
+        reason = f" ({mask_urls_in(done.publish_error)})" if done.publish_error else ""
+        say(
+            "publishing of {} compensating step(s) is deferred{}: the cancellation is "
+            "committed and the outbox sweep of a running worker publishes them",
+            done.deferred,
+            reason,
+        )

@@ -14,6 +14,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from orders.app.run_lock import claim_run
 from orders.app.settings import Settings
 from orders.chaos.driver import ChaosProgress, ChaosRun
 from orders.chaos.pool import WorkerPool
@@ -341,6 +342,7 @@ def chaos(
     load_settings(Settings)
     temporary = data_dir is None
     folder = Path(tempfile.mkdtemp(prefix="orders-chaos-")) if data_dir is None else data_dir
+    claim_run(folder, "chaos")  # held until this process ends: a demo there is refused
     rng = random.Random(seed)
     with err_console.status("starting Redis, migrating, loading TPC-H (scale 0.01)..."):
         services = prepare(options, os.environ, folder)

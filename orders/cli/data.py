@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orders.app.pacing import place_paced
+from orders.app.placement import PlaceResult
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import for_terminal, say
@@ -74,7 +75,11 @@ def place(
     """Place orders through the transactional outbox; their steps are published at once.
 
     Each order, its lines and its four step records are written in one
-    transaction; running workers (`orders worker --all`) process them.
+    transaction; running workers (`orders worker --all`) process them. A
+    dropped database connection is retried with backoff (no order is placed
+    twice: the database is asked whether the failed transaction committed). The
+    command always ends by saying how many orders it committed: also on Ctrl-C
+    (exit 130) and when the database stays unreachable (exit 1).
     """
     if source not in ("tpch", "random"):
         raise typer.BadParameter("use tpch or random", param_hint="--source")
@@ -83,14 +88,36 @@ def place(
         app.redis.ping()  # the queue must be reachable before any order is written
     except (redis.RedisError, QueueError) as exc:
         fail(f"Redis is not reachable ({exc}); nothing was placed")
+    result = PlaceResult()
     columns = (TextColumn("placing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=as_json) as bar:
-        task = bar.add_task("place", total=count)
+    try:
+        with Progress(*columns, console=console, disable=as_json) as bar:
+            task = bar.add_task("place", total=count)
 
-        def advance(batch: list[Any]) -> None:
-            bar.advance(task, len(batch))
+            def advance(batch: list[Any]) -> None:
+                bar.advance(task, len(batch))
 
-        result = place_paced(app, count, source=source, rate=rate, on_batch=advance)
+            place_paced(app, count, source=source, rate=rate, on_batch=advance, result=result)
+    except KeyboardInterrupt:
+        _report(result, as_json, stopped="interrupted")
+        raise
+    except Exception:
+        _report(result, as_json, stopped="failed")
+        raise
+    finally:
+        app.close()
+    _report(result, as_json)
+
+
+def _report(
+    result: PlaceResult,
+    as_json: bool,
+    *,
+    stopped: str | None = None,
+) -> None:
+    """What was committed, published and deferred; ``stopped`` says why it ended early
+    (the error itself follows on stderr), and a batch whose commit the database could
+    not confirm is named with the ids its orders have if it did."""
     if as_json:
         emit_json(
             {
@@ -98,15 +125,34 @@ def place(
                 "published_steps": result.published,
                 "deferred_steps": result.deferred,
                 "publish_error": result.publish_error,
+                "reconnects": result.reconnects,
+                "stopped": stopped,
+                "uncertain_order_ids": result.uncertain,
             }
         )
-    else:
-        ids = result.order_ids
-        span = f"{ids[0]}..{ids[-1]}" if ids else "-"
+        return
+    ids = result.order_ids
+    span = f"{ids[0]}..{ids[-1]}" if ids else "-"
+    ended = f" before it was {stopped}" if stopped == "interrupted" else ""
+    ended = ended or (" before the failure below" if stopped else "")
+    console.print(
+        f"placed {len(ids)} order(s) (ids {span}){ended}; published {result.published} step job(s)",
+        highlight=False,
+    )
+    if result.uncertain:
+        span = f"{result.uncertain[0]}..{result.uncertain[-1]}"
         console.print(
-            f"placed {len(ids)} order(s) (ids {span}); published {result.published} step job(s)"
+            f"{len(result.uncertain)} more order(s) (ids {span}) may have committed: the "
+            "database did not say (`orders status ID` shows whether they exist)",
+            highlight=False,
         )
-    if result.deferred and not as_json:
+    if result.reconnects:
+        console.print(
+            f"the database connection dropped {result.reconnects} time(s); each batch it "
+            "hit was placed again after the database said it had not committed",
+            highlight=False,
+        )
+    if result.deferred:
         reason = f" ({for_terminal(result.publish_error)})" if result.publish_error else ""
         console.print(
             f"[yellow]publishing of {result.deferred} step job(s) is deferred{reason}: the "
@@ -114,4 +160,3 @@ def place(
             "(`orders outbox list` shows rows the queue refused)[/]",
             highlight=False,
         )
-    app.close()

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
+from orders.app.run_lock import claim_run
 from orders.cli.context import emit_json, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import compact_table, console, err_console, for_terminal
@@ -205,11 +206,13 @@ def demo(
     while they are in flight, waits until every order is completed, out of
     stock, cancelled (compensations done), or blocked with its step in the DLQ,
     and checks the invariants from the database. Exit status 0 only if every
-    invariant holds.
+    invariant holds. One run per data dir at a time: a second one (or an
+    `orders chaos` there) is refused at once, exit 1, naming the running one.
     """
     if source not in ("tpch", "random"):
         raise typer.BadParameter("use tpch or random", param_hint="--source")
     app = make_app(auto_migrate=True)
+    claim_run(app.settings.resolved_data_dir(), "demo")  # held until this process ends
     _ensure_tpch(app)
     options = DemoOptions(
         orders,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from orders.app.bootstrap import App
-from orders.app.dead_letters import BlockingLetter, blocking_letters
+from orders.app.dead_letters import BlockingLetter, blocking_letters, ways_out
 from orders.app.previews import PAYLOAD_SHOWN, preview
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
@@ -263,7 +263,8 @@ def purge(
         typer.Option(
             "--force",
             help="Also purge dead letters whose step blocks an order (the order then stays "
-            "blocked with nothing to redrive: only `orders cancel` ends it).",
+            "blocked until `orders outbox retry STEP_ID` (or --all) runs its step again or "
+            "`orders cancel` ends it).",
         ),
     ] = False,
 ) -> None:
@@ -272,7 +273,9 @@ def purge(
 
     A dead letter whose step blocks an order is refused (nothing is purged, exit 1)
     unless --force: redrive it (`orders dlq redrive JOB_ID`) or cancel the order
-    (`orders cancel ORDER_ID`) instead.
+    (`orders cancel ORDER_ID`) instead. After a forced purge the order stays
+    blocked until `orders outbox retry STEP_ID` (or `--all`) runs its step again
+    or `orders cancel ORDER_ID` ends it; the command names them.
     """
     _check_filters(task, reason)
     _check_ids_or_filters(job_ids, task, reason)
@@ -291,12 +294,14 @@ def purge(
     every = [d for found in letters.values() for d in found]
     blocking = blocking_letters(app.session_factory, every)
     if blocking and not force:
-        first = blocking[0]
+        redrive, cancel = ways_out(blocking[0], purged=False)
+        retry_one, retry_all, _ = ways_out(blocking[0], purged=True)
         fail(
             f"{len(blocking)} dead letter(s) block an order: {_blocked_orders(blocking)}; "
-            f"purging would leave the order blocked with nothing to redrive; nothing was "
-            f"purged. Redrive instead (orders dlq redrive {first.job_id}), cancel the order "
-            f"(orders cancel {first.order_id}), or purge anyway with --force"
+            f"purging would leave the order blocked with no dead letter to redrive; nothing "
+            f"was purged. Redrive instead ({redrive}), cancel the order ({cancel}), or purge "
+            f"anyway with --force (the step then runs again only by {retry_one} or "
+            f"{retry_all}, or the order ends by {cancel})"
         )
     if not yes and not job_ids:
         typer.confirm("Delete every matching dead letter for good?", abort=True)
@@ -306,14 +311,21 @@ def purge(
             removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
     say("purged {} dead letter(s)", removed)
     if blocking:
+        retry_one, retry_all, cancel = ways_out(blocking[0], purged=True)
         say(
-            "left {} order(s) blocked with no dead letter (only `orders cancel` ends them): {}",
+            "left {} order(s) blocked with no dead letter: {}; run the step again with `{}` "
+            "(every such step: `{}`), or end the order with `{}`",
             len({b.order_id for b in blocking}),
             _blocked_orders(blocking),
+            retry_one,
+            retry_all,
+            cancel,
         )
 
 
 def _blocked_orders(blocking: list[BlockingLetter], most: int = 5) -> str:
-    """``order 12 (stock, job 1a2b...)`` for the first ``most`` blocking letters."""
-    shown = ", ".join(f"order {b.order_id} ({b.step}, job {b.job_id})" for b in blocking[:most])
+    """``order 12 (stock, step 57, job 1a2b...)`` for the first ``most`` blocking letters."""
+    shown = ", ".join(
+        f"order {b.order_id} ({b.step}, step {b.step_id}, job {b.job_id})" for b in blocking[:most]
+    )
     return shown + (f" and {len(blocking) - most} more" if len(blocking) > most else "")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from orders.app.bootstrap import App
+from orders.worker.binding import Binding
 from orders.worker.counters import Counters
 from orders.worker.reconcile import reconcile_dead_letters
 from workflows.relay import SweepResult, sweep
@@ -42,6 +43,9 @@ def sweep_once(app: App) -> SweepResult:
 class SweepLoop(threading.Thread):
     """Runs :func:`sweep_once` every ``relay_sweep_interval_seconds`` while not stopped.
 
+    ``may_sweep`` (the worker's ``NamespaceGuard.check``) is asked first at every
+    interval: a sweep runs only while the namespace is bound to this database.
+
     Attributes:
         totals: published / republished / reconciled counts summed over the sweeps this
             loop ran
@@ -56,6 +60,7 @@ class SweepLoop(threading.Thread):
         *,
         use_lock: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        may_sweep: Callable[[], Binding] | None = None,
     ) -> None:
         super().__init__(name="relay-sweep", daemon=True)
         self.app = app
@@ -66,10 +71,15 @@ class SweepLoop(threading.Thread):
         self.totals = {"published": 0, "republished": 0, "reconciled": 0}
         self.lock_key = f"{app.settings.queue_prefix}:relay-lock"
         self.counters = Counters(app.redis, app.settings.queue_prefix)
+        self.may_sweep = may_sweep
 
     def run(self) -> None:
         interval = self.app.settings.relay_sweep_interval_seconds
         while not self.stop.wait(interval):
+            # a namespace handed to another database gets none of our rows, and none
+            # of its dead letters is copied onto our steps
+            if self.may_sweep is not None and self.may_sweep() is not Binding.BOUND:
+                continue
             try:
                 if self.use_lock and not self.app.redis.set(
                     self.lock_key, "1", nx=True, px=max(int(interval * 1000) - 50, 1)

@@ -14,6 +14,7 @@ from orders.domain.errors import OrdersError
 from orders.domain.steps import queue_name
 from orders.observability.worker_setup import WorkerObservability, worker_observability
 from orders.worker import defaults
+from orders.worker.binding import NamespaceGuard
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.relay_loop import SweepLoop
@@ -35,6 +36,7 @@ def build_worker(
     grace_seconds: float = 10.0,
     observability: WorkerObservability | None = None,
     fault_rng: random.Random | None = None,
+    guard: NamespaceGuard | None = None,
 ) -> Worker:
     """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
 
@@ -53,6 +55,8 @@ def build_worker(
         grace_seconds: graceful-shutdown budget, seconds.
         observability: log context and metrics (default: log context only).
         fault_rng: randomness of the injected faults (seed it in tests; default unseeded).
+        guard: keeps the worker to its database's jobs (``orders.worker.binding``): the
+            outermost middleware, and jobs it hands back are not recorded as failures.
 
     Metrics, the log context and injected faults are worker middleware: they see
     every job, one at a time or in a batch.
@@ -86,6 +90,9 @@ def build_worker(
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
     registry = build_registry(app.session_factory, app.settings, on_results=on_results)
+    record = outcome_recorder(app.session_factory)
+    if guard is not None:
+        record = guard.unless_handed_back(record)
     worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],
@@ -95,8 +102,8 @@ def build_worker(
         batch_size=batch_size,
         settings=app.queue_settings,
         grace_seconds=grace_seconds,
-        middleware=[*obs.middleware(), faults],
-        hooks=WorkerHooks(on_outcome=obs.on_outcome(outcome_recorder(app.session_factory))),
+        middleware=[*([guard] if guard else []), *obs.middleware(), faults],
+        hooks=WorkerHooks(on_outcome=obs.on_outcome(record)),
     )
     # A slow injected run stops its heartbeat, so its lease can really expire.
     faults.stall = lambda ctx: worker.book.drop([Lease(ctx.job_id, ctx.lease_token)])
@@ -130,10 +137,13 @@ def run_worker(
 
     Raises:
         MetricsServerError: the metrics server cannot listen on that host and port.
-        NamespaceClaimed: the Redis namespace belongs to another database.
+        NamespaceClaimed: the Redis namespace belongs to another database: at start, or
+            found later (before a batch, for a job naming no known step, or at a sweep
+            interval): the worker then stopped fetching and handed back what it held.
         KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
     app.bind_namespace()  # never serve another database's jobs
+    guard = NamespaceGuard(app)
     eviction = check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)
     if eviction:
         log.error("WARNING: %s", eviction)
@@ -145,6 +155,7 @@ def run_worker(
         batch_size=batch_size,
         grace_seconds=grace_seconds,
         observability=obs,
+        guard=guard,
     )
     if metrics_port is not None:
         try:
@@ -155,11 +166,17 @@ def run_worker(
                 f"(--metrics-host / --metrics-port): {exc.strerror or exc}"
             ) from exc
     stop = threading.Event()
-    loop = SweepLoop(app, stop) if sweep else None
+    loop = SweepLoop(app, stop, may_sweep=guard.check) if sweep else None
     if loop is not None:
         loop.start()
+    interval = app.settings.relay_sweep_interval_seconds
+    threading.Thread(
+        target=guard.watch, args=(worker.request_stop, interval, stop), name="binding", daemon=True
+    ).start()
     try:
         worker.run()
     finally:
         stop.set()
         obs.close()
+    if guard.lost is not None:
+        raise guard.lost

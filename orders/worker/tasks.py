@@ -62,7 +62,9 @@ def _as_job_error(exc: Exception) -> Exception:
     if isinstance(exc, StepNotFound | SubjectMismatch | OrdersError) and not getattr(
         exc, "retryable", False
     ):
-        return PermanentError(f"{type(exc).__name__}: {exc}")
+        permanent = PermanentError(f"{type(exc).__name__}: {exc}")
+        permanent.__cause__ = exc  # the namespace guard tells "no such step" by it
+        return permanent
     return exc
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
-from cli_processes import app_for, orders_command
+from cli_processes import app_for, orders_command, start_orders, stop, wait_until
 from sqlalchemy import select
 
 from orders.app.placement import place_orders
 from orders.domain.handlers import StepRequest, handle_step
-from orders.domain.models import Order
+from orders.domain.models import Inventory, Order
 from orders.domain.steps import RETURN_STOCK, STEPS, STOCK
-from workflows.models import StepStatus, WorkflowStep
+from reliable_queue.embedded import EmbeddedRedis
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork
 
 
@@ -72,6 +74,9 @@ def test_cancel_an_order_in_flight_publishes_its_compensation_and_repeats_harmle
         "already_cancelled": True,
         "compensations": [RETURN_STOCK],
         "skipped": [],
+        "published_steps": 0,
+        "deferred_steps": 0,
+        "publish_error": None,
     }
 
 
@@ -129,3 +134,55 @@ def test_status_and_explain_show_the_compensation_beside_the_forward_steps(env, 
     assert steps["notification"] == "skipped (skipped: cancelled)"
     assert steps["stock"] == "done (deducted)"
     assert steps[RETURN_STOCK] == "dispatched, undoes stock"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("down", ["embedded_stopped", "unreachable_url"])
+def test_cancel_commits_without_redis_and_its_compensation_runs_when_a_worker_comes_back(
+    env, orders, catalog, tmp_path: Path, down: str
+) -> None:
+    """Regression: with Redis down `orders cancel` exited 1 and wrote nothing, so the
+    order completed meanwhile and the cancel came back too late."""
+    if down == "embedded_stopped":  # the data dir's own Redis, stopped on purpose
+        up = {k: v for k, v in env.items() if k not in ("ORDERS_REDIS_URL", "ORDERS_QUEUE_PREFIX")}
+        server = EmbeddedRedis(up["ORDERS_DATA_DIR"])
+        server.ensure_running()
+        server.stop()
+        down_env = up
+    else:
+        up, down_env = env, dict(env, ORDERS_REDIS_URL="redis://127.0.0.1:1/0")
+
+    proc = run(down_env, "cancel", "1")
+
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "order 1 cancelled; compensations: return_stock" in out
+    assert "publishing of 1 compensating step(s) is deferred" in out
+    assert "Traceback" not in proc.stderr
+    assert status_of(orders, 1) == "cancelled"
+    with orders.session_factory() as session:
+        row = session.scalar(select(WorkflowStep).where(WorkflowStep.step == RETURN_STOCK))
+    assert row.status == StepStatus.PENDING
+    if down == "embedded_stopped":
+        assert not EmbeddedRedis(up["ORDERS_DATA_DIR"]).is_running()  # not started for it
+
+    worker = start_orders(
+        ["worker", "--all", "--no-metrics"],
+        dict(up, ORDERS_RELAY_SWEEP_INTERVAL_SECONDS="0.5"),
+        tmp_path / "worker.log",
+    )
+    try:
+
+        def undone() -> bool:
+            with orders.session_factory() as session:
+                workflow = session.get(Workflow, row.workflow_id)
+                return workflow.status == WorkflowStatus.DONE
+
+        wait_until(undone, 60, "the compensation to run")
+    finally:
+        assert stop(worker) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+    assert status_of(orders, 1) == "cancelled"
+    with orders.session_factory() as session:
+        stock = {i.part_id: i.on_hand for i in session.scalars(select(Inventory))}
+    taken_by_order_2 = {10: 2, 11: 3, 12: 1}  # the default draft's lines, completed
+    assert stock == {p: n - taken_by_order_2.get(p, 0) for p, n in catalog.items()}

@@ -180,3 +180,44 @@ def test_explain_shows_a_job_and_refuses_an_unknown_id(
         timeout=60,
     )
     assert missing.returncode == 1 and "no job" in missing.stderr, missing.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_second_demo_or_chaos_run_in_a_busy_data_dir_is_refused_at_once(
+    cli_env: dict[str, str], tmp_path: Path, key_prefix: str
+) -> None:
+    """Regression: two `orders demo` runs at once in one data dir both exited 0, and the
+    first reported more orders completed (424-440) than it had placed (300)."""
+    from cli_processes import start_orders, stop, wait_until
+
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    log = tmp_path / "first.log"
+    args = ["demo", "--orders", "60", "--rate", "20", "--cancel", "0", "--json"]
+    first = start_orders(args, env, log)
+    try:
+        logs = Path(env["ORDERS_DATA_DIR"]) / "logs"
+        wait_until(lambda: any(logs.glob("demo-*/worker-*.log")), 120, "the first demo's workers")
+        for second in (
+            ["demo", "--orders", "60", "--json"],
+            ["chaos", "--data-dir", env["ORDERS_DATA_DIR"]],
+        ):
+            proc = subprocess.run(
+                [*orders_command(), *second],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+            message = " ".join(proc.stderr.split())
+            assert f"another `orders demo` (pid {first.pid}) is running in data dir" in message
+            assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert first.wait(240) == 0, log.read_text()[-3000:]
+    finally:
+        stop(first)
+    text = log.read_text()
+    report = json.loads(text[text.index("{") :])
+    assert report["orders_placed"] == 60
+    settled = report["completed"] + report["out_of_stock"] + report["cancelled"]
+    assert settled + report["blocked"] == 60  # its own orders, no one else's

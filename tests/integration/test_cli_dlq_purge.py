@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from cli_processes import app_for
+from cli_processes import app_for, start_orders, stop, wait_until
+from sqlalchemy import select
 from test_cli_bad_input import orders_command, run
 
 from orders.app.dead_letters import stranded_orders
 from orders.app.placement import place_orders
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
+from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import LOGISTICS
 from orders.sources.drafts import OrderDraft
+from workflows.models import Workflow, WorkflowStatus, WorkflowStep
 from workflows.relay import publish_released, publish_steps
 from workflows.uow import UnitOfWork
 
@@ -126,3 +131,89 @@ def test_purge_of_all_refuses_before_asking_for_confirmation(blocked: Blocked) -
     assert "Delete every matching" not in proc.stdout
     assert f"order {blocked.order_id}" in " ".join(proc.stderr.split())
     assert dead_ids(blocked.env) == {blocked.blocking_job, blocked.loose_job}
+
+
+WAY_OUT = re.compile(r"orders (?:dlq redrive [0-9a-f]+|outbox retry (?:--all|\d+)|cancel \d+)")
+
+
+def ways_named(text: str) -> list[str]:
+    """The commands a message names, in order, each once."""
+    return list(dict.fromkeys(WAY_OUT.findall(" ".join(text.split()))))
+
+
+def logistics_step_id(env: dict[str, str], order_id: int) -> int:
+    app = app_for(env, migrate=False)
+    try:
+        with app.session_factory() as session:
+            return int(
+                session.scalar(
+                    select(WorkflowStep.id)
+                    .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+                    .where(Workflow.subject_id == order_id, WorkflowStep.step == LOGISTICS)
+                )
+            )
+    finally:
+        app.close()
+
+
+def take_way_out(blocked: Blocked, command: str, tmp_path: Path) -> str:
+    """Run ``command`` (as named), then a worker, until the order's workflow settles;
+    return the order's final status."""
+    taken = run(blocked.env, *command.split()[1:])
+    assert taken.returncode == 0, taken.stdout + taken.stderr
+    env = dict(blocked.env, ORDERS_RELAY_SWEEP_INTERVAL_SECONDS="0.5")
+    worker = start_orders(["worker", "--all", "--no-metrics"], env, tmp_path / "worker.log")
+    app = app_for(blocked.env, migrate=False)
+    try:
+
+        def workflow_done() -> bool:
+            with app.session_factory() as session:
+                status = session.scalar(
+                    select(Workflow.status).where(Workflow.subject_id == blocked.order_id)
+                )
+            return status == WorkflowStatus.DONE
+
+        wait_until(workflow_done, 60, f"order {blocked.order_id} to settle after {command}")
+        with app.session_factory() as session:
+            return session.get(Order, blocked.order_id).status
+    finally:
+        app.close()
+        assert stop(worker) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("way", "ends"), [(0, OrderStatus.COMPLETED), (1, "cancelled")])
+def test_each_way_out_the_refusal_names_before_a_purge_ends_the_block(
+    blocked: Blocked, tmp_path: Path, way: int, ends: str
+) -> None:
+    refused = run(blocked.env, "dlq", "purge", blocked.blocking_job)
+    assert refused.returncode == 1
+    step_id = logistics_step_id(blocked.env, blocked.order_id)
+    assert ways_named(refused.stderr) == [
+        f"orders dlq redrive {blocked.blocking_job}",
+        f"orders cancel {blocked.order_id}",
+        f"orders outbox retry {step_id}",  # after a forced purge (taken below)
+        "orders outbox retry --all",
+    ]
+    assert take_way_out(blocked, ways_named(refused.stderr)[way], tmp_path) == ends
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("way", "ends"), [(0, OrderStatus.COMPLETED), (1, OrderStatus.COMPLETED), (2, "cancelled")]
+)
+def test_each_way_out_a_forced_purge_names_ends_the_block(
+    blocked: Blocked, tmp_path: Path, way: int, ends: str
+) -> None:
+    """Regression: a forced purge said only `orders cancel` could end the blocked
+    order, yet `orders outbox retry --all` ran it to completion."""
+    forced = run(blocked.env, "dlq", "purge", blocked.blocking_job, "--force")
+    assert forced.returncode == 0, forced.stderr
+    step_id = logistics_step_id(blocked.env, blocked.order_id)
+    named = ways_named(forced.stdout)
+    assert named == [
+        f"orders outbox retry {step_id}",
+        "orders outbox retry --all",
+        f"orders cancel {blocked.order_id}",
+    ]
+    assert take_way_out(blocked, named[way], tmp_path) == ends

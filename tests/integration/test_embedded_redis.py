@@ -133,6 +133,39 @@ def test_data_survives_sigkill_and_restart_with_appendfsync_always(server):
     assert server.pid != killed
 
 
+def test_a_client_restarts_a_killed_server_but_not_one_stopped_on_purpose(server, caplog):
+    server.ensure_running()
+    with server.client(socket_timeout=5) as client:
+        client.set("order:1", "paid")
+        killed = server.kill()
+        client.connection_pool.disconnect()  # the next command connects anew
+
+        assert client.get("order:1") == b"paid"  # it found the server dead and restarted it
+        assert server.pid != killed and server.is_running()
+        assert "was found dead: restarted it" in caplog.text
+
+        server.stop()  # SHUTDOWN removes the pid file: a server stopped on purpose stays down
+        client.connection_pool.disconnect()
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+        assert not server.is_running() and server.pid is None
+
+
+def test_a_restarted_tcp_server_is_reached_with_its_new_password(tmp_path):
+    server = EmbeddedRedis(tmp_path / "data", tcp=True)
+    try:
+        server.ensure_running()
+        first = server.password
+        with server.client(socket_timeout=5) as client:
+            client.set("k", "v")
+            server.kill()
+            client.connection_pool.disconnect()
+            assert client.get("k") == b"v"
+        assert server.password != first
+    finally:
+        server.stop()
+
+
 def test_stale_pid_file_of_a_dead_process_is_replaced(server):
     server.redis_dir.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from starlette.testclient import TestClient
 
 from orders.app.bootstrap import App, build
@@ -23,6 +23,7 @@ from orders.domain.steps import LOGISTICS, STEPS
 from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
+from workflows.models import StepStatus, WorkflowStep
 from workflows.relay import publish_released, publish_steps
 from workflows.uow import UnitOfWork
 
@@ -421,6 +422,16 @@ def test_purge_never_deletes_a_letter_whose_step_blocks_an_order(
     ask = client.post("/dlq/purge", data={"scope": "matching", "csrf": csrf})
     assert ask.status_code == 200 and 'id="purge-blocking"' in ask.text
     assert f"order {world.blocked_order}" in ask.text and "nothing to purge" in ask.text
+    with world.app.session_factory() as session:  # every way out is named, with the step row
+        step_id = session.scalar(
+            select(WorkflowStep.id).where(
+                WorkflowStep.step == LOGISTICS, WorkflowStep.status == StepStatus.DEAD
+            )
+        )
+    text = " ".join(ask.text.split())
+    assert f"{LOGISTICS} (step {step_id})" in text
+    for way in ("Redrive it", "orders cancel ORDER_ID", "orders outbox retry STEP_ID", "--all"):
+        assert way in text
     assert 'name="confirm" value="yes"' not in ask.text
     forced = client.post(
         "/dlq/purge",

