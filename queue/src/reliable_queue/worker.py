@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from .attempts import GuardPolicy
 from .audit import audit
 from .errors import QueueConnectionError, ReplicationTimeoutError
 from .execution import (
@@ -170,7 +171,7 @@ class Worker:
         self.rng = rng or random.Random()
         self.worker_id = worker_id or default_worker_id()
         self.counters = WorkerCounters()
-        self.book = LeaseBook()
+        self.book = LeaseBook(GuardPolicy(self.settings.lease_seconds, clock))  # attempt guards
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
         lease = self.settings.lease_seconds
@@ -381,6 +382,7 @@ class Worker:
                 return
             if pending and self.hooks.before_settle:
                 self.hooks.before_settle(pending)
+            sent = self.clock()  # the leases fetched now end one lease after this, or later
             try:
                 # partial: a call that ran keeps its reply even if another one failed or
                 # the round trip gave up on re-sends; a call that did not run is None
@@ -432,7 +434,7 @@ class Worker:
                     log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
                     self.stopping.wait(backoff)
                 continue
-            pending += self._run_batch(queue, result.jobs, run)
+            pending += self._run_batch(queue, result.jobs, run, sent)
             if run.abandoned.is_set():
                 # a run overstayed its time limit and a fresh lane took over: settle
                 # what finished (once; a refused ack is harmless) and stop
@@ -461,8 +463,10 @@ class Worker:
         rest = [queue.parse_fetch(r) for r in ok]
         return queue.merge_fetches([first, *rest])
 
-    def _run_batch(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
-        entries = self.book.add(queue, [j.lease for j in jobs], run)
+    def _run_batch(
+        self, queue: Queue, jobs: list[RawJob], run: LaneRun, sent: float | None = None
+    ) -> list[Call]:
+        entries = self.book.add(queue, [j.lease for j in jobs], run, sent)
         try:
             return self._run_held(queue, jobs, entries, run)
         finally:
@@ -502,7 +506,7 @@ class Worker:
             if stopping.is_set():
                 released.append(job)
                 continue
-            item = prepare(job, registry)
+            item = prepare(job, registry, entry.guard)
             if isinstance(item, Prepared):
                 if item.definition.batch:
                     batched.setdefault(item.definition.name, []).append((item, entry))
