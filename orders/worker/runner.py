@@ -78,6 +78,16 @@ def build_worker(
         )
         obs.on_results(step, results)
 
+    def on_refused(step: str, reason: str, error: Exception) -> None:
+        """A delivery's commit was refused (ADR 0023): count it here and in /metrics.
+
+        A ``FencedOut`` with a ``seen_token`` names a fencing token the database has
+        seen that the queue may hand out again (Redis lost data): the place to raise
+        the queue's fencing floor past it.
+        """
+        counters.add(f"fenced:{reason}:{step}")
+        obs.on_refused(step, reason)
+
     def release(rows: Sequence[Released]) -> None:
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
         try:
@@ -85,7 +95,13 @@ def build_worker(
         except Exception as exc:  # back to pending, or still dispatched: the sweep's
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
-    registry = build_registry(app.session_factory, app.settings, on_results=on_results)
+    registry = build_registry(
+        app.session_factory,
+        app.settings,
+        on_results=on_results,
+        on_refused=on_refused,
+        before_commit=faults.in_transaction,
+    )
     worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],
