@@ -26,6 +26,20 @@ from workflows.tracker import StepResult
 log = logging.getLogger("orders.worker")
 
 
+def bind_engine_to_worker(app: App, lanes: int) -> None:
+    """Before the engine's first use: one connection per lane, and no transaction of
+    this process outliving its lease (``App.lease_bound``, ADR 0023). An engine that
+    already exists (built, or handed in by a test) is left as it is.
+
+    Args:
+        app: the application.
+        lanes: lanes (threads) of the process, all steps together.
+    """
+    if "engine" not in app.__dict__:
+        app.pool_size = worker_pool_size(lanes)
+        app.lease_bound = True
+
+
 def build_worker(
     app: App,
     steps: Sequence[str],
@@ -57,8 +71,7 @@ def build_worker(
     Metrics, the log context and injected faults are worker middleware: they see
     every job, one at a time or in a batch.
     """
-    if "engine" not in app.__dict__:  # one connection per lane, sized before first use
-        app.pool_size = worker_pool_size(concurrency * len(steps))
+    bind_engine_to_worker(app, concurrency * len(steps))
     counters = Counters(app.redis, app.settings.queue_prefix)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
@@ -149,6 +162,7 @@ def run_worker(
         NamespaceClaimed: the Redis namespace belongs to another database.
         KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
+    bind_engine_to_worker(app, concurrency * len(steps))  # before the namespace needs it
     app.bind_namespace()  # never serve another database's jobs
     eviction = check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)
     if eviction:
