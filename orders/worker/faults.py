@@ -180,7 +180,7 @@ class FaultStore:
 
     def hung_in_tx(self, step: str) -> int | None:
         """The pid of the process whose unit of work of ``step`` hangs (or hung), or None."""
-        pid = self.client.hget(f"{self.key}:hung_in_tx", step)
+        pid: Any = self.client.hget(f"{self.key}:hung_in_tx", step)
         return None if pid is None else int(pid)
 
 
