@@ -36,6 +36,33 @@ class StepNotReady(WorkflowError):
     retryable = True
 
 
+class FencedOut(WorkflowError):
+    """A delivery's fencing token is not above the highest its step row has seen.
+
+    A later attempt of the step already reached the database (it committed, failed
+    or was dead-lettered with a higher token, or this very attempt's failure was
+    recorded), so this one is refused: nothing of it is applied (ADR 0023).
+    Retryable: a current delivery gets a new, higher token.
+
+    Attributes:
+        token: the delivery's fencing token.
+        row_token: the highest token the step row has seen.
+        seen_token: ``row_token`` when it is above ``token``, else None. The database
+            then knows a token the queue may hand out again (after Redis lost data
+            the counter can go back); a caller can raise the queue's floor past it.
+    """
+
+    retryable = True
+    reason = "fenced_out"
+    """The refusal's reason, beside an attempt guard's (a bounded metric label)."""
+
+    def __init__(self, message: str, *, token: int, row_token: int) -> None:
+        super().__init__(message)
+        self.token = token
+        self.row_token = row_token
+        self.seen_token = row_token if row_token > token else None
+
+
 class SubjectMismatch(WorkflowError):
     """A message names a subject that is not its workflow's subject."""
 

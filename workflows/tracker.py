@@ -28,13 +28,16 @@ statements, whatever the batch size:
 2. Each delivery is classified: unknown step or subject (its own error, the
    others go on), already done or skipped, or a second copy inside this batch
    (a duplicate absorbed, no effect), still waiting for its prerequisites (its
-   own retryable error), or claimed.
+   own retryable error), fenced out (its fencing token is not above the highest
+   the row has seen: its own retryable error, ADR 0023), or claimed.
 3. The step's effect runs once for every claim and returns, per step row, an
    outcome word or that claim's own error (the effect applied nothing of it).
 4. The claimed step rows are marked done; waiting steps whose prerequisites
    are now decided are released or skipped; workflows whose rows are all done
    or skipped are marked done with their finish time; blocked workflows with no
-   dead step left resume.
+   dead step left resume. The marking compares and advances the rows' fencing
+   tokens, and the commit runs inside the attempt guards of the applied runs:
+   a guard that refuses fails its run alone, the others commit without it.
 
 Any other error fails the whole batch (nothing is committed); conflicts rerun
 it a few times, and the caller may then run the deliveries one at a time (each
@@ -44,9 +47,10 @@ a batch of one) so that one bad delivery cannot sink its batch-mates.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -56,6 +60,7 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    or_,
     select,
     update,
 )
@@ -66,7 +71,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.dependencies import NO_DEPENDENCIES, Released, StepGraph, release_waiting
-from workflows.errors import StepNotFound, StepNotReady, SubjectMismatch
+from workflows.errors import FencedOut, StepNotFound, StepNotReady, SubjectMismatch
 from workflows.idlists import is_postgresql, json_rows, one_of
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import SessionFactory, UnitOfWork
@@ -85,7 +90,12 @@ class StepRun:
             when given.
         attempt: 1-based delivery attempt from the queue.
         job_id: the queue's job id.
-        fencing_token: the queue's monotonic lease fencing token.
+        fencing_token: the queue's monotonic lease fencing token; a run carrying one
+            commits only if it is above the highest the step row has seen (None:
+            not fenced, e.g. a direct caller).
+        hold: the attempt's guard (``JobContext.hold_lease``): the commit runs
+            inside it, and a guard that refuses on entry (raises) fails this run
+            alone (None: not guarded).
     """
 
     workflow_id: int
@@ -94,6 +104,9 @@ class StepRun:
     attempt: int = 1
     job_id: str | None = None
     fencing_token: int | None = None
+    hold: Callable[[], AbstractContextManager[Any]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True)
@@ -141,6 +154,7 @@ class StepRow(NamedTuple):
     status: str
     outcome: str | None
     version: int
+    fencing_token: int | None
 
 
 Effect = Callable[[Session, list[Claim], datetime], Mapping[int, str | Exception]]
@@ -150,6 +164,19 @@ error when nothing of it was applied; one entry per claim."""
 
 OnWorkflowsDone = Callable[[Session, list[int]], None]
 """Called in the same transaction with the subject ids of workflows this batch completed."""
+
+BeforeCommit = Callable[[list[Claim]], None]
+"""Called inside the unit of work with the claims it applied, after its writes and right
+before the commit, its locks held (a fault-injection point: a hang there)."""
+
+
+class _Refused(Exception):
+    """Some runs' attempt guards refused the commit: run positions -> their errors."""
+
+    def __init__(self, errors: dict[int, Exception]) -> None:
+        super().__init__(f"{len(errors)} attempt(s) no longer hold their lease")
+        self.errors = errors
+
 
 # The statements of the hot path, built once: building a statement (and its cache
 # key) costs more than running it on a batch of one.
@@ -186,7 +213,13 @@ _FENCE = (
 )
 _STEP_ROWS = {
     pg: select(
-        _WS.c.workflow_id, _WS.c.id, _WF.c.subject_id, _WS.c.status, _WS.c.outcome, _WF.c.version
+        _WS.c.workflow_id,
+        _WS.c.id,
+        _WF.c.subject_id,
+        _WS.c.status,
+        _WS.c.outcome,
+        _WF.c.version,
+        _WS.c.fencing_token,
     )
     .join(_WF, _WF.c.id == _WS.c.workflow_id)
     .where(
@@ -203,7 +236,16 @@ _STEP_ROWS = {
 _CLAIMED_JSON = json_rows("claims", ("row_id", "outcome", "attempt", "job_id", "fencing"))
 _MARK_DONE = (
     update(_WS)
-    .where(_WS.c.id == _CLAIMED_JSON.c.row_id)
+    .where(
+        _WS.c.id == _CLAIMED_JSON.c.row_id,
+        # the fencing token is compared and advanced in this one statement: a row that
+        # saw the claim's token or a later one since it was read is not marked
+        or_(
+            _CLAIMED_JSON.c.fencing.is_(None),
+            _WS.c.fencing_token.is_(None),
+            _WS.c.fencing_token < _CLAIMED_JSON.c.fencing,
+        ),
+    )
     .values(
         status=StepStatus.DONE,
         outcome=_CLAIMED_JSON.c.outcome,
@@ -237,6 +279,12 @@ _MARK_DONE_PG = (
         # the planner guesses of the table's size (a hash join scans it all)
         _WS.c.id == any_(bindparam("row_ids", type_=ARRAY(Integer))),
         _WS.c.status.not_in((*StepStatus.FINAL, StepStatus.WAITING)),
+        # compared and advanced in this statement (see _MARK_DONE)
+        or_(
+            _CLAIMED_ROWS.c.fencing.is_(None),
+            _WS.c.fencing_token.is_(None),
+            _WS.c.fencing_token < _CLAIMED_ROWS.c.fencing,
+        ),
     )
     .values(
         status=StepStatus.DONE,
@@ -361,8 +409,16 @@ def run_steps(
     graph: StepGraph = NO_DEPENDENCIES,
     clock: Callable[[], datetime] = utcnow,
     conflict_attempts: int = 6,
+    before_commit: BeforeCommit | None = None,
 ) -> list[StepResult | Exception]:
     """Run deliveries of one step (one or many) in one unit of work.
+
+    Fencing (ADR 0023): a run that carries a fencing token claims its step only if
+    the token is above the highest the step row has seen, compared and advanced by
+    the marking itself; a run at or below it is :class:`FencedOut`. The commit runs
+    inside the attempt guards of the runs it applies (``StepRun.hold``); a guard
+    that refuses rolls the unit of work back, and it runs again without that run,
+    whose result is the guard's error.
 
     Args:
         session_factory: makes the session of each unit of work.
@@ -374,12 +430,14 @@ def run_steps(
             skipped in the same transaction (default: none).
         clock: current time (timezone-aware).
         conflict_attempts: units of work tried while losing races.
+        before_commit: see :data:`BeforeCommit` (None: nothing).
 
     Returns:
         Per run, in order: a :class:`StepResult` (``duplicate=True`` for an
         absorbed redelivery, a skipped step or a second copy in the batch), or
         the run's own error: :class:`StepNotFound`, :class:`SubjectMismatch`
-        (not retryable), :class:`StepNotReady` (retryable; nothing applied), or
+        (not retryable), :class:`StepNotReady`, :class:`FencedOut` (retryable;
+        nothing applied), the error its guard raised (nothing of it applied), or
         the error the effect gave that claim.
 
     Raises:
@@ -400,13 +458,39 @@ def run_steps(
         nonlocal conflicts
         conflicts += 1
 
-    return retry_on_conflict(
-        lambda: _once(
-            session_factory, list(runs), effect, on_workflows_done, graph, clock, conflicts
-        ),
-        attempts=conflict_attempts,
-        on_conflict=count_conflict,
-    )
+    def once(live: list[StepRun]) -> list[StepResult | Exception]:
+        return retry_on_conflict(
+            lambda: _once(
+                session_factory,
+                live,
+                effect,
+                on_workflows_done,
+                graph,
+                clock,
+                conflicts,
+                before_commit,
+            ),
+            attempts=conflict_attempts,
+            on_conflict=count_conflict,
+        )
+
+    results: list[StepResult | Exception | None] = [None] * len(runs)
+    live = list(range(len(runs)))
+    while live:  # each pass that a guard refuses leaves out at least one run
+        try:
+            done = once([runs[i] for i in live])
+        except _Refused as refused:
+            for pos, error in refused.errors.items():
+                results[live[pos]] = error
+            live = [i for pos, i in enumerate(live) if pos not in refused.errors]
+            continue
+        for i, result in zip(live, done, strict=True):
+            results[i] = result
+        break
+    out = [r for r in results if r is not None]
+    if len(out) != len(runs):
+        raise RuntimeError("the tracker left a run without a result")
+    return out
 
 
 def _classify(
@@ -440,6 +524,8 @@ def _classify(
                     f"workflow {run.workflow_id} step {run.step!r} waits for its prerequisites"
                 )
             )
+        elif (fenced := _fenced_out(run, row)) is not None:
+            results.append(fenced)
         elif run.workflow_id in claimed:
             results.append(None)  # a second copy in this batch: a duplicate of the claim
         else:
@@ -447,6 +533,38 @@ def _classify(
             claims.append(Claim(run, row.row_id, row.subject_id))
             results.append(None)
     return results, claims, claimed
+
+
+def _fenced_out(run: StepRun, row: StepRow) -> FencedOut | None:
+    """The run's error when the row saw its fencing token or a later one, else None."""
+    token, seen = run.fencing_token, row.fencing_token
+    if token is None or seen is None or seen < token:
+        return None
+    return FencedOut(
+        f"workflow {run.workflow_id} step {run.step!r}: fencing token {token} is not above "
+        f"{seen}, the highest the step has seen (a later attempt holds it)",
+        token=token,
+        row_token=seen,
+    )
+
+
+def _commit_held(uow: UnitOfWork, holds: list[tuple[int, Callable[[], Any]]]) -> None:
+    """Commit inside every guard of ``holds`` (run position, hold), or refuse.
+
+    Raises:
+        _Refused: one or more guards refused on entry (nothing committed; the guards
+            that were entered are left as if their block had failed).
+    """
+    refused: dict[int, Exception] = {}
+    with ExitStack() as stack:
+        for pos, hold in holds:
+            try:
+                stack.enter_context(hold())
+            except Exception as exc:  # the attempt lost its lease: this run alone fails
+                refused[pos] = exc
+        if refused:
+            raise _Refused(refused)
+        uow.commit()
 
 
 def _once(
@@ -457,6 +575,7 @@ def _once(
     graph: StepGraph,
     clock: Callable[[], datetime],
     conflicts: int,
+    before_commit: BeforeCommit | None = None,
 ) -> list[StepResult | Exception]:
     started = clock()
     step = runs[0].step
@@ -505,7 +624,15 @@ def _once(
             done_ids = _complete_workflows(session, applied_wf_ids, now)
         if done_ids and on_done is not None:
             on_done(session, sorted(rows[wf].subject_id for wf in done_ids))
-        uow.commit()
+        if before_commit is not None and applied:
+            before_commit(applied)
+        holds = [
+            (claimed[c.run.workflow_id], c.run.hold) for c in applied if c.run.hold is not None
+        ]
+        if holds:
+            _commit_held(uow, holds)
+        else:
+            uow.commit()
     out: list[StepResult | Exception] = []
     for i, (run, result) in enumerate(zip(runs, results, strict=True)):
         if result is not None:
@@ -541,13 +668,17 @@ def _mark_done(
     *,
     postgresql: bool,
 ) -> None:
-    """Mark the claimed step rows done with their outcomes (one statement on PostgreSQL).
+    """Mark the claimed step rows done with their outcomes, in one statement.
+
+    The statement compares and advances each row's fencing token: a row that saw
+    its claim's token or a later one is not marked.
 
     Raises:
-        StaleDataError: (PostgreSQL) a claimed row is no longer claimable: a
-            concurrent writer finished, skipped or called it off after this
-            unit of work read it, so the unit of work (its effect included)
-            must roll back and rerun.
+        StaleDataError: a claimed row is no longer claimable: a concurrent writer
+            advanced its fencing token (a failure or dead letter recorded) or
+            (PostgreSQL) finished, skipped or called it off after this unit of
+            work read it, so the unit of work (its effect included) must roll
+            back and rerun; the rerun classifies that run at read time.
     """
     if postgresql:
         marked = session.execute(
@@ -568,7 +699,7 @@ def _mark_done(
                 "since they were read"
             )
         return
-    session.execute(
+    marked = session.execute(
         _MARK_DONE,
         {
             "claims": [
@@ -584,7 +715,12 @@ def _mark_done(
             "started": started,
             "now": now,
         },
-    )
+    ).rowcount
+    if marked not in (-1, len(claims)):
+        raise StaleDataError(
+            f"{len(claims) - marked} of {len(claims)} claimed step rows were fenced since "
+            "they were read"
+        )
 
 
 def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> set[int]:
@@ -626,6 +762,9 @@ def record_step_failure(
     delivery claims it, the relay republishes it) before its prerequisites
     succeeded, and out of reach of the release or skip that decides it.
 
+    The row's fencing token is advanced to the run's (when it carries one and
+    it is higher), so that attempt's late commit is fenced out.
+
     Args:
         session_factory: makes the session of the unit of work.
         run: identifies the delivery that failed.
@@ -660,6 +799,7 @@ def record_step_failure(
                     last_error=error[:_ERROR_LIMIT],
                     job_id=run.job_id or WorkflowStep.job_id,
                     started_at=now,
+                    **_advanced_token(run.fencing_token),
                 ),
                 execution_options={"synchronize_session": False},
             ).rowcount
@@ -667,6 +807,14 @@ def record_step_failure(
             return bool(changed)
 
     return retry_on_conflict(once)
+
+
+def _advanced_token(token: int | None) -> dict[str, Any]:
+    """``values()`` advancing ``fencing_token`` to ``token`` when that is higher (none: {})."""
+    if token is None:
+        return {}
+    column = WorkflowStep.fencing_token
+    return {"fencing_token": case((or_(column.is_(None), column < token), token), else_=column)}
 
 
 def mark_step_dead(
@@ -677,6 +825,7 @@ def mark_step_dead(
     *,
     error: str | None = None,
     attempts: int | None = None,
+    fencing_token: int | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> bool:
     """Record that the queue dead-lettered a step: the workflow shows as blocked.
@@ -698,6 +847,8 @@ def mark_step_dead(
         reason: the dead-letter reason, for example ``retries_exhausted``.
         error: the last error text, if any.
         attempts: attempts made, if known.
+        fencing_token: the dead job's last fencing token, if known: the row's is
+            advanced to it (when higher), so that attempt's late commit is fenced out.
         clock: current time (timezone-aware).
 
     Returns:
@@ -720,6 +871,10 @@ def mark_step_dead(
             row.last_error = (error or reason)[:_ERROR_LIMIT]
             if attempts is not None:
                 row.attempts = max(row.attempts, attempts)
+            if fencing_token is not None and (
+                row.fencing_token is None or row.fencing_token < fencing_token
+            ):
+                row.fencing_token = fencing_token
             workflow.status = WorkflowStatus.BLOCKED
             workflow.blocked_step = step
             workflow.blocked_reason = (f"{reason}: {error}" if error else reason)[:_ERROR_LIMIT]

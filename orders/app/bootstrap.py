@@ -137,6 +137,8 @@ class App:
     auto_migrate: bool = False
     #: connections kept by the engine; a worker sets it from its lanes before first use
     pool_size: int = 5
+    #: a worker's: no transaction of the engine outlives the lease (``make_engine``)
+    lease_bound: bool = False
 
     @cached_property
     def engine(self) -> Engine:
@@ -169,6 +171,7 @@ class App:
             pool_size=self.settings.db_pool_size or self.pool_size,
             statement_timeout_ms=db_timeout_ms(self.settings),
             lock_timeout_ms=db_timeout_ms(self.settings),
+            lease_seconds=self.settings.lease_seconds if self.lease_bound else None,
         )
 
     @cached_property

@@ -117,6 +117,7 @@ def make_engine(
     max_overflow: int = 5,
     statement_timeout_ms: int = 0,
     lock_timeout_ms: int = 0,
+    lease_seconds: float | None = None,
 ) -> Engine:
     """Create an engine for ``url`` with orderflow's connection settings.
 
@@ -138,6 +139,14 @@ def make_engine(
         lock_timeout_ms: PostgreSQL ``lock_timeout`` (a wait for a row or table lock),
             milliseconds; 0 leaves the server's. Past it the statement fails with
             ``OperationalError`` (``LockNotAvailable``). Not applied to SQLite.
+        lease_seconds: the lease this process's transactions are bound to (a
+            worker's), seconds; None (a command) binds them to nothing. No lock of
+            such a transaction outlives the lease (ADR 0023): on PostgreSQL every
+            connection sets ``idle_in_transaction_session_timeout`` to the lease,
+            so the server ends a session left idle inside a transaction (a frozen
+            process) and frees its locks; on SQLite a writers' turn held longer
+            than the lease plus a margin is taken by killing its process
+            (``orders.app.sqlite_writers``).
 
     Returns:
         A new ``Engine``; dispose it when done.
@@ -163,7 +172,9 @@ def make_engine(
         if path is not None:
             # writers of every process take turns instead of sleeping in the busy handler
             WriterTurns(
-                path.with_name(path.name + "-writers"), SQLITE_BUSY_TIMEOUT_SECONDS
+                path.with_name(path.name + "-writers"),
+                SQLITE_BUSY_TIMEOUT_SECONDS,
+                lease_seconds=lease_seconds,
             ).install(engine)
         return engine
     connect_args = {}
@@ -172,6 +183,9 @@ def make_engine(
         options.append(f"-c statement_timeout={int(statement_timeout_ms)}")
     if lock_timeout_ms > 0:
         options.append(f"-c lock_timeout={int(lock_timeout_ms)}")
+    if lease_seconds is not None:
+        idle_ms = max(int(lease_seconds * 1000), 1)
+        options.append(f"-c idle_in_transaction_session_timeout={idle_ms}")
     if options:
         connect_args["options"] = " ".join(options)
     return create_engine(

@@ -19,6 +19,11 @@ The file lock is only an ordering aid; SQLite's own lock still decides. A
 writer that cannot get its turn within the busy timeout goes on without it and
 meets SQLite's busy handler as before, and a thread that already holds a turn
 through another connection (a nested unit of work) does not wait for itself.
+
+No turn outlives its lease: a worker's writers declare its lease, each holder
+records itself in the file, and a waiter that finds a holder past its lease plus
+a margin kills it (``orders.app.turn_holders``; a frozen process can neither
+commit nor give back SQLite's lock). Writers without a lease are never touched.
 """
 
 from __future__ import annotations
@@ -33,6 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, event
+
+from orders.app.turn_holders import (
+    LOOK_EVERY_SECONDS,
+    Holder,
+    HolderWatch,
+    process_start,
+    turn_margin,
+)
 
 #: first words of statements that never take SQLite's write lock
 log = logging.getLogger(__name__)
@@ -65,9 +78,15 @@ class WriterTurns:
     Args:
         lock_path: the lock file (created with mode 0600 when missing).
         timeout: longest wait for a turn, seconds; past it the writer goes on
-            without one (SQLite's busy timeout then applies as before).
-        clock: monotonic time in seconds (injectable for tests).
+            without one (SQLite's busy timeout then applies as before). A writer
+            with a lease waits at least until an overdue holder would be killed.
+        lease_seconds: the lease of this process's work (a worker's), seconds: a
+            turn it holds longer than that plus :func:`turn_margin` is taken by
+            killing the process. None (a command): never killed.
+        clock: system-wide monotonic time in seconds, the same in every process
+            (``time.monotonic``; injectable for tests).
         sleep: pause function (injectable for tests).
+        kill: ``os.kill`` (injectable for tests).
     """
 
     def __init__(
@@ -75,13 +94,22 @@ class WriterTurns:
         lock_path: Path,
         timeout: float,
         *,
+        lease_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        kill: Callable[[int, int], None] = os.kill,
     ) -> None:
         self.lock_path = lock_path
-        self.timeout = timeout
+        self.hold_seconds = (
+            None if lease_seconds is None else lease_seconds + turn_margin(lease_seconds)
+        )
+        self.timeout = (
+            timeout if self.hold_seconds is None else max(timeout, self.hold_seconds + 1.0)
+        )
         self._clock = clock
         self._sleep = sleep
+        self._kill = kill
+        self._pid = self._start = 0  # this process and its start time (read again after a fork)
         self._guard = threading.Lock()
         self._held: dict[int, tuple[int, int]] = {}  # id(DBAPI connection) -> (fd, thread id)
         self._threads: dict[int, int] = {}  # thread id -> turns it holds
@@ -149,21 +177,41 @@ class WriterTurns:
                 )
             return False
         pause = FIRST_PAUSE_SECONDS
-        deadline = self._clock() + self.timeout
+        now = self._clock()
+        deadline = now + self.timeout
+        watch: HolderWatch | None = None
+        look_at = now + LOOK_EVERY_SECONDS
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if self._clock() >= deadline:
+                now = self._clock()
+                if now >= deadline:
                     os.close(fd)
                     return False
+                if now >= look_at:  # who holds it, and is it past its lease?
+                    look_at = now + LOOK_EVERY_SECONDS
+                    watch = watch or HolderWatch(fd, self._clock, self._kill)
+                    watch.look()
                 self._sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_SECONDS)
+        try:
+            os.pwrite(fd, self._record(), 0)
+        except OSError:
+            pass  # the turn is held all the same; it just cannot be taken from us
         with self._guard:
             self._held[id(dbapi_connection)] = (fd, me)
             self._threads[me] = self._threads.get(me, 0) + 1
         return True
+
+    def _record(self) -> bytes:
+        """This holder's record (``orders.app.turn_holders.Holder``), deadline from now."""
+        pid = os.getpid()
+        if self._pid != pid:
+            self._pid, self._start = pid, process_start(pid) or 0
+        deadline = 0.0 if self.hold_seconds is None else self._clock() + self.hold_seconds
+        return Holder(pid, self._start, deadline).encode()
 
     def release(self, dbapi_connection: Any) -> None:
         """Give back the connection's turn, if it holds one (closing the lock's descriptor)."""

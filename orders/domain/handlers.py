@@ -25,7 +25,7 @@ from workflows import tracker
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound
 from workflows.idlists import is_postgresql, one_of
-from workflows.tracker import Claim, StepResult, StepRun
+from workflows.tracker import BeforeCommit, Claim, StepResult, StepRun
 from workflows.uow import SessionFactory
 
 __all__ = [
@@ -77,14 +77,20 @@ def handle_steps(
     *,
     clock: Callable[[], datetime] = utcnow,
     conflict_attempts: int = 6,
+    before_commit: BeforeCommit | None = None,
 ) -> list[StepResult | Exception]:
     """Apply deliveries of ONE order step (one or many) exactly once each, in one transaction.
+
+    A run carrying a fencing token is fenced by it, and one carrying its attempt's
+    guard commits inside it (``workflows.tracker.run_steps``, ADR 0023).
 
     Args:
         session_factory: makes the session of each unit of work.
         runs: the deliveries; each run's ``subject_id`` is its order id.
         clock: current time (timezone-aware).
         conflict_attempts: units of work tried when racing other writers.
+        before_commit: called in the unit of work right before its commit (fault
+            injection; ``workflows.tracker.BeforeCommit``).
 
     Returns:
         Per run, in order: a ``StepResult`` (``outcome``: ``deducted``,
@@ -92,8 +98,9 @@ def handle_steps(
         and the compensations' ``returned``, ``reversed``...; ``duplicate`` for an
         absorbed redelivery, including a second copy inside the batch;
         ``workflow_done``), or that run's own error: ``StepNotFound``,
-        ``SubjectMismatch``, ``OrderNotFound`` (not retryable), ``StepNotReady``
-        (retryable).
+        ``SubjectMismatch``, ``OrderNotFound`` (not retryable), ``StepNotReady``,
+        ``FencedOut`` (retryable), or the error its attempt guard raised
+        (``reliable_queue.AttemptLost``: nothing of it applied).
 
     Raises:
         StepNotFound: the step has no effect (not retryable).
@@ -115,6 +122,7 @@ def handle_steps(
         graph=ORDER_GRAPH,
         clock=clock,
         conflict_attempts=conflict_attempts,
+        before_commit=before_commit,
     )
 
 
@@ -218,6 +226,7 @@ def mark_step_dead(
     *,
     error: str | None = None,
     attempts: int | None = None,
+    fencing_token: int | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> bool:
     """Record that the queue dead-lettered an order step; the order shows as blocked.
@@ -226,6 +235,8 @@ def mark_step_dead(
         reason: the dead-letter reason (``retries_exhausted``, ``error``...).
         error: the last error text, if any.
         attempts: attempts made, if known.
+        fencing_token: the dead job's last fencing token, if known (the step row's
+            is advanced to it).
 
     Returns:
         True when marked dead; False when the step was done, skipped or still
@@ -236,5 +247,12 @@ def mark_step_dead(
         ConcurrencyConflict: kept losing races (retryable).
     """
     return tracker.mark_step_dead(
-        session_factory, workflow_id, step, reason, error=error, attempts=attempts, clock=clock
+        session_factory,
+        workflow_id,
+        step,
+        reason,
+        error=error,
+        attempts=attempts,
+        fencing_token=fencing_token,
+        clock=clock,
     )

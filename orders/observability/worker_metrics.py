@@ -22,9 +22,11 @@ from sqlalchemy import select
 from orders.domain.steps import ALL_STEPS, TASKS, queue_name, task_name
 from orders.observability.labels import bounded
 from reliable_queue import RawJob
+from reliable_queue.attempts import REASONS as GUARD_REASONS
 from reliable_queue.codec import RecordDecodeError, decode_record
 from reliable_queue.execution import Dead, Outcome, Retry
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
+from workflows.errors import FencedOut
 from workflows.models import Workflow
 from workflows.tracker import StepResult
 from workflows.uow import SessionFactory
@@ -37,6 +39,9 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 COMPLETION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
 """Seconds from an order's placement to its last step's commit."""
+
+REFUSAL_REASONS = (*GUARD_REASONS, FencedOut.reason)
+"""Why a delivery's commit is refused: its attempt guard's reason or the database's."""
 
 _ERROR_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*): ")
 
@@ -137,6 +142,9 @@ class WorkerMetrics:
       runs that ended in a retry or a dead letter.
     - ``orderflow_duplicates_absorbed_total``: redeliveries of a finished step
       that the idempotent handler acknowledged without a second effect.
+    - ``orderflow_attempts_fenced_total`` (labels ``step`` and ``reason``, one of
+      :data:`REFUSAL_REASONS`): deliveries whose commit was refused because the
+      attempt no longer held its step (ADR 0023); nothing of them was applied.
     - ``orderflow_order_completion_seconds`` (histogram, no labels): placement to
       completion of each order, seconds.
 
@@ -181,6 +189,12 @@ class WorkerMetrics:
             labels,
             registry=None,
         )
+        self.attempts_fenced = Counter(
+            "orderflow_attempts_fenced",
+            "Deliveries whose commit was refused: the attempt no longer held its step.",
+            ("step", "reason"),
+            registry=None,
+        )
         self.order_completion = Histogram(
             "orderflow_order_completion_seconds",
             "Order placement to completion, seconds.",
@@ -195,6 +209,12 @@ class WorkerMetrics:
         self.handler_seconds.labels(queue, task)
         self.start_latency.labels(queue, task)
         self.duplicates.labels(queue, task)
+
+    def on_refused(self, step: str, reason: str) -> None:
+        """Count one delivery whose commit was refused (labels bounded)."""
+        self.attempts_fenced.labels(
+            bounded(step, ALL_STEPS), bounded(reason, REFUSAL_REASONS)
+        ).inc()
 
     def on_outcome(self, job: RawJob, outcome: Outcome) -> None:
         """Worker ``on_outcome`` hook: count runs that failed (retry or dead letter)."""

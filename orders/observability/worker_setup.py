@@ -61,6 +61,11 @@ class WorkerObservability:
         if self.metrics is not None:
             self.metrics.on_results(step, results)
 
+    def on_refused(self, step: str, reason: str) -> None:
+        """A delivery's commit was refused (``reason``: see ``orders.worker.tasks.OnRefused``)."""
+        if self.metrics is not None:
+            self.metrics.on_refused(step, reason)
+
     def serve(self, app: App, host: str, port: int) -> int:
         """Serve ``/metrics`` of this data dir on ``host:port``; return the bound port.
 

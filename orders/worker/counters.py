@@ -8,7 +8,9 @@ fails the work being counted: a Redis error is logged and the count is lost
 lower bound, and the database stays the judge of correctness.
 
 Field names: ``applied:<step>``, ``duplicate:<step>``, ``injected:<kind>:<step>``
-(kind ``fail``, ``slow``, ``crash``), ``sweep:published``, ``sweep:republished``.
+(kind ``fail``, ``slow``, ``crash``, ...), ``fenced:<reason>:<step>`` (a delivery
+whose commit was refused: its attempt guard's reason or ``fenced_out``, ADR 0023),
+``sweep:published``, ``sweep:republished``.
 """
 
 from __future__ import annotations

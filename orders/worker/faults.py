@@ -57,6 +57,11 @@ class FaultConfig(BaseModel):
             with its lease still extended, as a call blocked on a lock would: only
             the task's time limit ends it (the attempt fails as ``timed_out``).
         hang_ms: length of such a hang, milliseconds.
+        hang_in_tx_ms: the first unit of work of the step (across every worker,
+            like ``crash_once``) hangs this long inside its transaction, after its
+            writes and right before its commit, holding its locks (SQLite's write
+            lock, PostgreSQL's row locks), as a process frozen there would; the pid
+            of the process is kept (:meth:`FaultStore.hung_in_tx`). 0: off.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -71,6 +76,7 @@ class FaultConfig(BaseModel):
     poison_key: str | None = None
     hang_rate: float = Field(0.0, ge=0.0, le=1.0)
     hang_ms: int = Field(0, ge=0)
+    hang_in_tx_ms: int = Field(0, ge=0)
 
     @property
     def active(self) -> bool:
@@ -84,6 +90,7 @@ class FaultConfig(BaseModel):
             or slow
             or self.poison_key
             or (self.hang_rate and self.hang_ms)
+            or self.hang_in_tx_ms
         )
 
 
@@ -165,6 +172,16 @@ class FaultStore:
     def claim_crash_once(self, step: str) -> bool:
         """Atomically turn off ``crash_once`` for ``step``; True for the one caller that did."""
         return bool(self.client.hsetnx(f"{self.key}:crashed", step, "1"))
+
+    def claim_hang_in_tx(self, step: str) -> bool:
+        """Atomically take ``hang_in_tx_ms`` of ``step`` for this process (its pid is
+        kept); True for the one caller that did."""
+        return bool(self.client.hsetnx(f"{self.key}:hung_in_tx", step, str(os.getpid())))
+
+    def hung_in_tx(self, step: str) -> int | None:
+        """The pid of the process whose unit of work of ``step`` hangs (or hung), or None."""
+        pid: Any = self.client.hget(f"{self.key}:hung_in_tx", step)
+        return None if pid is None else int(pid)
 
 
 class FaultSource:
@@ -280,6 +297,18 @@ class FaultMiddleware(BatchMiddleware):
             message = f"injected failure on step {step} (attempt {ctx.attempt})"
             raise PermanentError(message) if decision.permanent else InjectedFailure(message)
         return decision, config
+
+    def in_transaction(self, step: str) -> None:
+        """Inside a unit of work of ``step``, right before its commit: hang if configured.
+
+        Only the first unit of work anywhere that sees ``hang_in_tx_ms`` hangs.
+        """
+        config = self.source.get(step)
+        if config is None or not config.hang_in_tx_ms:
+            return
+        if self.source.store.claim_hang_in_tx(step):
+            self.on_injected(step, "hang_in_tx")
+            time.sleep(config.hang_in_tx_ms / 1000.0)
 
     def after(self, ctx: JobContext, decision: Decision, config: FaultConfig | None) -> None:
         """After the effect committed, before the ack: crash the process if decided."""

@@ -27,6 +27,20 @@ from workflows.tracker import StepResult
 log = logging.getLogger("orders.worker")
 
 
+def bind_engine_to_worker(app: App, lanes: int) -> None:
+    """Before the engine's first use: one connection per lane, and no transaction of
+    this process outliving its lease (``App.lease_bound``, ADR 0023). An engine that
+    already exists (built, or handed in by a test) is left as it is.
+
+    Args:
+        app: the application.
+        lanes: lanes (threads) of the process, all steps together.
+    """
+    if "engine" not in app.__dict__:
+        app.pool_size = worker_pool_size(lanes)
+        app.lease_bound = True
+
+
 def build_worker(
     app: App,
     steps: Sequence[str],
@@ -61,8 +75,7 @@ def build_worker(
     Metrics, the log context and injected faults are worker middleware: they see
     every job, one at a time or in a batch.
     """
-    if "engine" not in app.__dict__:  # one connection per lane, sized before first use
-        app.pool_size = worker_pool_size(concurrency * len(steps))
+    bind_engine_to_worker(app, concurrency * len(steps))
     counters = Counters(app.redis, app.settings.queue_prefix)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
@@ -82,6 +95,23 @@ def build_worker(
         )
         obs.on_results(step, results)
 
+    def on_refused(step: str, reason: str, error: Exception) -> None:
+        """A delivery's commit was refused (ADR 0023): count it here and in /metrics.
+
+        A ``FencedOut`` with a ``seen_token`` names a fencing token the database has
+        seen that the queue may hand out again (Redis lost data): the queue's fencing
+        floor is raised past it (``Queue.raise_fencing_floor``), so the retry's token
+        is above it.
+        """
+        counters.add(f"fenced:{reason}:{step}")
+        obs.on_refused(step, reason)
+        seen = getattr(error, "seen_token", None)
+        if seen is not None:  # never hand out a number the database has seen again
+            try:
+                app.queue(queue_name(step)).raise_fencing_floor(seen)
+            except Exception as exc:  # the refusal stands; the next one tries again
+                log.warning("raising the fencing floor of %s failed: %s", step, exc)
+
     def release(rows: Sequence[Released]) -> None:
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
         try:
@@ -89,7 +119,13 @@ def build_worker(
         except Exception as exc:  # back to pending, or still dispatched: the sweep's
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
-    registry = build_registry(app.session_factory, app.settings, on_results=on_results)
+    registry = build_registry(
+        app.session_factory,
+        app.settings,
+        on_results=on_results,
+        on_refused=on_refused,
+        before_commit=faults.in_transaction,
+    )
     record = outcome_recorder(app.session_factory)
     if guard is not None:
         record = guard.unless_handed_back(record)
@@ -142,6 +178,7 @@ def run_worker(
             interval): the worker then stopped fetching and handed back what it held.
         KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
+    bind_engine_to_worker(app, concurrency * len(steps))  # before the namespace needs it
     app.bind_namespace()  # never serve another database's jobs
     guard = NamespaceGuard(app)
     eviction = check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)

@@ -12,6 +12,7 @@ from orders.domain import handlers
 from orders.domain.errors import OrdersError
 from orders.domain.steps import ALL_STEPS, task_name
 from reliable_queue import (
+    AttemptLost,
     JobContext,
     PermanentError,
     RawJob,
@@ -20,9 +21,15 @@ from reliable_queue import (
     TaskRegistry,
 )
 from reliable_queue.codec import RecordDecodeError, decode_record
-from reliable_queue.execution import Dead, Outcome, Retry
-from workflows.errors import StepNotFound, SubjectMismatch
-from workflows.tracker import StepResult, StepRun, mark_step_dead, record_step_failure
+from reliable_queue.execution import Dead, Outcome, Retry, fencing_number
+from workflows.errors import FencedOut, StepNotFound, SubjectMismatch
+from workflows.tracker import (
+    BeforeCommit,
+    StepResult,
+    StepRun,
+    mark_step_dead,
+    record_step_failure,
+)
 from workflows.uow import SessionFactory
 
 log = logging.getLogger("orders.tasks")
@@ -56,6 +63,20 @@ counters, metrics and releases are written once per batch, not once per job."""
 Items = list[tuple[StepPayload, JobContext]]
 """The jobs of one handler call: a fetched batch of one step (a single job is a batch of one)."""
 
+OnRefused = Callable[[str, str, Exception], None]
+"""Called once per delivery whose commit was refused, with ``(step, reason, error)``:
+``reason`` is its attempt guard's (``timed_out``, ``abandoned``, ``lease_lost``,
+``lease_expired``: ``reliable_queue.attempts``) or ``fenced_out`` (the step row had
+seen its fencing token or a later one: ``workflows.errors.FencedOut``, whose
+``seen_token`` tells a token the queue may hand out again); must not raise."""
+
+
+def refusal_reason(error: BaseException) -> str | None:
+    """Why a delivery's commit was refused (see :data:`OnRefused`), or None if it was not."""
+    if isinstance(error, AttemptLost | FencedOut):
+        return error.reason
+    return None
+
 
 def _as_job_error(exc: Exception) -> Exception:
     """Errors marked not retryable (unknown step, workflow or order) become permanent."""
@@ -68,7 +89,11 @@ def _as_job_error(exc: Exception) -> Exception:
     return exc
 
 
-def _handle(session_factory: SessionFactory, runs: list[StepRun]) -> list[StepResult | Exception]:
+def _handle(
+    session_factory: SessionFactory,
+    runs: list[StepRun],
+    before_commit: BeforeCommit | None = None,
+) -> list[StepResult | Exception]:
     """Run the deliveries in one transaction; if it fails as a whole, each in its own.
 
     One delivery that fails its batch (an effect's error on one order, say) must
@@ -76,7 +101,7 @@ def _handle(session_factory: SessionFactory, runs: list[StepRun]) -> list[StepRe
     already.
     """
     try:
-        return handlers.handle_steps(session_factory, runs)
+        return handlers.handle_steps(session_factory, runs, before_commit=before_commit)
     except Exception as exc:
         if len(runs) == 1:
             return [exc]
@@ -89,16 +114,39 @@ def _handle(session_factory: SessionFactory, runs: list[StepRun]) -> list[StepRe
     results: list[StepResult | Exception] = []
     for run in runs:
         try:
-            results.extend(handlers.handle_steps(session_factory, [run]))
+            results.extend(
+                handlers.handle_steps(session_factory, [run], before_commit=before_commit)
+            )
         except Exception as one:
             results.append(one)
     return results
+
+
+def _refused(
+    step: str, ctx: JobContext, reason: str, error: Exception, on_refused: OnRefused | None
+) -> None:
+    """Log one refused commit (once) and tell ``on_refused``."""
+    seen = getattr(error, "seen_token", None)
+    log.warning(
+        "job %s of step %s (attempt %d, fencing token %d): commit refused, %s%s",
+        ctx.job_id,
+        step,
+        ctx.attempt,
+        ctx.fencing_token,
+        reason,
+        f" (the step has seen fencing token {seen})" if seen is not None else "",
+        extra={"job_id": ctx.job_id, "queue": ctx.queue, "attempt": ctx.attempt},
+    )
+    if on_refused is not None:
+        on_refused(step, reason, error)
 
 
 def make_handler(
     session_factory: SessionFactory,
     step: str,
     on_results: OnResults | None = None,
+    on_refused: OnRefused | None = None,
+    before_commit: BeforeCommit | None = None,
 ) -> Callable[[Items], list[BaseException | None]]:
     """The queue handler of one step: the deliveries of one fetch in one transaction.
 
@@ -109,17 +157,25 @@ def make_handler(
     deliveries are run one by one, so a single bad delivery cannot fail its
     batch-mates.
 
+    Each delivery is fenced (ADR 0023): its run carries the lease's fencing token
+    and commits inside the attempt's guard (``JobContext.hold_lease``), so a
+    timed-out, abandoned or superseded attempt commits nothing; each refusal is
+    logged once and told to ``on_refused``.
+
     Args:
         session_factory: makes the sessions.
         step: the step this handler serves.
         on_results: told once per call of every run that committed or was
             absorbed as a duplicate (``result.duplicate``), e.g. to count them;
             must not raise.
+        on_refused: see :data:`OnRefused`.
+        before_commit: called in each unit of work right before its commit (fault
+            injection).
 
     Returns (to the worker): per delivery, None or its error: ``PermanentError``
     for a delivery of another step or naming no known workflow, step or order
     (errors marked ``retryable = False``); anything else (database busy,
-    conflicts, a step still waiting) is retried with backoff.
+    conflicts, a step still waiting, a refused commit) is retried with backoff.
     """
 
     def handle(items: Items) -> list[BaseException | None]:
@@ -140,15 +196,20 @@ def make_handler(
                     ctx.attempt,
                     ctx.job_id,
                     ctx.fencing_token,
+                    ctx.hold_lease,
                 )
             )
             positions.append(i)
         if not runs:
             return errors
         done: list[StepResult] = []
-        for i, result in zip(positions, _handle(session_factory, runs), strict=True):
+        results = _handle(session_factory, runs, before_commit)
+        for i, result in zip(positions, results, strict=True):
             if isinstance(result, Exception):
                 errors[i] = _as_job_error(result)
+                reason = refusal_reason(result)
+                if reason is not None:
+                    _refused(step, items[i][1], reason, result, on_refused)
             else:
                 done.append(result)
         if done and on_results is not None:
@@ -162,6 +223,8 @@ def build_registry(
     session_factory: SessionFactory,
     settings: Settings,
     on_results: OnResults | None = None,
+    on_refused: OnRefused | None = None,
+    before_commit: Callable[[str], None] | None = None,
 ) -> TaskRegistry:
     """A registry with the step tasks (``orders.stock`` ... and the compensations).
 
@@ -173,13 +236,21 @@ def build_registry(
         session_factory: makes the sessions.
         settings: the retry policy and time limit (:func:`retry_policy`).
         on_results: see :func:`make_handler`.
+        on_refused: see :data:`OnRefused`.
+        before_commit: called with the step's name in each of its units of work,
+            right before the commit (fault injection; None: nothing).
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in ALL_STEPS:
-        handler = make_handler(session_factory, step, on_results)
+        hook = None if before_commit is None else _before_commit_of(before_commit, step)
+        handler = make_handler(session_factory, step, on_results, on_refused, hook)
         registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batch=True))
     return registry
+
+
+def _before_commit_of(hook: Callable[[str], None], step: str) -> BeforeCommit:
+    return lambda _claims: hook(step)
 
 
 def outcome_recorder(session_factory: SessionFactory) -> Callable[[RawJob, Outcome], None]:
@@ -187,7 +258,9 @@ def outcome_recorder(session_factory: SessionFactory) -> Callable[[RawJob, Outco
 
     A dead-lettered step makes its workflow *blocked* with the step and reason,
     never silently in progress. Jobs whose record cannot be read are skipped
-    (they have no step to blame; the DLQ keeps them).
+    (they have no step to blame; the DLQ keeps them). Both records advance the
+    step row's fencing token to the job's (``fencing_number(job.token)``), so the
+    failed attempt's late commit is fenced out (ADR 0023).
     """
 
     def record(job: RawJob, outcome: Outcome) -> None:
@@ -197,9 +270,10 @@ def outcome_recorder(session_factory: SessionFactory) -> Callable[[RawJob, Outco
             payload = StepPayload.model_validate(decode_record(job.record).payload)
         except (RecordDecodeError, ValueError):
             return
+        token = fencing_number(job.token)
         if isinstance(outcome, Retry):
             run = StepRun(
-                payload.workflow_id, payload.step, payload.order_id, job.attempt, job.job_id
+                payload.workflow_id, payload.step, payload.order_id, job.attempt, job.job_id, token
             )
             record_step_failure(session_factory, run, outcome.error)
         else:
@@ -211,6 +285,7 @@ def outcome_recorder(session_factory: SessionFactory) -> Callable[[RawJob, Outco
                     outcome.reason,
                     error=outcome.error,
                     attempts=job.attempt,
+                    fencing_token=token,
                 )
             except StepNotFound:
                 log.warning("dead job %s names no known step", job.job_id)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from sqlalchemy import text
 
 from orders.app.db import make_engine
 from orders.app.sqlite_writers import WriterTurns, is_write
+from orders.app.turn_holders import Holder, turn_margin
 
 pytestmark = pytest.mark.no_database  # its own SQLite files, whatever the pass
 
@@ -141,6 +143,87 @@ def test_a_killed_holder_leaves_no_turn_held(tmp_path):
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+HOLDER = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from orders.app.sqlite_writers import WriterTurns\n"
+    "lease = float(sys.argv[2]) if sys.argv[2] != '-' else None\n"
+    "turns, conn = WriterTurns(Path(sys.argv[1]), 30.0, lease_seconds=lease), object()\n"
+    "turns.acquire(conn)\n"
+    "if sys.argv[3] == 'release':\n"
+    "    turns.release(conn)\n"
+    "print('held', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@contextmanager
+def holder(lock: Path, lease: float | None, then: str = "keep"):
+    """A child process that takes the turn (declaring ``lease``), then keeps or releases it."""
+    args = [sys.executable, "-c", HOLDER, str(lock), "-" if lease is None else str(lease), then]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"held"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_a_frozen_holder_loses_its_turn_at_its_lease_plus_the_margin(tmp_path):
+    lock = tmp_path / "lock"
+    with holder(lock, lease=0.5) as proc:
+        os.kill(proc.pid, signal.SIGSTOP)  # frozen with the turn: it can never give it back
+        started = time.monotonic()
+        turns, connection = WriterTurns(lock, timeout=10.0), object()
+        assert turns.acquire(connection)
+        waited = time.monotonic() - started
+        turns.release(connection)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert waited < 0.5 + turn_margin(0.5) + 0.5  # lease 0.5 s + margin 1 s, two looks
+
+
+def test_a_holder_that_declares_no_lease_is_never_killed(tmp_path):
+    lock = tmp_path / "lock"
+    with holder(lock, lease=None) as proc:
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert WriterTurns(lock, timeout=2.0).acquire(object()) is False
+        assert proc.poll() is None
+
+
+def test_a_record_left_by_a_holder_that_gave_its_turn_back_kills_nobody(tmp_path):
+    """The record stays in the file after its holder released the turn; a waiter that
+    finds it past its deadline checks who holds the lock now (``/proc/locks``)."""
+    lock = tmp_path / "lock"
+    with holder(lock, lease=0.1, then="release") as proc:
+        other = os.open(lock, os.O_RDWR, 0o600)  # the turn's holder now writes no record
+        fcntl.flock(other, fcntl.LOCK_EX)
+        try:
+            assert WriterTurns(lock, timeout=2.0).acquire(object()) is False
+            assert proc.poll() is None
+        finally:
+            os.close(other)
+
+
+def test_a_record_whose_process_start_time_differs_kills_nobody(tmp_path):
+    """A pid in the record that now belongs to another process is not that holder."""
+    lock = tmp_path / "lock"
+    with holder(lock, lease=0.1) as proc:
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            mine = Holder.decode(os.pread(fd, 64, 0))
+            assert mine is not None and mine.pid == proc.pid and mine.start > 0
+            os.pwrite(fd, Holder(mine.pid, mine.start + 1, mine.deadline).encode(), 0)
+        finally:
+            os.close(fd)
+        assert WriterTurns(lock, timeout=2.0).acquire(object()) is False
+        assert proc.poll() is None
 
 
 @pytest.mark.parametrize(

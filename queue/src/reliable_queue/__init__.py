@@ -8,6 +8,7 @@ full jitter; bad jobs go to a dead-letter queue with their reason.
 from .audit import AuditReport, audit
 from .dlq import DeadLetter, DeadLetters, RedriveReport
 from .errors import (
+    AttemptLost,
     PartialRoundTripError,
     PayloadTooLargeError,
     PayloadValidationError,
@@ -40,6 +41,7 @@ __all__ = [
     "DEAD_REASONS",
     "AckResult",
     "AmbiguousJobIdError",
+    "AttemptLost",
     "AuditReport",
     "DeadLetter",
     "DeadLetters",

@@ -100,6 +100,24 @@ class StaleLeaseError(QueueError):
     """
 
 
+class AttemptLost(QueueError):
+    """An attempt no longer holds its lease: the guarded block did not run.
+
+    Raised on entry of ``with ctx.hold_lease():`` (``reliable_queue.attempts``) when
+    the attempt was timed out or abandoned, its lease was refused an extend, or the
+    lease's locally known deadline is about to pass. Whatever the block would have
+    written belongs to the job's next delivery. As a handler's error it is retried,
+    never dead-lettered: a lost attempt does not decide its job's fate.
+
+    Attributes:
+        reason: ``timed_out``, ``abandoned``, ``lease_lost`` or ``lease_expired``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the attempt no longer holds its lease ({reason})")
+        self.reason = reason
+
+
 class PermanentError(Exception):
     """Raise from a handler for a failure that a retry cannot fix.
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .attempts import ALWAYS, Guard
 from .codec import RecordDecodeError, decode_fields
-from .errors import PermanentError, UnknownTaskError
+from .errors import AttemptLost, PermanentError, UnknownTaskError
 from .job import JobContext, Lease, RawJob, frozen_fast_init, make_context, slots_factory
 from .middleware import call_batch
 from .policy import should_retry
@@ -82,8 +83,11 @@ class Prepared:
     max_attempts: int
 
 
-def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
+def prepare(job: RawJob, registry: TaskRegistry, guard: Guard = ALWAYS) -> Prepared | Dead:
     """Decode the record, find the task and validate the payload.
+
+    ``guard`` becomes the context's attempt guard (``JobContext.hold_lease``); the
+    worker passes each delivery's own, anything else gets one that always allows.
 
     Returns:
         :class:`Prepared`, or a :class:`Dead` outcome (``invalid_record`` for a
@@ -114,6 +118,7 @@ def prepare(job: RawJob, registry: TaskRegistry) -> Prepared | Dead:
         fencing_number(token),
         enqueued_at_ms / 1000.0,
         key,
+        guard,
     )
     return Prepared(job, definition, payload, ctx, max_attempts)
 
@@ -131,12 +136,21 @@ def _undecodable_reason(raw: bytes | str) -> str:
 def outcome_of(
     item: Prepared, error: BaseException | None, trace: str, rng: random.Random | None
 ) -> Outcome:
-    """The outcome of a run that returned (``error`` None) or raised ``error``."""
+    """The outcome of a run that returned (``error`` None) or raised ``error``.
+
+    An :class:`~reliable_queue.errors.AttemptLost` is a retry at any attempt count:
+    the attempt no longer held its lease, so its failure is not the job's (its nack
+    is refused when the job was handed out again).
+    """
     lease = item.job.lease
     if error is None:
         return _succeeded(lease)
     if isinstance(error, PermanentError):
         return Dead(lease, "error", _describe(error), trace)
+    if isinstance(error, AttemptLost):  # not this attempt's to decide: never dead-lettered
+        return Retry(
+            lease, item.definition.retry.backoff(item.job.attempt, rng), _describe(error), trace
+        )
     if should_retry(item.job.attempt, item.max_attempts):
         return Retry(
             lease, item.definition.retry.backoff(item.job.attempt, rng), _describe(error), trace

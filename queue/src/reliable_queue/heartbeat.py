@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from .attempts import ABANDONED, ALWAYS, LEASE_LOST, TIMED_OUT, Guard, GuardPolicy
 from .errors import QueueConnectionError
 from .gate import Ticket
 from .job import Lease
@@ -60,6 +61,8 @@ class Held:
             record of the job; opaque here).
         result: what the run ended with, once it ended (the worker's job and outcome;
             opaque here): the time-limit check settles it when the lane is abandoned.
+        guard: the delivery's attempt guard (``reliable_queue.attempts``): renewed by
+            each extend, lost when one is refused, revoked by a time-out.
     """
 
     queue: Queue
@@ -69,6 +72,7 @@ class Held:
     deadline: float | None = None
     context: Any = None
     result: Any = None
+    guard: Guard = ALWAYS
 
     def start(self, deadline: float | None = None, context: Any = None) -> None:
         """Mark the run as started (``deadline``: monotonic seconds, None: no limit)."""
@@ -88,21 +92,44 @@ class Held:
 
 
 class LeaseBook:
-    """Thread-safe map of the jobs this process holds, by job id."""
+    """Thread-safe map of the jobs this process holds, by job id.
 
-    def __init__(self) -> None:
+    Args:
+        guards: makes each delivery's attempt guard; None (default) gives every
+            entry the guard that always allows.
+    """
+
+    def __init__(self, guards: GuardPolicy | None = None) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
         self.lost: set[str] = set()
+        self.guards = guards
 
-    def add(self, queue: Queue, leases: list[Lease], lane: LaneRun | None = None) -> list[Held]:
+    def add(
+        self,
+        queue: Queue,
+        leases: list[Lease],
+        lane: LaneRun | None = None,
+        sent_at: float | None = None,
+    ) -> list[Held]:
         """Record newly fetched leases (held by ``lane``, if given).
+
+        Args:
+            sent_at: monotonic seconds at which the fetch that leased them was sent
+                (their guards' lease deadline counts from it); None: now.
 
         Returns:
             The new entries, one per lease in order: the lane marks its runs on them
             (:meth:`Held.start` / :meth:`Held.finish`) without taking the book's lock.
         """
-        entries = [Held(queue, lease, False, lane) for lease in leases]
+        policy = self.guards
+        if policy is None:
+            entries = [Held(queue, lease, False, lane) for lease in leases]
+        else:
+            sent = policy.clock() if sent_at is None else sent_at
+            entries = [
+                Held(queue, lease, False, lane, guard=policy.guard(sent)) for lease in leases
+            ]
         held = self._held
         with self._lock:
             for entry in entries:
@@ -125,11 +152,16 @@ class LeaseBook:
         """
         with self._lock:
             # a lane finishes a run without this lock (Held.finish clears the deadline):
-            # each deadline is read once, so it cannot turn None between two reads
+            # each deadline is read once, so it cannot turn None between two reads;
+            # a run whose guard a block holds (or held) is not timed out: its attempt
+            # guard decides (reliable_queue.attempts)
             overdue = [
                 h
                 for h in self._held.values()
-                if h.started and (d := h.deadline) is not None and d <= now
+                if h.started
+                and (d := h.deadline) is not None
+                and d <= now
+                and h.guard.revoke(TIMED_OUT, now)
             ]
             lanes = {id(h.lane): h.lane for h in overdue if h.lane is not None}
             taken = {id(h) for h in overdue}
@@ -140,6 +172,8 @@ class LeaseBook:
             ]
             for lane in lanes.values():
                 lane.taken = True
+            for h in mates:
+                h.guard.revoke(ABANDONED, now)
             for h in overdue + mates:
                 del self._held[h.lease.job_id]
             return overdue, mates
@@ -232,18 +266,27 @@ class Heartbeat(threading.Thread):
                 self.on_beat()
             except Exception:
                 log.exception("heartbeat: time-limit check failed")
-        by_queue: dict[str, tuple[Queue, list[Lease]]] = defaultdict(lambda: (None, []))  # type: ignore[arg-type,return-value]
+        by_queue: dict[str, tuple[Queue, list[Held]]] = defaultdict(lambda: (None, []))  # type: ignore[arg-type,return-value]
         for held in self.book.snapshot():
             entry = by_queue.get(held.queue.name)
             if entry is None:
                 entry = by_queue[held.queue.name] = (held.queue, [])
-            entry[1].append(held.lease)
-        for queue, leases in by_queue.values():
+            entry[1].append(held)
+        policy = self.book.guards
+        for queue, entries in by_queue.values():
+            sent = policy.clock() if policy is not None else 0.0
             try:
-                refused = queue.extend(leases, self.lease_seconds)
+                refused = queue.extend([h.lease for h in entries], self.lease_seconds)
             except (QueueConnectionError, redis.RedisError) as exc:  # e.g. OOM refuses ZADD
                 log.warning("heartbeat failed on queue %s: %s", queue.name, exc)
                 continue
+            if policy is not None:  # the guards learn the lease's new deadline, or its loss
+                lost = set(refused)
+                for held in entries:
+                    if held.lease.job_id in lost:
+                        held.guard.lose(LEASE_LOST)
+                    else:
+                        held.guard.renew(sent + self.lease_seconds)
             for job_id in refused:
                 if job_id not in self.book.lost:
                     self.book.lost.add(job_id)

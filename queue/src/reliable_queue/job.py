@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from .attempts import ALWAYS, Guard
+
 _T = TypeVar("_T")
 
 
@@ -202,6 +204,9 @@ class JobContext:
             later delivery, so an application can refuse a write from an older one.
         enqueued_at: producer wall-clock time of the enqueue, epoch seconds.
         idempotency_key: the key given at enqueue, or None.
+        guard: this delivery's attempt guard (:meth:`hold_lease`); a context made
+            outside a worker gets one that always allows. Not compared, hashed or
+            shown.
     """
 
     job_id: str
@@ -213,6 +218,21 @@ class JobContext:
     fencing_token: int
     enqueued_at: float
     idempotency_key: str | None
+    guard: Guard = field(default=ALWAYS, compare=False, repr=False)
+
+    def hold_lease(self) -> Guard:
+        """``with ctx.hold_lease():`` runs its block only while this attempt holds its lease.
+
+        Returns:
+            A context manager. On entry it raises
+            :class:`~reliable_queue.errors.AttemptLost` when the attempt was timed
+            out or abandoned, its lease was refused an extend, or the lease's local
+            deadline is within a quarter lease of passing; while the block runs the
+            time-limit check does not time the attempt out, and once it completed
+            the attempt is not timed out afterwards (``reliable_queue.attempts``).
+            Commit an attempt's effects inside it.
+        """
+        return self.guard
 
 
 #: ``make_context(*fields)``: a :class:`JobContext`, made fast (:func:`slots_factory`).

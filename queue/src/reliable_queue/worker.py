@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from .attempts import GuardPolicy
 from .audit import audit
 from .errors import QueueConnectionError, ReplicationTimeoutError
 from .execution import (
@@ -181,7 +182,7 @@ class Worker:
         self.rng = rng or random.Random()
         self.worker_id = worker_id or default_worker_id()
         self.counters = WorkerCounters()
-        self.book = LeaseBook()
+        self.book = LeaseBook(GuardPolicy(self.settings.lease_seconds, clock))  # attempt guards
         self.gate = LaneGate()
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
@@ -411,6 +412,7 @@ class Worker:
                 return
             if pending and self.hooks.before_settle:
                 self.hooks.before_settle(pending)
+            sent = self.clock()  # the leases fetched now end one lease after this, or later
             try:
                 # partial: a call that ran keeps its reply even if another one failed or
                 # the round trip gave up on re-sends; a call that did not run is None
@@ -466,7 +468,7 @@ class Worker:
                     log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
                     self.stopping.wait(backoff)
                 continue
-            pending += self._run_batch(queue, result.jobs, run)
+            pending += self._run_batch(queue, result.jobs, run, sent)
             if alone:  # settled before the exclusive hold ends: nothing else ran meanwhile
                 pending = self._send_settlements(queue, pending)
                 alone = False
@@ -537,8 +539,10 @@ class Worker:
         rest = [queue.parse_fetch(r) for r in ok]
         return queue.merge_fetches([first, *rest])
 
-    def _run_batch(self, queue: Queue, jobs: list[RawJob], run: LaneRun) -> list[Call]:
-        entries = self.book.add(queue, [j.lease for j in jobs], run)
+    def _run_batch(
+        self, queue: Queue, jobs: list[RawJob], run: LaneRun, sent: float | None = None
+    ) -> list[Call]:
+        entries = self.book.add(queue, [j.lease for j in jobs], run, sent)
         try:
             return self._run_held(queue, jobs, entries, run)
         except BaseException:
@@ -585,7 +589,7 @@ class Worker:
                 break  # the rest of the batch was handed back by the time-limit check
             if stopping.is_set():
                 continue  # not run: handed back below
-            item = prepare(job, registry)
+            item = prepare(job, registry, entry.guard)
             if isinstance(item, Prepared):
                 if item.definition.batch:
                     batched.setdefault(item.definition.name, []).append((item, entry))

@@ -5,7 +5,7 @@ import random
 import pytest
 from pydantic import BaseModel
 
-from reliable_queue import JobContext, PermanentError, RetryPolicy, TaskRegistry
+from reliable_queue import AttemptLost, JobContext, PermanentError, RetryPolicy, TaskRegistry
 from reliable_queue.codec import encode_record
 from reliable_queue.execution import Dead, Retry, Succeeded, execute, fencing_number
 from reliable_queue.job import RawJob
@@ -153,3 +153,17 @@ def test_registering_a_task_name_twice_is_refused(registry):
 
     with pytest.raises(ValueError):
         registry.task("a")(lambda p, c: None)
+
+
+def test_a_lost_attempt_is_retried_even_at_max_attempts_never_dead_lettered(registry):
+    """An attempt that no longer held its lease does not decide its job's fate: a
+    dead letter from it would block a step another delivery is running."""
+
+    @registry.task("order.ship")
+    def ship(payload, ctx):
+        raise AttemptLost("lease_lost")
+
+    outcome = execute(raw(attempt=3, max_attempts=3), registry)
+
+    assert isinstance(outcome, Retry)
+    assert outcome.error.startswith("AttemptLost: ")
