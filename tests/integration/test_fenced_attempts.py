@@ -194,3 +194,36 @@ def test_a_superseded_attempt_thawed_after_its_lease_commits_nothing(
     # one refusal: its heartbeat's extend was refused, or it found its lease past
     assert refused in ({f"fenced:lease_lost:{STOCK}": 1}, {f"fenced:lease_expired:{STOCK}": 1})
     assert "commit refused" in a_log.read_text()
+
+
+def test_a_token_the_database_has_seen_raises_the_queue_floor(env, app, make_draft, tmp_path):
+    """Redis lost its fencing counter (an AOF rollback, a restore): the step row has seen a
+    token above every number the queue hands out now. The first attempt is fenced out;
+    the refusal raises the queue's fencing floor past the row's token, so the retry's
+    token is above it and the step commits. Without the floor every retry is fenced out
+    again until the job is dead-lettered."""
+    seen = 4 * 10**15  # above queue-ms * 1000 until the 2090s; the floor takes up to 2**52
+    [workflow_id] = place_and_publish(app, make_draft, 1)
+    with UnitOfWork(app.session_factory) as uow:
+        [row] = uow.session.scalars(
+            select(WorkflowStep).where(
+                WorkflowStep.workflow_id == workflow_id, WorkflowStep.step == STOCK
+            )
+        )
+        row.fencing_token = seen
+        uow.commit()
+    log = tmp_path / "worker.log"
+    proc = start_worker(env, log, ["stock", *WORKER])
+    try:
+        wait_until(
+            lambda: stock_rows(app, [workflow_id])[0].status == StepStatus.DONE,
+            timeout=30,
+            what="the stock step to commit",
+        )
+    finally:
+        stop(proc)
+    [row] = stock_rows(app, [workflow_id])
+    assert row.fencing_token > seen, log.read_text()[-3000:]
+    assert deductions(app) == 1
+    counted = Counters(app.redis, app.settings.queue_prefix).read()
+    assert counted.get(f"fenced:fenced_out:{STOCK}") == 1, counted
