@@ -8,6 +8,7 @@ full jitter; bad jobs go to a dead-letter queue with their reason.
 from .audit import AuditReport, audit
 from .dlq import DeadLetter, DeadLetters, RedriveReport
 from .errors import (
+    InvalidTextError,
     PartialRoundTripError,
     PayloadTooLargeError,
     PayloadValidationError,
@@ -45,6 +46,7 @@ __all__ = [
     "DeadLetters",
     "EnqueueRequest",
     "FetchResult",
+    "InvalidTextError",
     "JobContext",
     "JobExplanation",
     "JobIdLookupError",
