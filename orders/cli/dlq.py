@@ -12,7 +12,7 @@ from orders.app.dead_letters import BlockingLetter, blocking_letters
 from orders.app.previews import PAYLOAD_SHOWN, preview
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
-from orders.cli.render import console, fields, fitted_table, say, short_ids, when
+from orders.cli.render import console, fields, fitted_table, say, short_ids, warn, when
 from orders.domain.steps import ALL_STEPS, TASKS
 from reliable_queue import (
     DEAD_REASONS,
@@ -20,6 +20,7 @@ from reliable_queue import (
     JobIdNotFoundError,
     JobIdTooShortError,
     Queue,
+    QueueDataError,
     find_job,
 )
 from reliable_queue.lookup import MIN_PREFIX
@@ -50,6 +51,10 @@ IdsArg = Annotated[
     ),
 ]
 MAX_RATE = 10_000.0  # jobs per second a redrive may be paced at
+UNREADABLE_ID = (
+    "not UTF-8 text: shown as hex:<its bytes>, which every command taking a job id "
+    "accepts; no worker can run it (a redrive leaves it), purge it by this id"
+)
 
 
 def _queues(step: str | None) -> list[Queue]:
@@ -128,9 +133,14 @@ def list_(
     """
     _check_filters(task, reason)
     letters: list[DeadLetter] = []
+    unread: list[str] = []
     for queue in _queues(step):
-        letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
+        try:
+            letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
+        except QueueDataError as exc:  # this queue's DLQ key holds another type
+            unread.append(f"queue {queue.name}: {exc}")
     letters.sort(key=lambda d: d.dead_at)  # across queues too, as the help promises
+    warn(unread)
     if as_json:
         emit_json([d.as_dict() for d in letters])
         return
@@ -144,6 +154,15 @@ def list_(
     console.print(fitted_table(headers, rows, flex=4, title=title, keep=(0,), drop=(3, 1)))
     if letters:
         say("show one: orders dlq show JOB_ID (a prefix of 6+ characters is enough)", style="dim")
+    raw = [d.job_id for d in letters if d.id_unreadable]
+    if raw:
+        say(
+            "{} dead letter(s) have an id that is not UTF-8 text, shown as hex:<its bytes>; "
+            "no worker can run them: purge them by that id ({})",
+            len(raw),
+            f"orders dlq purge {raw[0]}",
+            style="dim",
+        )
 
 
 @dlq.command()
@@ -178,9 +197,11 @@ def show(
     values: dict[str, Any] = letter.as_dict()
     if values.get("record_missing"):
         values["record"] = "gone (only the failure info is left)"
+    if values.get("id_unreadable"):
+        values["id"] = UNREADABLE_ID
     if not full:
         _cut_large(values)
-    fields(values, skip=("record_missing",))
+    fields(values, skip=("record_missing", "id_unreadable"))
 
 
 def _cut_large(values: dict[str, Any]) -> None:
@@ -227,18 +248,34 @@ def redrive(
     chosen = _resolve(queues, job_ids)
     replayed: list[tuple[str, str]] = []
     skipped: list[str] = []
+    unrunnable: list[str] = []
+    failed: list[str] = []
     for queue in queues:
         ids = chosen.get(queue.name)
         if job_ids and not ids:
             continue
-        report = queue.dead_letters.redrive(
-            ids=ids, task=task, reason=reason, dry_run=dry_run, rate=rate
-        )
+        try:
+            report = queue.dead_letters.redrive(
+                ids=ids, task=task, reason=reason, dry_run=dry_run, rate=rate
+            )
+        except QueueDataError as exc:  # a key of this queue holds another type
+            failed.append(f"queue {queue.name}: {exc}")
+            continue
         replayed.extend((queue.name, j) for j in report.redriven)
         skipped.extend(report.skipped)
+        unrunnable.extend(report.unrunnable)
     if as_json:
         key = "would_redrive" if dry_run else "redriven"
-        emit_json({key: [j for _, j in replayed], "skipped": skipped, "dry_run": dry_run})
+        emit_json(
+            {
+                key: [j for _, j in replayed],
+                "skipped": skipped,
+                "unrunnable": unrunnable,
+                "failed": failed,
+                "dry_run": dry_run,
+            }
+        )
+        _exit_if(failed)
         return
     if dry_run:
         say("would redrive {} job(s):", len(replayed))
@@ -248,6 +285,20 @@ def redrive(
         say("redrove {} job(s)", len(replayed))
     if skipped:
         say("skipped {} (record gone or no longer dead): {}", len(skipped), ", ".join(skipped))
+    for job_id in unrunnable:
+        say(
+            "left {}: its id is not UTF-8 text (or too long), no worker can run it; "
+            "purge it: orders dlq purge {}",
+            job_id,
+            job_id,
+        )
+    _exit_if(failed)
+
+
+def _exit_if(failed: list[str]) -> None:
+    """Exit 1 naming the queues where nothing was done (their keys could not be used)."""
+    if failed:
+        fail(f"nothing done on {len(failed)} queue(s): {'; '.join(failed)}")
 
 
 @dlq.command()
@@ -279,14 +330,19 @@ def purge(
     app, queues = _app_queues(step)
     chosen = _resolve(queues, job_ids)
     letters: dict[str, list[DeadLetter]] = {}
+    failed: list[str] = []
     for queue in queues:
         ids = chosen.get(queue.name)
         if job_ids and not ids:
             continue
-        if ids is None:
-            found = list(queue.dead_letters.iter(task=task, reason=reason))
-        else:
-            found = [d for i in ids if (d := queue.dead_letters.show(i)) is not None]
+        try:
+            if ids is None:
+                found = list(queue.dead_letters.iter(task=task, reason=reason))
+            else:
+                found = [d for i in ids if (d := queue.dead_letters.show(i)) is not None]
+        except QueueDataError as exc:  # this queue's DLQ key holds another type
+            failed.append(f"queue {queue.name}: {exc}")
+            continue
         letters[queue.name] = found
     every = [d for found in letters.values() for d in found]
     blocking = blocking_letters(app.session_factory, every)
@@ -303,7 +359,10 @@ def purge(
     removed = 0
     for queue in queues:
         if letters.get(queue.name):
-            removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
+            try:
+                removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
+            except QueueDataError as exc:  # refused whole: nothing of this queue purged
+                failed.append(f"queue {queue.name}: {exc}")
     say("purged {} dead letter(s)", removed)
     if blocking:
         say(
@@ -311,6 +370,7 @@ def purge(
             len({b.order_id for b in blocking}),
             _blocked_orders(blocking),
         )
+    _exit_if(failed)
 
 
 def _blocked_orders(blocking: list[BlockingLetter], most: int = 5) -> str:
