@@ -10,6 +10,7 @@ its log lines included) may carry the password or any piece of it.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,20 @@ COMMANDS = [
 
 
 def shown_by_every_command(env: dict[str, str]) -> str:
-    """Everything the commands print (stdout and stderr, log lines included)."""
+    """Everything the commands print (stdout and stderr, log lines included).
+
+    A command that sets up logging points the root logger at the runner's stderr,
+    which is closed after the call: the handlers are put back after each command.
+    """
     out = []
+    root = logging.getLogger()
     for args in COMMANDS:
-        result = CliRunner().invoke(cli, args, env=env)
+        handlers, level = list(root.handlers), root.level
+        try:
+            result = CliRunner().invoke(cli, args, env=env)
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
         out.append(f"$ orders {' '.join(args)} -> {result.exit_code}\n{result.output}")
         if result.exception and not isinstance(result.exception, SystemExit):
             out.append(repr(result.exception))
