@@ -141,3 +141,25 @@ def test_the_dashboard_lists_shows_and_acts_on_an_unreadable_id(
             assert page.status_code == 200, (path, page.text[-2000:])
         assert BARE_HEX in client.get("/dlq").text
         assert "not UTF-8" in client.get(f"/dlq/stock/{RECORD_HEX}").text
+
+
+def test_reconcile_copies_foreign_failure_info_as_a_step_row_can_hold_it(world: World) -> None:
+    # a readable dead letter of the world's stock step, with a foreign writer's failure
+    # info: a reason past VARCHAR(50), NUL characters (PostgreSQL text cannot hold one)
+    # and attempts past 32 bits; each once failed the reconcile pass at every run
+    app, keys = world.app, world.app.queues[STOCK].keys
+    app.redis.delete(keys.key("dead"), keys.key("jobs"), keys.key("info"))
+    foreign = b"foreign-1"
+    step = {"workflow_id": world.workflow_id, "order_id": world.order_id, "step": STOCK}
+    app.redis.zadd(keys.key("dead"), {foreign: 3_000})
+    app.redis.hset(keys.key("jobs"), foreign, json.dumps({"t": "orders.stock", "p": step}))
+    info = {"reason": "r" * 80 + "\u0000", "error": "boom\u0000 after"}
+    app.redis.hset(keys.key("info"), foreign, json.dumps(info))
+    app.redis.hset(keys.key("attempts"), foreign, str(2**40))
+
+    assert reconcile_dead_letters(app) == 1
+
+    status = json.loads(no_traceback(orders(world, "status", str(world.order_id), "--json")))
+    (stock,) = [s for s in status["steps"] if s["step"] == STOCK]
+    assert stock["status"] == "dead" and stock["outcome"] == "r" * 50
+    assert stock["last_error"] == "boom\\x00 after" and stock["attempts"] == 2**31 - 1
