@@ -19,7 +19,7 @@ from orders.app.private_files import private_dir
 from orders.app.settings import Settings
 from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.domain.steps import ALL_STEPS, queue_name
-from orders.observability.urls import mask_url
+from orders.observability.urls import mask_url, remember_url
 from reliable_queue import Queue, QueueSettings
 from reliable_queue.cluster import RedisClient, client_from_url
 from reliable_queue.embedded import EmbeddedRedis
@@ -95,6 +95,7 @@ def redis_client(url: str, *, block_seconds: float = 2.0) -> RedisClient:
         redis.RedisError / redis.exceptions.RedisClusterException: a cluster URL whose
             node cannot be reached (the cluster client reads the slot table at once).
     """
+    remember_url(url)  # its password is masked in every text from now on
     try:
         return client_from_url(url, **client_timeouts(block_seconds))
     except ValueError as exc:

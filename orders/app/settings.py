@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from reliable_queue.limits import MAX_ATTEMPTS, MAX_DELAY_SECONDS, MAX_DLQ_SIZE
+
 DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
 """Database URL schemes orderflow runs on (a ``+driver`` suffix is allowed: PostgreSQL
 URLs are rewritten to psycopg 3, see ``orders.app.db.normalize_url``)."""
@@ -63,11 +65,15 @@ class Settings(BaseSettings):
     min_replicas: int = Field(
         default=0,
         ge=0,
+        le=100,
         description="Replicas that must acknowledge each enqueue / ack / retry / dead letter "
         "/ redrive (Redis WAIT) before it counts; 0 waits for none.",
     )
     replica_timeout_seconds: float = Field(
-        default=1.0, gt=0, description="Longest wait for those replica acknowledgements, seconds."
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="Longest wait for those replica acknowledgements, seconds.",
     )
     database_url: str | None = Field(
         default=None,
@@ -76,6 +82,7 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = Field(
         default=0,
         ge=0,
+        le=86_400_000,
         description="PostgreSQL statement_timeout and lock_timeout of every connection, "
         "milliseconds; 0 derives both from step_time_limit_seconds (0 there too keeps the "
         "server's settings).",
@@ -91,6 +98,7 @@ class Settings(BaseSettings):
     db_pool_size: int | None = Field(
         default=None,
         ge=1,
+        le=1000,
         description="Database connections kept per process; None sizes a worker's pool "
         "from its lanes (one per lane, plus one) and uses 5 elsewhere.",
     )
@@ -102,32 +110,48 @@ class Settings(BaseSettings):
         description="Lease (visibility timeout) of a fetched job, seconds (at most a day).",
     )
     max_attempts: int = Field(
-        default=5, ge=1, description="Attempts per job before it is dead-lettered."
+        default=5, ge=1, le=MAX_ATTEMPTS, description="Attempts per job before it is dead-lettered."
     )
     backoff_base_seconds: float = Field(
-        default=0.5, ge=0, description="First retry delay, seconds; doubles per attempt."
+        default=0.5,
+        ge=0,
+        le=MAX_DELAY_SECONDS,
+        description="First retry delay, seconds; doubles per attempt.",
     )
     backoff_max_seconds: float = Field(
-        default=30.0, ge=0, description="Cap on one retry delay, seconds."
+        default=30.0, ge=0, le=MAX_DELAY_SECONDS, description="Cap on one retry delay, seconds."
     )
     job_retention_seconds: int = Field(
-        default=3600, ge=0, description="How long finished-job records are kept, seconds."
+        default=3600,
+        ge=0,
+        le=MAX_DELAY_SECONDS,
+        description="How long finished-job records are kept, seconds.",
     )
     idempotency_window_seconds: int = Field(
-        default=86400, ge=1, description="Lifetime of an idempotency key, seconds."
+        default=86400,
+        ge=1,
+        le=MAX_DELAY_SECONDS,
+        description="Lifetime of an idempotency key, seconds.",
     )
     dlq_max_size: int = Field(
-        default=100_000, ge=1, description="Most jobs kept in one dead-letter queue."
+        default=100_000,
+        ge=1,
+        le=MAX_DLQ_SIZE,
+        description="Most jobs kept in one dead-letter queue.",
     )
     dlq_max_age_seconds: int = Field(
-        default=7 * 24 * 3600, ge=1, description="Oldest dead letter kept, seconds."
+        default=7 * 24 * 3600,
+        ge=1,
+        le=MAX_DELAY_SECONDS,
+        description="Oldest dead letter kept, seconds.",
     )
     relay_sweep_interval_seconds: float = Field(
-        default=2.0, gt=0, description="Pause between two outbox relay sweeps, seconds."
+        default=2.0, gt=0, le=3600, description="Pause between two outbox relay sweeps, seconds."
     )
     relay_republish_after_seconds: float = Field(
         default=30.0,
         gt=0,
+        le=86_400,
         description="A dispatched step unknown to the queue for this long is published "
         "again, seconds.",
     )
@@ -140,23 +164,26 @@ class Settings(BaseSettings):
     relay_reconcile_interval_seconds: float = Field(
         default=10.0,
         gt=0,
+        le=86_400,
         description="Pause between two passes of the worker sweep that mark the steps of "
         "dead-lettered jobs dead (their orders then show as blocked everywhere), seconds.",
     )
     relay_publish_max_attempts: int = Field(
         default=8,
         ge=1,
+        le=MAX_ATTEMPTS,
         description="Refusals of one outbox row by the queue before it is given up as "
         "unpublishable (its order then shows as blocked; `orders outbox retry` resumes it).",
     )
     relay_publish_backoff_seconds: float = Field(
         default=1.0,
         gt=0,
+        le=86_400,
         description="Wait before a refused outbox row is tried again, seconds; doubles per "
         "refusal.",
     )
     relay_publish_backoff_max_seconds: float = Field(
-        default=300.0, gt=0, description="Cap on that wait, seconds."
+        default=300.0, gt=0, le=86_400, description="Cap on that wait, seconds."
     )
 
     @field_validator("database_url")

@@ -21,10 +21,11 @@ from orders.chaos.pool import WorkerPool
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors, load_settings
-from orders.cli.options import number_option
+from orders.cli.options import SEED_MAX, number_option
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker import defaults
 from orders.worker.procs import start_worker
+from reliable_queue.limits import MAX_ATTEMPTS
 
 MAX_SECONDS = 86_400  # upper bound of every time and count option: finite, never overflowing
 WORKER_GRACE = 10.0  # seconds a SIGTERMed worker gets for its in-flight jobs
@@ -251,6 +252,7 @@ def chaos(
         float,
         number_option(
             min=0,
+            max=MAX_SECONDS,
             help="Delete a queue's ready list every S seconds, as key eviction does (0: off).",
         ),
     ] = 7.0,
@@ -258,7 +260,7 @@ def chaos(
         float, number_option(max=MAX_SECONDS, min=0.2, help="Job lease for the run, seconds.")
     ] = 2.0,
     max_attempts: Annotated[
-        int, typer.Option(max=MAX_SECONDS, min=1, help="Attempts before the DLQ.")
+        int, typer.Option(max=MAX_ATTEMPTS, min=1, help="Attempts before the DLQ.")
     ] = 8,
     republish_after: Annotated[
         float,
@@ -275,7 +277,9 @@ def chaos(
     redrive: Annotated[
         bool, typer.Option(help="Redrive the DLQ once after quiescence, then settle again.")
     ] = True,
-    seed: Annotated[int | None, typer.Option(help="Seed of the run's random choices.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=SEED_MAX, help="Seed of the run's random choices.")
+    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(

@@ -6,9 +6,11 @@ import functools
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import click
 import redis
 import typer
 from pydantic import ValidationError
@@ -21,13 +23,15 @@ from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
 from orders.cli.render import clean, console, err_console
 from orders.domain.errors import InvalidRedisUrl, OrdersError
-from orders.observability.urls import mask_url, mask_urls_in
+from orders.observability.urls import mask_url, mask_urls_in, remember_url
 from reliable_queue import (
     JobIdLookupError,
     JobIdTooShortError,
     QueueConnectionError,
     QueueError,
+    QueueLimitError,
 )
+from reliable_queue.errors import InvalidTextError
 
 __all__ = [
     "console",
@@ -81,7 +85,7 @@ def load_settings(kind: type[S]) -> S:
         typer.Exit(2): a variable is invalid (the message names it and says why).
     """
     try:
-        return kind()
+        settings = kind()
     except ValidationError as exc:
         prefix = str(kind.model_config.get("env_prefix") or "")
         problems = "; ".join(
@@ -91,6 +95,9 @@ def load_settings(kind: type[S]) -> S:
         )
         fail(f"invalid settings: {problems}", code=2)
         raise  # unreachable
+    for name in ("redis_url", "database_url"):  # masked in every text from now on
+        remember_url(getattr(settings, name, None))
+    return settings
 
 
 def _say_if_starting_redis(settings: Settings) -> None:
@@ -163,12 +170,26 @@ def _first_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
+#: What a command raises to end itself (an exit, bad usage, a declined confirmation):
+#: typer's own classes and click's, which typer may or may not share.
+_CLI_EXITS = (
+    typer.Exit,
+    typer.Abort,
+    typer.TyperException,
+    click.exceptions.Exit,
+    click.ClickException,
+    click.Abort,
+)
+
+
 def handle_errors(func: F) -> F:
     """Decorator: known failures print one line and exit with a documented status.
 
     Exit statuses: 1 a failure (the line names the service and its setting:
     Redis -> ``ORDERS_REDIS_URL``, database -> ``ORDERS_DATABASE_URL``), 2 bad
-    usage, 130 interrupted (Ctrl-C). Unknown exceptions keep their traceback.
+    usage (a text argument UTF-8 cannot encode, a number past a library bound
+    included), 130 interrupted (Ctrl-C). Unknown exceptions keep their traceback,
+    printed through the masker like every other error text, and exit 1.
     """
 
     @functools.wraps(func)
@@ -178,7 +199,7 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             err_console.print("interrupted", highlight=False)
             raise typer.Exit(130) from None
-        except JobIdTooShortError as exc:  # bad usage, not a missing job
+        except (JobIdTooShortError, InvalidTextError, QueueLimitError) as exc:  # bad usage
             fail(str(exc), code=2)
         except JobIdLookupError as exc:
             fail(str(exc))
@@ -200,8 +221,24 @@ def handle_errors(func: F) -> F:
             )
         except OSError as exc:
             fail(_os_problem(exc))
+        except _CLI_EXITS:
+            raise  # the command's own exit, bad usage, a declined confirmation
+        except Exception as exc:  # a bug: its traceback, masked, never a secret
+            print_traceback(exc)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def print_traceback(exc: BaseException) -> None:
+    """Print ``exc``'s traceback on stderr with secrets masked and control characters
+    shown as escapes (the one path an unexpected error takes to the terminal)."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    err_console.print(
+        Text(clean(mask_urls_in("".join(lines)), multiline=True)),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def setup_logging(level: str = "INFO") -> None:

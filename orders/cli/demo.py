@@ -14,7 +14,7 @@ from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.app.run_lock import claim_run
 from orders.cli.context import emit_json, handle_errors, make_app
-from orders.cli.options import number_option
+from orders.cli.options import SEED_MAX, number_option
 from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import ALL_STEPS
@@ -173,6 +173,7 @@ def demo(
         float,
         number_option(
             min=1.0,
+            max=86_400.0,
             help="Stop when no step finished for this long with work pending, and say why.",
         ),
     ] = 30.0,
@@ -195,7 +196,8 @@ def demo(
         ),
     ] = 10,
     seed: Annotated[
-        int | None, typer.Option(help="Seed of the choice of orders to cancel.")
+        int | None,
+        typer.Option(min=0, max=SEED_MAX, help="Seed of the choice of orders to cancel."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:

@@ -12,7 +12,7 @@ from orders.app.dead_letters import BlockingLetter, blocking_letters, ways_out
 from orders.app.previews import PAYLOAD_SHOWN, preview
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
-from orders.cli.render import console, fields, fitted_table, say, short_ids, when
+from orders.cli.render import console, fields, fitted_table, say, short_ids, warn, when
 from orders.domain.steps import ALL_STEPS, TASKS
 from reliable_queue import (
     DEAD_REASONS,
@@ -20,6 +20,7 @@ from reliable_queue import (
     JobIdNotFoundError,
     JobIdTooShortError,
     Queue,
+    QueueDataError,
     find_job,
 )
 from reliable_queue.lookup import MIN_PREFIX
@@ -50,13 +51,14 @@ IdsArg = Annotated[
     ),
 ]
 MAX_RATE = 10_000.0  # jobs per second a redrive may be paced at
-
-
-def _queues(step: str | None) -> list[Queue]:
-    return _app_queues(step)[1]
+UNREADABLE_ID = (
+    "not UTF-8 text: shown as hex:<its bytes>, which every command taking a job id "
+    "accepts; no worker can run it (a redrive leaves it), purge it by this id"
+)
 
 
 def _app_queues(step: str | None) -> tuple[App, list[Queue]]:
+    """The app (the caller closes it) and the step queues ``--step`` names (all: None)."""
     if step is not None and step not in ALL_STEPS:
         fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
     app = make_app()
@@ -128,22 +130,44 @@ def list_(
     """
     _check_filters(task, reason)
     letters: list[DeadLetter] = []
-    for queue in _queues(step):
-        letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
-    letters.sort(key=lambda d: d.dead_at)  # across queues too, as the help promises
-    if as_json:
-        emit_json([d.as_dict() for d in letters])
-        return
-    short = short_ids(d.job_id for d in letters)
-    rows = [
-        [short[d.job_id], d.queue, d.reason, when(d.dead_at, date=False), d.error] for d in letters
-    ]
-    headers = ["job id", "queue", "reason", "dead (UTC)", "error"]
-    title = f"dead letters ({len(letters)})"
-    # ids are never cut: on a narrow terminal the time, then the queue give way
-    console.print(fitted_table(headers, rows, flex=4, title=title, keep=(0,), drop=(3, 1)))
-    if letters:
-        say("show one: orders dlq show JOB_ID (a prefix of 6+ characters is enough)", style="dim")
+    unread: list[str] = []
+    app, queues = _app_queues(step)
+    try:
+        for queue in queues:
+            try:
+                letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
+            except QueueDataError as exc:  # this queue's DLQ key holds another type
+                unread.append(f"queue {queue.name}: {exc}")
+        letters.sort(key=lambda d: d.dead_at)  # across queues too, as the help promises
+        warn(unread)
+        if as_json:
+            emit_json([d.as_dict() for d in letters])
+            return
+        short = short_ids(d.job_id for d in letters)
+        rows = [
+            [short[d.job_id], d.queue, d.reason, when(d.dead_at, date=False), d.error]
+            for d in letters
+        ]
+        headers = ["job id", "queue", "reason", "dead (UTC)", "error"]
+        title = f"dead letters ({len(letters)})"
+        # ids are never cut: on a narrow terminal the time, then the queue give way
+        console.print(fitted_table(headers, rows, flex=4, title=title, keep=(0,), drop=(3, 1)))
+        if letters:
+            say(
+                "show one: orders dlq show JOB_ID (a prefix of 6+ characters is enough)",
+                style="dim",
+            )
+        raw = [d.job_id for d in letters if d.id_unreadable]
+        if raw:
+            say(
+                "{} dead letter(s) have an id that is not UTF-8 text, shown as hex:<its bytes>; "
+                "no worker can run them: purge them by that id ({})",
+                len(raw),
+                f"orders dlq purge {raw[0]}",
+                style="dim",
+            )
+    finally:
+        app.close()
 
 
 @dlq.command()
@@ -166,21 +190,26 @@ def show(
     A payload (or an unreadable record) longer than a few KB is cut, with a note
     saying how much is left out; --full or --json shows it whole.
     """
-    queues = _queues(None)
-    match = find_job(queues, job_id, dead_only=True)
-    letter = match.queue.dead_letters.show(match.job_id)
-    if letter is None:
-        fail(f"no dead letter with id {match.job_id!r}")
-        return
-    if as_json:
-        emit_json(letter.as_dict())
-        return
-    values: dict[str, Any] = letter.as_dict()
-    if values.get("record_missing"):
-        values["record"] = "gone (only the failure info is left)"
-    if not full:
-        _cut_large(values)
-    fields(values, skip=("record_missing",))
+    app, queues = _app_queues(None)
+    try:
+        match = find_job(queues, job_id, dead_only=True)
+        letter = match.queue.dead_letters.show(match.job_id)
+        if letter is None:
+            fail(f"no dead letter with id {match.job_id!r}")
+            return
+        if as_json:
+            emit_json(letter.as_dict())
+            return
+        values: dict[str, Any] = letter.as_dict()
+        if values.get("record_missing"):
+            values["record"] = "gone (only the failure info is left)"
+        if values.get("id_unreadable"):
+            values["id"] = UNREADABLE_ID
+        if not full:
+            _cut_large(values)
+        fields(values, skip=("record_missing", "id_unreadable"))
+    finally:
+        app.close()
 
 
 def _cut_large(values: dict[str, Any]) -> None:
@@ -223,31 +252,64 @@ def redrive(
     by id, or every one matching the filters."""
     _check_filters(task, reason)
     _check_ids_or_filters(job_ids, task, reason)
-    queues = _queues(step)
-    chosen = _resolve(queues, job_ids)
-    replayed: list[tuple[str, str]] = []
-    skipped: list[str] = []
-    for queue in queues:
-        ids = chosen.get(queue.name)
-        if job_ids and not ids:
-            continue
-        report = queue.dead_letters.redrive(
-            ids=ids, task=task, reason=reason, dry_run=dry_run, rate=rate
-        )
-        replayed.extend((queue.name, j) for j in report.redriven)
-        skipped.extend(report.skipped)
-    if as_json:
-        key = "would_redrive" if dry_run else "redriven"
-        emit_json({key: [j for _, j in replayed], "skipped": skipped, "dry_run": dry_run})
-        return
-    if dry_run:
-        say("would redrive {} job(s):", len(replayed))
-        for queue_name, job_id in replayed:
-            say("  {}  {}", job_id, queue_name)
-    else:
-        say("redrove {} job(s)", len(replayed))
-    if skipped:
-        say("skipped {} (record gone or no longer dead): {}", len(skipped), ", ".join(skipped))
+    app, queues = _app_queues(step)
+    try:
+        chosen = _resolve(queues, job_ids)
+        replayed: list[tuple[str, str]] = []
+        skipped: list[str] = []
+        unrunnable: list[str] = []
+        failed: list[str] = []
+        for queue in queues:
+            ids = chosen.get(queue.name)
+            if job_ids and not ids:
+                continue
+            try:
+                report = queue.dead_letters.redrive(
+                    ids=ids, task=task, reason=reason, dry_run=dry_run, rate=rate
+                )
+            except QueueDataError as exc:  # a key of this queue holds another type
+                failed.append(f"queue {queue.name}: {exc}")
+                continue
+            replayed.extend((queue.name, j) for j in report.redriven)
+            skipped.extend(report.skipped)
+            unrunnable.extend(report.unrunnable)
+        if as_json:
+            key = "would_redrive" if dry_run else "redriven"
+            emit_json(
+                {
+                    key: [j for _, j in replayed],
+                    "skipped": skipped,
+                    "unrunnable": unrunnable,
+                    "failed": failed,
+                    "dry_run": dry_run,
+                }
+            )
+            _exit_if(failed)
+            return
+        if dry_run:
+            say("would redrive {} job(s):", len(replayed))
+            for queue_name, job_id in replayed:
+                say("  {}  {}", job_id, queue_name)
+        else:
+            say("redrove {} job(s)", len(replayed))
+        if skipped:
+            say("skipped {} (record gone or no longer dead): {}", len(skipped), ", ".join(skipped))
+        for job_id in unrunnable:
+            say(
+                "left {}: its id is not UTF-8 text (or too long), no worker can run it; "
+                "purge it: orders dlq purge {}",
+                job_id,
+                job_id,
+            )
+        _exit_if(failed)
+    finally:
+        app.close()
+
+
+def _exit_if(failed: list[str]) -> None:
+    """Exit 1 naming the queues where nothing was done (their keys could not be used)."""
+    if failed:
+        fail(f"nothing done on {len(failed)} queue(s): {'; '.join(failed)}")
 
 
 @dlq.command()
@@ -280,47 +342,59 @@ def purge(
     _check_filters(task, reason)
     _check_ids_or_filters(job_ids, task, reason)
     app, queues = _app_queues(step)
-    chosen = _resolve(queues, job_ids)
-    letters: dict[str, list[DeadLetter]] = {}
-    for queue in queues:
-        ids = chosen.get(queue.name)
-        if job_ids and not ids:
-            continue
-        if ids is None:
-            found = list(queue.dead_letters.iter(task=task, reason=reason))
-        else:
-            found = [d for i in ids if (d := queue.dead_letters.show(i)) is not None]
-        letters[queue.name] = found
-    every = [d for found in letters.values() for d in found]
-    blocking = blocking_letters(app.session_factory, every)
-    if blocking and not force:
-        redrive, cancel = ways_out(blocking[0], purged=False)
-        retry_one, retry_all, _ = ways_out(blocking[0], purged=True)
-        fail(
-            f"{len(blocking)} dead letter(s) block an order: {_blocked_orders(blocking)}; "
-            f"purging would leave the order blocked with no dead letter to redrive; nothing "
-            f"was purged. Redrive instead ({redrive}), cancel the order ({cancel}), or purge "
-            f"anyway with --force (the step then runs again only by {retry_one} or "
-            f"{retry_all}, or the order ends by {cancel})"
-        )
-    if not yes and not job_ids:
-        typer.confirm("Delete every matching dead letter for good?", abort=True)
-    removed = 0
-    for queue in queues:
-        if letters.get(queue.name):
-            removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
-    say("purged {} dead letter(s)", removed)
-    if blocking:
-        retry_one, retry_all, cancel = ways_out(blocking[0], purged=True)
-        say(
-            "left {} order(s) blocked with no dead letter: {}; run the step again with `{}` "
-            "(every such step: `{}`), or end the order with `{}`",
-            len({b.order_id for b in blocking}),
-            _blocked_orders(blocking),
-            retry_one,
-            retry_all,
-            cancel,
-        )
+    try:
+        chosen = _resolve(queues, job_ids)
+        letters: dict[str, list[DeadLetter]] = {}
+        failed: list[str] = []
+        for queue in queues:
+            ids = chosen.get(queue.name)
+            if job_ids and not ids:
+                continue
+            try:
+                if ids is None:
+                    found = list(queue.dead_letters.iter(task=task, reason=reason))
+                else:
+                    found = [d for i in ids if (d := queue.dead_letters.show(i)) is not None]
+            except QueueDataError as exc:  # this queue's DLQ key holds another type
+                failed.append(f"queue {queue.name}: {exc}")
+                continue
+            letters[queue.name] = found
+        every = [d for found in letters.values() for d in found]
+        blocking = blocking_letters(app.session_factory, every)
+        if blocking and not force:
+            redrive, cancel = ways_out(blocking[0], purged=False)
+            retry_one, retry_all, _ = ways_out(blocking[0], purged=True)
+            fail(
+                f"{len(blocking)} dead letter(s) block an order: {_blocked_orders(blocking)}; "
+                f"purging would leave the order blocked with no dead letter to redrive; "
+                f"nothing was purged. Redrive instead ({redrive}), cancel the order "
+                f"({cancel}), or purge anyway with --force (the step then runs again only by "
+                f"{retry_one} or {retry_all}, or the order ends by {cancel})"
+            )
+        if not yes and not job_ids:
+            typer.confirm("Delete every matching dead letter for good?", abort=True)
+        removed = 0
+        for queue in queues:
+            if letters.get(queue.name):
+                try:
+                    removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
+                except QueueDataError as exc:  # refused whole: nothing of this queue purged
+                    failed.append(f"queue {queue.name}: {exc}")
+        say("purged {} dead letter(s)", removed)
+        if blocking:
+            retry_one, retry_all, cancel = ways_out(blocking[0], purged=True)
+            say(
+                "left {} order(s) blocked with no dead letter: {}; run the step again with "
+                "`{}` (every such step: `{}`), or end the order with `{}`",
+                len({b.order_id for b in blocking}),
+                _blocked_orders(blocking),
+                retry_one,
+                retry_all,
+                cancel,
+            )
+        _exit_if(failed)
+    finally:
+        app.close()
 
 
 def _blocked_orders(blocking: list[BlockingLetter], most: int = 5) -> str:

@@ -64,20 +64,23 @@ def inject(
             code=2,
         )
     app = make_app()
-    store = FaultStore(app.redis, app.settings.queue_prefix)
-    if step is None:
-        store.clear()
-        say("cleared every injected fault")
-        return
-    config = FaultConfig(
-        fail_rate=fail_rate or 0.0,
-        permanent=permanent,
-        crash_rate=crash_rate or 0.0,
-        delay_ms=delay_ms or 0,
-    )
-    if clear or not config.active:
-        store.set(step, FaultConfig())  # a config that injects nothing clears the step
-        say("{}: injected faults removed (workers pick it up within a second)", step)
-        return
-    store.set(step, config)
-    say("{}: {} (workers pick it up within a second)", step, fault_summary(config.model_dump()))
+    try:
+        store = FaultStore(app.redis, app.settings.queue_prefix)
+        if step is None:
+            store.clear()
+            say("cleared every injected fault")
+            return
+        config = FaultConfig(
+            fail_rate=fail_rate or 0.0,
+            permanent=permanent,
+            crash_rate=crash_rate or 0.0,
+            delay_ms=delay_ms or 0,
+        )
+        if clear or not config.active:
+            store.set(step, FaultConfig())  # a config that injects nothing clears the step
+            say("{}: injected faults removed (workers pick it up within a second)", step)
+            return
+        store.set(step, config)
+        say("{}: {} (workers pick it up within a second)", step, fault_summary(config.model_dump()))
+    finally:
+        app.close()

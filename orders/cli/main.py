@@ -227,10 +227,13 @@ app = typer.Typer(
 
 @app.callback()
 def _private_files() -> None:
-    """Every file an ``orders`` command creates is its owner's alone (umask 077)."""
+    """Every file an ``orders`` command creates is its owner's alone (umask 077), and an
+    error nothing caught is printed with its secrets masked."""
     from orders.app.private_files import restrict_umask
+    from orders.observability.urls import install_excepthooks
 
     restrict_umask()
+    install_excepthooks()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ refuses NaN and infinities as what they are, then checks the range.
 
 ``--log-level`` takes a level name (:data:`LOG_LEVELS`); an unknown name is
 refused instead of silently meaning INFO.
+
+Every number option and argument has both bounds (a test walks every command to
+check it): a number past them is bad usage (exit 2) before anything runs. The
+table is in docs/reliability.md, "Hostile input".
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from typing import Any
 import typer
 from pydantic_core import PydanticCustomError
 
-__all__ = ["LOG_LEVELS", "FiniteFloat", "log_level_option", "number_option"]
+__all__ = ["LOG_LEVELS", "SEED_MAX", "FiniteFloat", "log_level_option", "number_option"]
+
+#: Largest ``--seed`` (a seed is a 64-bit signed number wherever it is recorded).
+SEED_MAX = 2**63 - 1
 
 
 def _bounds(minimum: float | None, maximum: float | None) -> str:

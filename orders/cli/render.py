@@ -32,6 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from orders.observability.urls import mask_urls_in
 from orders.observability.visible import visible
 
 SHORT_ID = 14
@@ -138,6 +139,15 @@ def say(message: str, *values: Any, style: str = "") -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def warn(lines: Iterable[str]) -> None:
+    """Each line on stderr as ``WARNING: ...`` (cleaned, secrets masked): something a
+    view shows could not be read, and the view went on without it."""
+    for shown in lines:
+        line = Text("WARNING: ", style="bold red")
+        line.append(clean(mask_urls_in(shown)))
+        err_console.print(line, highlight=False, soft_wrap=True)
 
 
 def when(value: Any, *, date: bool = True, ms: bool = False) -> str:

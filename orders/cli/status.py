@@ -5,22 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any
 
+import redis
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from orders.app.bootstrap import App
 from orders.app.eviction import key_eviction_problem
+from orders.app.step_jobs import step_jobs
 from orders.cli.context import (
     ROW_ID_MAX,
     emit_json,
-    err_console,
     fail,
     handle_errors,
     make_app,
 )
 from orders.cli.render import (
-    clean,
     compact_table,
     console,
     fault_summary,
@@ -28,6 +27,7 @@ from orders.cli.render import (
     say,
     short_ids,
     text,
+    warn,
     when,
 )
 from orders.domain.queries import StepView, order_status, totals
@@ -35,20 +35,7 @@ from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker.faults import FaultStore, describe
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
-from workflows.models import idempotency_key
 from workflows.uow import UnitOfWork
-
-
-def _job_ids(app: App, workflow_id: int | None, steps: list[StepView]) -> dict[str, str | None]:
-    """Step -> its job id: recorded by the worker that ran it, else (not run yet) the
-    unfinished job its idempotency key maps to in Redis."""
-    found: dict[str, str | None] = {}
-    for s in steps:
-        job_id = s.job_id
-        if job_id is None and workflow_id is not None and s.step in app.queues:
-            job_id = app.queues[s.step].pending_job_for(idempotency_key(workflow_id, s.step))
-        found[s.step] = job_id
-    return found
 
 
 def _undoes(step: StepView) -> str | None:
@@ -62,10 +49,11 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     if view is None:
         fail(f"no order {order_id}")
         return
-    job_ids = _job_ids(app, view.workflow_id, view.steps)
+    jobs = step_jobs(app.queues, view.workflow_id, view.steps)
+    job_ids = jobs.ids
     if as_json:  # the same job ids as the table: one not run yet is found in Redis
         steps = tuple(replace(s, job_id=job_ids[s.step]) for s in view.steps)
-        emit_json(replace(view, steps=steps).to_dict())
+        emit_json({**replace(view, steps=steps).to_dict(), "unreadable": jobs.problems})
         return
     say("order {}: {}, workflow {}", view.order_id, view.status, view.workflow_status or "-")
     if view.blocked_step:
@@ -77,7 +65,7 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
             s.step,
             s.status,
             str(s.attempts),
-            short[job_ids[s.step]] if job_ids[s.step] else "-",
+            short[job_ids[s.step]] if job_ids[s.step] else "?" if s.step in jobs.problems else "-",
             when(s.finished_at, date=False),
             " — ".join(x for x in (_undoes(s), s.outcome, s.last_error) if x) or "-",
         ]
@@ -94,6 +82,7 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     if any(column.header == "att" for column in table.columns):
         table.caption = f"att = attempts; {caption}"
     console.print(table)
+    warn(f"{step}: its job id is unreadable: {problem}" for step, problem in jobs.problems.items())
 
 
 def _steps_table(
@@ -132,17 +121,26 @@ def _steps_table(
     return table
 
 
+def _faults(app: App) -> tuple[dict[str, Any], list[str]]:
+    """The injected faults, described, and a note when their hash cannot be read (a key
+    of another type, a value that is no fault config)."""
+    try:
+        return describe(FaultStore(app.redis, app.settings.queue_prefix).all()), []
+    except (redis.ResponseError, ValueError) as exc:
+        return {}, [f"injected faults are unreadable: {(str(exc).splitlines() or [''])[0]}"]
+
+
 def _overview(app: App, as_json: bool) -> None:
     eviction = key_eviction_problem(app.redis)
     if eviction and not as_json:
-        line = Text("WARNING: ", style="bold red")
-        line.append(clean(eviction))
-        err_console.print(line, highlight=False)
+        warn([eviction])
     reconcile_dead_letters(app)
     with UnitOfWork(app.session_factory) as uow:
         t = totals(uow.session)
-    queues = {name: stats(q).as_dict() for name, q in app.queues.items()}
-    faults = describe(FaultStore(app.redis, app.settings.queue_prefix).all())
+    read = {name: stats(q) for name, q in app.queues.items()}
+    queues = {name: st.as_dict() for name, st in read.items()}
+    faults, unread = _faults(app)
+    unread = [f"queue {n}: {p}" for n, st in read.items() for p in st.corrupt.values()] + unread
     if as_json:
         emit_json(
             {
@@ -150,9 +148,11 @@ def _overview(app: App, as_json: bool) -> None:
                 "queues": queues,
                 "faults": faults,
                 "redis_warning": eviction,
+                "unreadable": unread,
             }
         )
         return
+    warn(unread)
     orders = Table(title=f"orders ({t.orders})", title_justify="left")
     orders.add_column("status")
     orders.add_column("count", justify="right")

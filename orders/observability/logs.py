@@ -145,11 +145,13 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": mask_urls_in(record.getMessage()),
         }
-        line.update(_extras(record))
+        line.update(
+            (k, mask_urls_in(v) if isinstance(v, str) else v) for k, v in _extras(record).items()
+        )
         if record.exc_info:
             line["exc"] = mask_urls_in(self.formatException(record.exc_info))
         elif record.stack_info:
-            line["stack"] = record.stack_info
+            line["stack"] = mask_urls_in(record.stack_info)
         return _json_escaped(json.dumps(line, default=str, ensure_ascii=False))
 
 

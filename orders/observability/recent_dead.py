@@ -6,14 +6,17 @@ from collections.abc import Iterable
 
 import redis
 
-from reliable_queue import DeadLetter, Queue, QueueConnectionError
+from reliable_queue import DeadLetter, Queue, QueueConnectionError, QueueDataError
+from reliable_queue.raw_ids import id_text
 
 
 def newest_dead_letters(queues: Iterable[Queue], limit: int = 5) -> list[DeadLetter]:
     """The ``limit`` most recently dead-lettered jobs of ``queues``, newest first.
 
     Reads the ``limit`` highest scores of each queue's ``dead`` sorted set, then
-    the full entries of the overall newest ``limit``.
+    the full entries of the overall newest ``limit``. An id that is not UTF-8 comes
+    in its ``hex:`` form; a queue whose DLQ key holds another type is passed over
+    (its stats name the key).
 
     Raises:
         QueueConnectionError: Redis unreachable.
@@ -24,15 +27,19 @@ def newest_dead_letters(queues: Iterable[Queue], limit: int = 5) -> list[DeadLet
     for queue in queues:
         try:
             top = queue.client.zrange(queue.keys.key("dead"), -limit, -1, withscores=True)
+        except redis.ResponseError:  # WRONGTYPE: not a DLQ to read
+            continue
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise QueueConnectionError(str(exc)) from exc
         for member, score in top:
-            job_id = member.decode() if isinstance(member, bytes) else str(member)
-            candidates.append((float(score), queue, job_id))
+            candidates.append((float(score), queue, id_text(member)))
     candidates.sort(key=lambda c: c[0], reverse=True)
     out: list[DeadLetter] = []
     for _, queue, job_id in candidates[:limit]:
-        letter = queue.dead_letters.show(job_id)
+        try:
+            letter = queue.dead_letters.show(job_id)
+        except QueueDataError:
+            continue
         if letter is not None:
             out.append(letter)
     return out

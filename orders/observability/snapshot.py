@@ -121,9 +121,14 @@ class SystemView:
             try:
                 self.handler_times.refresh()
             except Exception as exc:
-                errors.append(f"metrics folder: {exc}")
+                errors.append(f"metrics folder: {mask_urls_in(str(exc))}")
         if latest is not None:
             queues = [self._queue_view(name, s) for name, s in latest.queues.items()]
+            errors.extend(
+                f"queue {name}: {problem}"
+                for name, s in latest.queues.items()
+                for problem in s.corrupt.values()
+            )
         orders = None
         try:
             with self.app.session_factory() as session:

@@ -32,7 +32,8 @@ from orders.web.routes import auth, dlq, metrics, orders, overview, queues
 from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
 from orders.web.state import WebState
-from reliable_queue import QueueError
+from reliable_queue import QueueDataError, QueueError, QueueLimitError
+from reliable_queue.errors import InvalidTextError
 
 log = logging.getLogger("orders.web")
 
@@ -105,6 +106,18 @@ async def _refused(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return render.error_page(request, exc.status_code, str(exc.detail))
+
+
+async def _bad_value(request: Request, exc: Exception) -> Response:
+    """A text the queue cannot store or a number past its bound: bad input (400)."""
+    return render.error_page(request, 400, str(exc))
+
+
+async def _unreadable(request: Request, exc: Exception) -> Response:
+    """A queue key holds another type: Redis answered, the data is the problem (409)."""
+    message = mask_urls_in(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
+    log.warning("%s %s: %s", request.method, request.url.path, message)
+    return render.error_page(request, 409, f"queue data cannot be read: {message}")
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
@@ -182,6 +195,9 @@ def create_app(
             BadParam: _bad_param,
             Refused: _refused,
             HTTPException: _http_error,
+            QueueDataError: _unreadable,
+            InvalidTextError: _bad_value,
+            QueueLimitError: _bad_value,
             QueueError: _unavailable,
             SQLAlchemyError: _unavailable,
             redis.RedisError: _unavailable,

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from orders.app.previews import Preview, preview
 from orders.domain.steps import ALL_STEPS
+from orders.observability.urls import mask_urls_in
 from orders.observability.visible import hidden, visible
 from orders.web.security import CSRF_FIELD
 from orders.web.state import web_state
@@ -107,7 +108,8 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     """Render ``template`` with ``context`` plus the shared keys.
 
     Shared keys: ``steps`` (queue names), ``signed_in``, ``csrf`` (the session's
-    CSRF token or ""), ``csrf_field``, ``actions_enabled``, ``path``.
+    CSRF token or ""), ``csrf_field``, ``actions_enabled``, ``path``, ``notes``
+    (what the page could not read: a Redis key of the wrong type; empty by default).
     """
     state = web_state(request)
     session = state.guard.session(request)
@@ -118,6 +120,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
         "csrf_field": CSRF_FIELD,
         "actions_enabled": state.guard.actions_enabled,
         "path": request.url.path,
+        "notes": [],
     }
     shared.update(context)
     return state.templates.TemplateResponse(request, template, shared, status_code=status)
@@ -138,7 +141,7 @@ def error_page(
     Returns:
         The rendered page.
     """
-    context = {"status": status, "message": message, "links": links or []}
+    context = {"status": status, "message": mask_urls_in(message), "links": links or []}
     return page(request, "error.html", context, status=status)
 
 

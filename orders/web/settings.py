@@ -29,9 +29,15 @@ class WebSettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address to bind.")
     allowed_hosts: str = Field(default="", description="More Host names, comma separated.")
     port: int = Field(default=8080, ge=0, le=65535, description="TCP port.")
-    session_hours: float = Field(default=12.0, gt=0, description="Sign-in lifetime, hours.")
-    sample_seconds: float = Field(default=2.0, gt=0, description="Queue sampling period, s.")
-    history_seconds: float = Field(default=600.0, gt=0, description="Chart history kept, s.")
+    session_hours: float = Field(
+        default=12.0, gt=0, le=24 * 366, description="Sign-in lifetime, hours."
+    )
+    sample_seconds: float = Field(
+        default=2.0, gt=0, le=3600, description="Queue sampling period, s."
+    )
+    history_seconds: float = Field(
+        default=600.0, gt=0, le=7 * 86400, description="Chart history kept, s."
+    )
 
     def token_value(self) -> str | None:
         """The token as plain text, or None when unset or empty."""

@@ -13,7 +13,7 @@ page and the others are still acted on.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -28,7 +28,7 @@ from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_ids, one_of, stored_job_id
 from orders.web.render import page, shown_payload
 from orders.web.state import WebState, web_state
-from reliable_queue import DEAD_REASONS, DeadLetter, Queue
+from reliable_queue import DEAD_REASONS, DeadLetter, Queue, QueueDataError
 
 
 @dataclass(frozen=True)
@@ -63,18 +63,33 @@ def chosen_queues(state: WebState, filters: Filters) -> list[Queue]:
     return [state.app.queues[n] for n in names]
 
 
-def list_letters(state: WebState, filters: Filters, limit: int) -> list[DeadLetter]:
-    """Up to ``limit`` matching dead letters, oldest first within each queue."""
+def list_letters(
+    state: WebState, filters: Filters, limit: int, notes: list[str] | None = None
+) -> list[DeadLetter]:
+    """Up to ``limit`` matching dead letters, oldest first within each queue; a queue
+    whose DLQ key holds another type is left out and named in ``notes``."""
     out: list[DeadLetter] = []
     for queue in chosen_queues(state, filters):
         if len(out) >= limit:
             break
-        out.extend(
-            queue.dead_letters.iter(
-                task=filters.task, reason=filters.reason, limit=limit - len(out)
+        try:
+            out.extend(
+                queue.dead_letters.iter(
+                    task=filters.task, reason=filters.reason, limit=limit - len(out)
+                )
             )
-        )
+        except QueueDataError as exc:
+            if notes is not None:
+                notes.append(f"queue {queue.name}: {exc}")
     return out
+
+
+def _size(queue: Queue) -> int | str:
+    """The DLQ's size, or ``?`` when its key holds another type (the page's notes say so)."""
+    try:
+        return queue.dead_letters.size()
+    except QueueDataError:
+        return "?"
 
 
 def dlq_page(request: Request) -> Response:
@@ -82,17 +97,20 @@ def dlq_page(request: Request) -> Response:
     state = web_state(request)
     filters = parse_filters(request.query_params)
     limit = integer(request.query_params, "limit", default=100, low=1, high=1000)
-    sizes = {q.name: q.dead_letters.size() for q in state.app.queues.values()}
+    sizes = {q.name: _size(q) for q in state.app.queues.values()}
+    notes: list[str] = []
+    letters = list_letters(state, filters, limit, notes)
     return page(
         request,
         "dlq.html",
         {
             "filters": filters,
-            "letters": list_letters(state, filters, limit),
+            "letters": letters,
             "limit": limit,
             "sizes": sizes,
             "tasks": TASKS,
             "reasons": DEAD_REASONS,
+            "notes": notes,
         },
     )
 
@@ -170,10 +188,12 @@ class Resolved:
         per_queue: queue name -> ids in its DLQ now.
         missing: selected ids in none of the chosen queues' DLQs (gone,
             mistyped or in another queue), each reported on its own.
+        notes: queues left out because a key of theirs holds another type.
     """
 
     per_queue: dict[str, list[str]]
     missing: list[str]
+    notes: list[str] = field(default_factory=list)
 
 
 def resolve(state: WebState, target: Target) -> Resolved:
@@ -190,36 +210,50 @@ def resolve(state: WebState, target: Target) -> Resolved:
         QueueConnectionError: Redis unreachable.
     """
     out: dict[str, list[str]] = {}
+    notes: list[str] = []
     for queue in chosen_queues(state, target.filters):
-        if target.ids is None:
-            found = [
-                d.job_id
-                for d in queue.dead_letters.iter(
-                    task=target.filters.task, reason=target.filters.reason
-                )
-            ]
-        else:
-            found = [i for i in target.ids if queue.dead_letters.show(i) is not None]
+        try:
+            if target.ids is None:
+                found = [
+                    d.job_id
+                    for d in queue.dead_letters.iter(
+                        task=target.filters.task, reason=target.filters.reason
+                    )
+                ]
+            else:
+                found = [i for i in target.ids if queue.dead_letters.show(i) is not None]
+        except QueueDataError as exc:
+            notes.append(f"queue {queue.name}: {exc}")
+            continue
         if found:
             out[queue.name] = found
     seen = {i for ids in out.values() for i in ids}
     missing = [i for i in target.ids or () if i not in seen]
-    return Resolved(out, missing)
+    return Resolved(out, missing, notes)
 
 
 def _redrive(state: WebState, target: Target, dry_run: bool) -> dict[str, Any]:
     redriven: dict[str, list[str]] = {}
     skipped: list[str] = []
+    unrunnable: list[str] = []
     found = resolve(state, target)
+    notes = list(found.notes)
     for name, ids in found.per_queue.items():
-        report = state.app.queues[name].dead_letters.redrive(ids=ids, dry_run=dry_run)
+        try:
+            report = state.app.queues[name].dead_letters.redrive(ids=ids, dry_run=dry_run)
+        except QueueDataError as exc:  # nothing of this queue was redriven
+            notes.append(f"queue {name}: {exc}")
+            continue
         redriven[name] = report.redriven
         skipped.extend(report.skipped)
+        unrunnable.extend(report.unrunnable)
     return {
         "redriven": redriven,
         "skipped": skipped,
+        "unrunnable": unrunnable,
         "dry_run": dry_run,
         "not_found": found.missing,
+        "notes": notes,
     }
 
 
@@ -253,9 +287,16 @@ def _split_blocking(
     return {n: ids for n, ids in free.items() if ids}, blocking
 
 
-def _purge(state: WebState, per_queue: dict[str, list[str]]) -> tuple[int, list[BlockingLetter]]:
+def _purge(
+    state: WebState, per_queue: dict[str, list[str]], notes: list[str]
+) -> tuple[int, list[BlockingLetter]]:
     free, blocking = _split_blocking(state, per_queue)
-    removed = sum(state.app.queues[n].dead_letters.purge(ids=ids) for n, ids in free.items())
+    removed = 0
+    for name, ids in free.items():
+        try:
+            removed += state.app.queues[name].dead_letters.purge(ids=ids)
+        except QueueDataError as exc:  # nothing of this queue was purged
+            notes.append(f"queue {name}: {exc}")
     return removed, blocking
 
 
@@ -280,13 +321,15 @@ async def purge(request: Request) -> Response:
                 "count": sum(len(v) for v in free.values()),
                 "blocking": blocking,
                 "not_found": found.missing,
+                "notes": found.notes,
             },
         )
-    removed, blocking = await run_in_threadpool(_purge, state, found.per_queue)
+    notes = list(found.notes)
+    removed, blocking = await run_in_threadpool(_purge, state, found.per_queue, notes)
     return page(
         request,
         "purge_done.html",
-        {"removed": removed, "blocking": blocking, "not_found": found.missing},
+        {"removed": removed, "blocking": blocking, "not_found": found.missing, "notes": notes},
     )
 
 

@@ -11,13 +11,14 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from orders.app.cancellation import cancel
+from orders.app.step_jobs import step_jobs
 from orders.domain.errors import OrderNotCancellable, OrderNotFound
 from orders.domain.queries import OrderView, StepView, order_status
 from orders.web.params import BadParam, bounded_int
 from orders.web.queries import recent_orders
 from orders.web.render import page
 from orders.web.state import web_state
-from workflows.models import StepStatus, idempotency_key
+from workflows.models import StepStatus
 from workflows.uow import UnitOfWork
 
 MAX_ID = 2**63 - 1
@@ -81,17 +82,13 @@ def order_page(request: Request) -> Response:
         view = order_status(uow.session, order_id)
     if view is None:
         raise BadParam(f"no order {order_id}", 404)
-    job_ids: dict[str, str | None] = {}
-    if view.workflow_id is not None:
-        for s in view.steps:
-            queue = state.app.queues.get(s.step)
-            if s.job_id is None and queue is not None:
-                job_ids[s.step] = queue.pending_job_for(idempotency_key(view.workflow_id, s.step))
+    jobs = step_jobs(state.app.queues, view.workflow_id, view.steps)
+    notes = [f"{step}: its job id is unreadable: {why}" for step, why in jobs.problems.items()]
     now = dt.datetime.now(dt.UTC)
     return page(
         request,
         "order.html",
-        {"order": view, "bars": timeline(view, now, job_ids), "span_end": now},
+        {"order": view, "bars": timeline(view, now, jobs.ids), "span_end": now, "notes": notes},
     )
 
 

@@ -14,6 +14,7 @@ from orders.web.params import BadParam, flag, integer, job_id, stored_job_id
 from orders.web.render import page, shown_payload
 from orders.web.state import web_state
 from reliable_queue import Queue, explain, stats
+from reliable_queue.inspection import ids_in
 
 STATES = ("ready", "delayed", "active", "dead", "done")
 
@@ -31,26 +32,40 @@ def known_queue(request: Request) -> Queue:
     return queue
 
 
-def jobs_by_state(queue: Queue, limit: int) -> dict[str, list[str]]:
-    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first)."""
-    out = {kind: queue.ids_in(kind, 0, limit - 1) for kind in STATES if kind != "done"}
-    out["done"] = list(reversed(queue.ids_in("done", -limit, -1)))
+def jobs_by_state(queue: Queue, limit: int, notes: list[str] | None = None) -> dict[str, list[str]]:
+    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first).
+
+    A structure whose key holds another type shows no ids; its note goes to ``notes``.
+    """
+    out: dict[str, list[str]] = {}
+    for kind in STATES:
+        start, stop = (-limit, -1) if kind == "done" else (0, limit - 1)
+        ids, problem = ids_in(queue, kind, start, stop)
+        out[kind] = list(reversed(ids)) if kind == "done" else ids
+        if problem and notes is not None:
+            notes.append(problem)
     return out
 
 
 def queue_page(request: Request) -> Response:
-    """GET /queues/{queue}?limit=N : counts, counters and job ids in each state."""
+    """GET /queues/{queue}?limit=N : counts, counters and job ids in each state; a key of
+    the wrong type is named in a note and the rest of the page is shown."""
     queue = known_queue(request)
     limit = integer(request.query_params, "limit", default=20, low=1, high=500)
+    counts = stats(queue)
+    notes: list[str] = []
+    jobs = jobs_by_state(queue, limit, notes)
+    notes = list(dict.fromkeys([*counts.corrupt.values(), *notes]))
     return page(
         request,
         "queue.html",
         {
             "queue": queue.name,
             "task": task_name(queue.name),
-            "stats": stats(queue),
-            "jobs": jobs_by_state(queue, limit),
+            "stats": counts,
+            "jobs": jobs,
             "limit": limit,
+            "notes": notes,
         },
     )
 

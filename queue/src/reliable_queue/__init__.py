@@ -9,6 +9,7 @@ from .audit import AuditReport, audit
 from .dlq import DeadLetter, DeadLetters, RedriveReport
 from .errors import (
     AttemptLost,
+    InvalidTextError,
     PartialRoundTripError,
     PayloadTooLargeError,
     PayloadValidationError,
@@ -47,6 +48,7 @@ __all__ = [
     "DeadLetters",
     "EnqueueRequest",
     "FetchResult",
+    "InvalidTextError",
     "JobContext",
     "JobExplanation",
     "JobIdLookupError",

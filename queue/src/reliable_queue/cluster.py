@@ -116,7 +116,9 @@ def pause(attempt: int) -> None:
     time.sleep(min(0.05 * (2**attempt), 1.0))
 
 
-def snapshot(client: RedisClient, key: str, fill: Callable[[Any], None]) -> list[Any]:
+def snapshot(
+    client: RedisClient, key: str, fill: Callable[[Any], None], *, raise_on_error: bool = True
+) -> list[Any]:
     """Run read commands on one slot as a MULTI/EXEC transaction (a consistent view).
 
     On a cluster the transaction runs on the slot owner's connection (MULTI is
@@ -126,6 +128,8 @@ def snapshot(client: RedisClient, key: str, fill: Callable[[Any], None]) -> list
         client: ``redis.Redis`` or ``RedisCluster``.
         key: a key of the slot every queued command touches.
         fill: adds the read commands to the pipeline it is given.
+        raise_on_error: False returns a command's error reply (a key of the wrong type:
+            ``WRONGTYPE``) in its place as a ``redis.ResponseError`` instead of raising.
 
     Returns:
         The replies of the commands, in order.
@@ -138,7 +142,7 @@ def snapshot(client: RedisClient, key: str, fill: Callable[[Any], None]) -> list
         try:
             pipe = node_client(client, key).pipeline(transaction=True)
             fill(pipe)
-            return pipe.execute()
+            return pipe.execute(raise_on_error=raise_on_error)
         except UNAVAILABLE as exc:
             refresh(client)
             raise QueueConnectionError(str(exc)) from exc

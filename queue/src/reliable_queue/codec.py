@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from .errors import InvalidTextError
+
 
 class RecordDecodeError(ValueError):
     """A stored record is not valid UTF-8 JSON of the expected shape."""
@@ -52,6 +54,56 @@ def encode_record(
     return orjson.dumps(
         {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
     )
+
+
+def check_text(argument: str, value: str) -> str:
+    """``value`` unchanged when UTF-8 can encode it (every text Redis is sent must be).
+
+    Args:
+        argument: what the text is, as the error names it (``idempotency key``).
+        value: the text.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        InvalidTextError: ``value`` holds a lone surrogate (``"\\ud800"``).
+    """
+    if value.isascii():  # constant time, and the usual case
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidTextError(argument, value, exc.start) from None
+    return value
+
+
+def unencodable_path(value: Any, path: str = "payload") -> tuple[str, str, int] | None:
+    """Where ``value`` holds text UTF-8 cannot encode (a lone surrogate), or None.
+
+    Bounded like :func:`non_finite_path` (orjson limits a payload's depth to 254 levels).
+
+    Returns:
+        ``(path, text, position)`` of the first such string (a dict key's path ends in
+        ``<key>``), or None when every string encodes.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return path, value, exc.start
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and (found := unencodable_path(k, f"{path}<key>")):
+                return found
+            if found := unencodable_path(v, f"{path}[{k!r}]"):
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            if found := unencodable_path(v, f"{path}[{i}]"):
+                return found
+    return None
 
 
 def non_finite_path(value: Any, path: str = "payload") -> str | None:
@@ -115,8 +167,32 @@ def decode_fields(raw: bytes | str) -> tuple[str, Any, int, int, str | None]:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON bytes of ``value`` (for failure info blobs)."""
-    return orjson.dumps(value)
+    """Compact JSON bytes of ``value`` (for failure info blobs).
+
+    Failure info carries text from handlers (an exception's message, a traceback), which
+    may hold a lone surrogate that UTF-8 cannot encode: such a character is stored as its
+    ``\\udXXX`` escape instead of failing the nack or dead-lettering that records it.
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot represent other than such text.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        if unencodable_path(value) is None:
+            raise
+        return orjson.dumps(_escaped(value))
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with every unencodable character of its strings shown as an escape."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def loads(raw: bytes | str) -> Any:

@@ -9,16 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import codec, stored
+from . import codec, limits, stored
 from .cluster import UNAVAILABLE, snapshot
-from .errors import QueueConnectionError
-from .replies import split as _split
-from .replies import text as _text
+from .errors import QueueConnectionError, QueueDataError
+from .key_types import checked
+from .raw_ids import id_member, id_text, leasable, unreadable
 
 if TYPE_CHECKING:
     from .queue import Queue
 
 _PAGE = 500
+#: The hashes a dead letter's fields come from, in the order they are read.
+_FIELDS = ("jobs", "info", "attempts")
 
 
 @dataclass(frozen=True)
@@ -34,9 +36,13 @@ class DeadLetter:
             is gone or unreadable (``raw_record`` then holds the bytes as text).
         attempts: deliveries made.
         error / traceback: the last failure.
-        malformed: stored fields that could not be read as expected (``info``:
-            failure info that is not a JSON object, ``attempts``: not an integer),
-            name -> raw stored text, shown as it is.
+        malformed: what could not be read as expected, name -> text shown as it is:
+            a stored field (``info``: failure info that is not a JSON object,
+            ``attempts``: not an integer) -> its raw text, or a hash whose key holds
+            another type (``jobs``, ``info``, ``attempts``) -> a note naming the key.
+        id_unreadable: the stored id is not UTF-8 text: ``job_id`` is its ``hex:`` form
+            (:mod:`reliable_queue.raw_ids`), which :meth:`DeadLetters.show`,
+            :meth:`~DeadLetters.purge` and :meth:`~DeadLetters.redrive` accept.
     """
 
     job_id: str
@@ -51,6 +57,7 @@ class DeadLetter:
     record_missing: bool = False
     raw_record: str | None = None
     malformed: dict[str, str] = field(default_factory=dict)
+    id_unreadable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -59,11 +66,22 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class RedriveReport:
-    """Outcome of a redrive: ids replayed, ids skipped (record gone / not dead)."""
+    """Outcome of a redrive.
+
+    Attributes:
+        redriven: ids replayed (or, in a dry run, that would be).
+        skipped: ids not replayed: record gone (the entry is then removed) or no
+            longer dead.
+        dry_run: nothing was changed.
+        unrunnable: ids left in the DLQ because no worker could lease them (not UTF-8
+            text, or longer than ``MAX_ID_BYTES``): a fetch would dead-letter them again
+            at once as ``invalid_record``. Purge them by id.
+    """
 
     redriven: list[str]
     skipped: list[str]
     dry_run: bool
+    unrunnable: list[str] = field(default_factory=list)
 
 
 class DeadLetters:
@@ -73,9 +91,17 @@ class DeadLetters:
         self.queue = queue
 
     def size(self) -> int:
-        """Entries in the DLQ now."""
+        """Entries in the DLQ now.
+
+        Raises:
+            QueueDataError: the DLQ's key holds a value of another type (the note names it).
+            QueueConnectionError: Redis unreachable.
+        """
+        key = self.queue.keys.key("dead")
         try:
-            return int(self.queue.client.zcard(self.queue.keys.key("dead")))
+            return int(self.queue.client.zcard(key))
+        except redis.ResponseError as exc:
+            raise QueueDataError(_problem(self.queue, exc, key, "zset")) from None
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
 
@@ -84,33 +110,47 @@ class DeadLetters:
     ) -> Iterator[DeadLetter]:
         """Dead letters, oldest first, filtered by task and/or reason.
 
+        An entry whose id is not UTF-8 text comes with its ``hex:`` form as ``job_id``
+        (``id_unreadable``), one whose record or failure info does not read is shown
+        raw (``raw_record``, ``malformed``): one bad entry never stops the listing.
+
         Args:
             task: keep only this task name.
             reason: keep only this reason.
-            limit: stop after this many matches.
+            limit: stop after this many matches (``0..`` any number; None: no limit).
+
+        Raises:
+            QueueDataError: the DLQ's key holds a value of another type (nothing to list).
+            QueueLimitError: ``limit`` is negative or not a whole number.
+            QueueConnectionError: Redis unreachable.
         """
+        if limit is not None:
+            limits.integer("limit", limit, low=0, high=2**63 - 1)
+            if limit == 0:
+                return
         seen = 0
         start = 0
-        k = self.queue.keys
+        q, k = self.queue, self.queue.keys
         while True:
             try:
-                page = self.queue.client.zrange(
-                    k.key("dead"), start, start + _PAGE - 1, withscores=True
-                )
+                page = q.client.zrange(k.key("dead"), start, start + _PAGE - 1, withscores=True)
                 if not page:
                     return
-                ids = [_text(m) for m, _ in page]
-                pipe = self.queue.client.pipeline(transaction=False)
-                pipe.hmget(k.key("jobs"), ids)
-                pipe.hmget(k.key("info"), ids)
-                pipe.hmget(k.key("attempts"), ids)
-                recs, infos, atts = pipe.execute()
+                members = [m for m, _ in page]
+                pipe = q.client.pipeline(transaction=False)
+                for kind in _FIELDS:
+                    pipe.hmget(k.key(kind), members)
+                replies = pipe.execute(raise_on_error=False)
+            except redis.ResponseError as exc:
+                raise QueueDataError(_problem(q, exc, k.key("dead"), "zset")) from None
             except UNAVAILABLE as exc:
                 raise QueueConnectionError(str(exc)) from exc
-            for job_id, (_, score), rec, info, att in zip(
-                ids, page, recs, infos, atts, strict=True
+            columns, notes = _columns(q, replies, len(members))
+            recs, infos, atts = columns
+            for member, (_, score), rec, info, att in zip(
+                members, page, recs, infos, atts, strict=True
             ):
-                letter = self._letter(job_id, score, rec, info, att)
+                letter = self._letter(member, score, rec, info, att, notes)
                 if task is not None and letter.task != task:
                     continue
                 if reason is not None and letter.reason != reason:
@@ -126,38 +166,61 @@ class DeadLetters:
         return list(self.iter(**filters))
 
     def show(self, job_id: str) -> DeadLetter | None:
-        """One dead letter by id, or None if it is not in the DLQ."""
-        k = self.queue.keys
+        """One dead letter by id, or None if it is not in the DLQ.
+
+        Args:
+            job_id: the id as stored, or the ``hex:`` form of one that is not UTF-8.
+
+        Raises:
+            InvalidTextError: ``job_id`` holds a lone surrogate.
+            QueueDataError: the DLQ's key holds a value of another type.
+            QueueConnectionError: Redis unreachable.
+        """
+        q, k = self.queue, self.queue.keys
+        member = id_member(job_id)
 
         def fill(pipe: redis.client.Pipeline) -> None:
-            pipe.zscore(k.key("dead"), job_id)
-            pipe.hget(k.key("jobs"), job_id)
-            pipe.hget(k.key("info"), job_id)
-            pipe.hget(k.key("attempts"), job_id)
+            pipe.zscore(k.key("dead"), member)
+            for kind in _FIELDS:
+                pipe.hget(k.key(kind), member)
 
         try:
-            score, rec, info, att = snapshot(self.queue.client, k.key("dead"), fill)
+            score, *replies = snapshot(q.client, k.key("dead"), fill, raise_on_error=False)
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
+        if isinstance(score, redis.ResponseError):
+            raise QueueDataError(_problem(q, score, k.key("dead"), "zset"))
         if score is None:
             return None
-        return self._letter(job_id, score, rec, info, att)
+        lists = [r if isinstance(r, redis.ResponseError) else [r] for r in replies]
+        ((rec,), (info,), (att,)), notes = _columns(q, lists, 1)
+        return self._letter(member, score, rec, info, att, notes)
 
-    def _letter(self, job_id: str, score: float, rec: Any, info: Any, att: Any) -> DeadLetter:
+    def _letter(
+        self,
+        member: bytes | str,
+        score: float,
+        rec: Any,
+        info: Any,
+        att: Any,
+        notes: dict[str, str] | None = None,
+    ) -> DeadLetter:
         decoded, bad_info = stored.failure_info(info)
         failure = decoded or {}
         count, bad_attempts = stored.attempts(att)
-        malformed = {
-            name: raw for name, raw in (("info", bad_info), ("attempts", bad_attempts)) if raw
-        }
+        malformed = dict(notes or {})
+        for name, raw in (("info", bad_info), ("attempts", bad_attempts)):
+            if raw:
+                malformed[name] = raw
         task = payload = raw = None
-        missing = rec is None
+        missing = rec is None and "jobs" not in malformed
         if rec is not None:
             try:
                 r = codec.decode_record(rec)
                 task, payload = r.task, r.payload
             except codec.RecordDecodeError:
-                raw = rec.decode("utf-8", "replace") if isinstance(rec, bytes) else str(rec)
+                raw = stored.raw_text(rec)
+        job_id = id_text(member)
         return DeadLetter(
             job_id=job_id,
             queue=self.queue.name,
@@ -171,6 +234,7 @@ class DeadLetters:
             record_missing=missing,
             raw_record=raw,
             malformed=malformed,
+            id_unreadable=unreadable(job_id),
         )
 
     def redrive(
@@ -187,51 +251,99 @@ class DeadLetters:
         """Replay dead letters: by ids, or all matching the task / reason filters.
 
         Args:
-            ids: exact job ids (filters are then ignored).
+            ids: exact job ids (filters are then ignored); a non-UTF-8 id in its
+                ``hex:`` form.
             task / reason: filters when ``ids`` is None (both None: everything).
             dry_run: report what would be replayed, change nothing.
-            rate: at most this many jobs per second (None: no limit).
-            batch: jobs per script call.
+            rate: at most this many jobs per second, ``(0, MAX_REDRIVE_RATE]`` (None: no
+                limit).
+            batch: jobs per script call, ``1..SCRIPT_BATCH``.
             sleep: injected for tests of the rate limit.
 
         Returns:
-            A :class:`RedriveReport`; entries whose record is gone are skipped (and removed).
+            A :class:`RedriveReport`; entries whose record is gone are skipped (and
+            removed); entries no worker could lease are left, listed as ``unrunnable``.
+
+        Raises:
+            QueueLimitError: ``rate`` or ``batch`` past its bound (nothing redriven).
+            InvalidTextError: an id holds a lone surrogate (nothing redriven).
+            QueueDataError: a queue key holds another type (nothing of that call redriven).
+            QueueConnectionError: Redis unreachable.
         """
+        if rate is not None:
+            rate = limits.number("rate", rate, low=0, high=limits.MAX_REDRIVE_RATE, low_open=True)
+        limits.integer("batch", batch, low=1, high=limits.SCRIPT_BATCH)
         if ids is None:
             ids = [d.job_id for d in self.iter(task=task, reason=reason)]
+        members = [id_member(job_id) for job_id in ids]
+        runnable = [(t, m) for t, m in zip(ids, members, strict=True) if leasable(t)]
+        unrunnable = [t for t in ids if not leasable(t)]
         if dry_run:
-            return RedriveReport(list(ids), [], True)
+            return RedriveReport([t for t, _ in runnable], [], True, unrunnable)
         done: list[str] = []
         skipped: list[str] = []
         step = max(1, min(batch, int(rate) if rate else batch))
-        for i in range(0, len(ids), step):
-            chunk = ids[i : i + step]
+        for i in range(0, len(runnable), step):
+            chunk = [m for _, m in runnable[i : i + step]]
             started = time.monotonic()
             reply = self.queue.scripts.run(
                 "redrive", self.queue.keys.script_keys(), [self.queue.settings.wake_tokens, *chunk]
             )
-            a, b = _split(reply)
-            done.extend(a)
-            skipped.extend(b)
+            texts = [id_text(x) for x in reply]
+            cut = texts.index("|")
+            done.extend(texts[:cut])
+            skipped.extend(texts[cut + 1 :])
             if rate:
                 remaining = len(chunk) / rate - (time.monotonic() - started)
-                if remaining > 0 and i + step < len(ids):
+                if remaining > 0 and i + step < len(runnable):
                     sleep(remaining)
-        return RedriveReport(done, skipped, False)
+        return RedriveReport(done, skipped, False, unrunnable)
 
     def purge(
         self, *, ids: list[str] | None = None, task: str | None = None, reason: str | None = None
     ) -> int:
         """Delete dead letters for good: by ids, or all matching the filters.
 
+        Args:
+            ids: exact job ids (filters are then ignored); a non-UTF-8 id in its
+                ``hex:`` form, which is how such an entry is purged.
+            task / reason: filters when ``ids`` is None (both None: everything).
+
         Returns:
             Entries removed.
+
+        Raises:
+            InvalidTextError: an id holds a lone surrogate (nothing purged).
+            QueueDataError: a queue key holds another type (nothing of that call purged).
+            QueueConnectionError: Redis unreachable.
         """
         if ids is None:
             ids = [d.job_id for d in self.iter(task=task, reason=reason)]
+        members = [id_member(job_id) for job_id in ids]
         removed = 0
-        for i in range(0, len(ids), _PAGE):
+        for i in range(0, len(members), _PAGE):
             removed += int(
-                self.queue.scripts.run("purge", self.queue.keys.script_keys(), ids[i : i + _PAGE])
+                self.queue.scripts.run(
+                    "purge", self.queue.keys.script_keys(), members[i : i + _PAGE]
+                )
             )
         return removed
+
+
+def _columns(queue: Queue, replies: list[Any], n: int) -> tuple[list[list[Any]], dict[str, str]]:
+    """The HMGET replies of the :data:`_FIELDS` hashes, each a list of ``n`` values; a
+    hash whose key holds another type reads as ``n`` Nones, with a note naming it."""
+    columns: list[list[Any]] = []
+    notes: dict[str, str] = {}
+    for kind, reply in zip(_FIELDS, replies, strict=True):
+        value, problem = checked(queue.client, reply, queue.keys.key(kind), "hash")
+        if problem:
+            notes[kind] = problem
+        columns.append(value if value is not None else [None] * n)
+    return columns, notes
+
+
+def _problem(queue: Queue, exc: redis.ResponseError, key: str, want: str) -> str:
+    """The note for a read of ``key`` that failed with ``exc`` (re-raised unless WRONGTYPE)."""
+    _, problem = checked(queue.client, exc, key, want)
+    return problem or str(exc)

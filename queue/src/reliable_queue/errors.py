@@ -47,7 +47,30 @@ class QueueDataError(QueueError):
 
 
 class QueueLimitError(QueueError, ValueError):
-    """A request exceeds a documented limit (see :mod:`reliable_queue.limits`)."""
+    """A request exceeds a documented limit (see :mod:`reliable_queue.limits`): a number
+    argument past its bound, or not a number of the kind the argument takes. Raised
+    before anything is sent to Redis."""
+
+
+class InvalidTextError(QueueError, ValueError):
+    """A text argument cannot be stored as UTF-8 (it holds a lone surrogate such as
+    ``"\\ud800"``, which Python strings allow and UTF-8 cannot encode). The message names
+    the argument and the position. Raised before anything is sent to Redis.
+
+    Attributes:
+        argument: what the text was given as (``idempotency key``, ``task name``, ...).
+        position: index of the first unencodable character.
+    """
+
+    def __init__(self, argument: str, value: str, position: int) -> None:
+        near = value[max(0, position - 20) : position + 20]
+        shown = near.encode("ascii", "backslashreplace").decode("ascii")
+        super().__init__(
+            f"{argument} is not valid text: character {position} is a lone surrogate "
+            f'(near "{shown}"); UTF-8 cannot encode it'
+        )
+        self.argument = argument
+        self.position = position
 
 
 class ScriptUnavailableError(QueueError):

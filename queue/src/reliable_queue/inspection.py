@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -9,8 +10,10 @@ import redis
 
 from . import clock, codec, stored
 from .cluster import UNAVAILABLE, snapshot
-from .errors import QueueConnectionError
-from .replies import text as _text
+from .codec import check_text
+from .errors import QueueConnectionError, QueueDataError
+from .key_types import KEY_TYPES, checked
+from .raw_ids import id_member, id_text
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -51,6 +54,9 @@ class QueueStats:
         clock: the queue clock's stored fields (ms, not counters; ADR 0022):
             ``last_ms`` (the last queue time written) and ``offset_ms`` (how far the
             queue clock ran ahead of Redis TIME then); empty when never written.
+        corrupt: structures whose key holds a value of the wrong type, kind -> a note
+            naming the key and both types (their depth is then shown as 0); empty
+            when every key is sound.
     """
 
     queue: str
@@ -62,6 +68,7 @@ class QueueStats:
     counters: dict[str, int] = field(default_factory=dict)
     audit: dict[str, int] = field(default_factory=dict)
     clock: dict[str, int] = field(default_factory=dict)
+    corrupt: dict[str, str] = field(default_factory=dict)
 
     @property
     def orphans(self) -> int:
@@ -80,6 +87,7 @@ class QueueStats:
             "counters": dict(self.counters),
             "audit": dict(self.audit),
             "clock": dict(self.clock),
+            "corrupt": dict(self.corrupt),
         }
 
 
@@ -87,12 +95,15 @@ def stats(queue: Queue) -> QueueStats:
     """Counters and depths of ``queue`` in one round trip (a MULTI snapshot).
 
     On Redis Cluster the MULTI runs on the master owning the queue's slot (every
-    key of a queue shares it); a view of all queues asks each queue in turn.
+    key of a queue shares it); a view of all queues asks each queue in turn. A key
+    of the wrong type is reported in ``corrupt`` (its depth 0), a stats field that
+    is not an integer counter is left out: the rest is still read.
 
     Raises:
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
+    kinds = ("ready", "delayed", "active", "dead", "done", "stats")
 
     def fill(pipe: redis.client.Pipeline) -> None:
         pipe.llen(k.key("ready"))
@@ -101,25 +112,34 @@ def stats(queue: Queue) -> QueueStats:
         pipe.hgetall(k.key("stats"))
 
     try:
-        ready, delayed, active, dead, done, raw = snapshot(queue.client, k.key("ready"), fill)
+        replies = snapshot(queue.client, k.key("ready"), fill, raise_on_error=False)
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
+    corrupt: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for kind, reply in zip(kinds, replies, strict=True):
+        value, problem = checked(queue.client, reply, k.key(kind), KEY_TYPES[kind])
+        if problem:
+            corrupt[kind] = problem
+        values[kind] = value
     counters = dict.fromkeys(COUNTERS, 0)
     audit: dict[str, int] = {}
     times: dict[str, int] = {}
-    for a, b in raw.items():
-        name = _text(a)
+    for a, b in (values["stats"] or {}).items():
         try:
-            value = int(b)
-        except ValueError:
-            continue  # a foreign or hand-edited field: not a counter
+            name, value = a.decode("utf-8") if isinstance(a, bytes) else str(a), int(b)
+        except ValueError:  # a foreign or hand-edited field (not UTF-8, not a number)
+            continue
         if name.startswith("audit:"):
             audit[name[6:]] = value
         elif name.startswith("clock:"):
             times[name[6:]] = value  # times in ms, never counted
         else:
             counters[name] = value
-    return QueueStats(queue.name, ready, delayed, active, dead, done, counters, audit, times)
+    depth = {kind: int(values[kind] or 0) for kind in kinds[:5]}
+    return QueueStats(
+        queue.name, counters=counters, audit=audit, clock=times, corrupt=corrupt, **depth
+    )
 
 
 @dataclass(frozen=True)
@@ -140,8 +160,12 @@ class JobExplanation:
         finished_at: for a done job.
         last_failure: the stored failure blob (reason, error, traceback, at), or None
             when absent or not a JSON object.
-        malformed: stored fields that could not be read as expected (``info``,
-            ``attempts``), name -> raw stored text, shown as it is.
+        malformed: what could not be read as expected, name -> text shown as it is:
+            a stored field (``info``, ``attempts``, ``lease``) -> its raw text, or a
+            queue structure whose key holds the wrong type (``jobs``, ``ready``, ...)
+            -> a note naming the key.
+        id_unreadable: the stored id is not UTF-8 text; ``job_id`` is its ``hex:``
+            form (:mod:`reliable_queue.raw_ids`), which every id argument accepts.
         queue_time: the queue clock at this read, epoch seconds: Redis TIME plus
             ``clock_offset`` (ADR 0022); ``lease_deadline - queue_time`` is the time the
             lease has left, whatever the host's clock did.
@@ -170,6 +194,7 @@ class JobExplanation:
     malformed: dict[str, str] = field(default_factory=dict)
     queue_time: float | None = None
     clock_offset: float = 0.0
+    id_unreadable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -177,28 +202,46 @@ class JobExplanation:
 
 
 def explain(queue: Queue, job_id: str) -> JobExplanation | None:
-    """Everything about ``job_id`` in one round trip, or None if Redis has no trace of it.
+    """Everything about ``job_id`` in one round trip, or None if Redis has no trace of it
+    (and no key it reads is unreadable: then the notes are returned, state ``unknown``).
+
+    Args:
+        queue: the job's queue.
+        job_id: the id as stored, or the ``hex:`` form of one that is not UTF-8.
+
+    A structure whose key holds the wrong type counts as not holding the job and is
+    named in ``malformed``; a stored value that does not read as expected is shown raw.
 
     Raises:
+        InvalidTextError: ``job_id`` holds a lone surrogate.
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
+    member = id_member(job_id)
+    hashes = ("jobs", "attempts", "leases", "info")
+    sets = ("active", "delayed", "dead", "done")
 
     def fill(pipe: redis.client.Pipeline) -> None:
-        for kind in ("jobs", "attempts", "leases", "info"):
-            pipe.hget(k.key(kind), job_id)
-        for kind in ("active", "delayed", "dead", "done"):
-            pipe.zscore(k.key(kind), job_id)
+        for kind in hashes:
+            pipe.hget(k.key(kind), member)
+        for kind in sets:
+            pipe.zscore(k.key(kind), member)
         pipe.time()
         pipe.hmget(k.key("stats"), [clock.LAST_FIELD, clock.OFFSET_FIELD])
 
     try:
-        rec, att, lease, info, active, delayed, dead, done, now, fields = snapshot(
-            queue.client, k.key("jobs"), fill
-        )
+        replies = snapshot(queue.client, k.key("jobs"), fill, raise_on_error=False)
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
-    if rec is None and dead is None and active is None:
+    malformed: dict[str, str] = {}
+    read: dict[str, Any] = {}
+    for kind, reply in zip(hashes + sets, replies[: len(hashes) + len(sets)], strict=True):
+        read[kind], problem = checked(queue.client, reply, k.key(kind), KEY_TYPES[kind])
+        if problem:
+            malformed[kind] = problem
+    rec, att, lease, info = (read[kind] for kind in hashes)
+    active, delayed, dead, done = (read[kind] for kind in sets)
+    if rec is None and dead is None and active is None and not malformed:
         return None
     state = (
         "active"
@@ -214,13 +257,7 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         else "unknown"
     )
     if state == "ready":
-        try:
-            if queue.client.lpos(k.key("ready"), job_id) is None:
-                state = "unknown"
-        except redis.ResponseError:  # LPOS needs Redis >= 6.0.6
-            pass
-        except UNAVAILABLE as exc:
-            raise QueueConnectionError(str(exc)) from exc
+        state = _ready_or_unknown(queue, member, malformed)
     task = payload = max_attempts = key = enqueued = error = None
     if rec is not None:
         try:
@@ -231,13 +268,25 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
             error = str(exc)
     failure, bad_info = stored.failure_info(info)
     count, bad_attempts = stored.attempts(att)
-    malformed = {name: raw for name, raw in (("info", bad_info), ("attempts", bad_attempts)) if raw}
-    token = _text(lease) if lease is not None else None
+    token = None
+    if lease is not None:
+        try:
+            token = lease.decode("utf-8") if isinstance(lease, bytes) else str(lease)
+        except UnicodeDecodeError:
+            malformed["lease"] = stored.raw_text(lease)
+    for name, raw in (("info", bad_info), ("attempts", bad_attempts)):
+        if raw:
+            malformed[name] = raw
+    now, fields = replies[len(hashes) + len(sets) :]
+    if isinstance(now, Exception):  # TIME cannot fail; keep the view going if it did
+        raise QueueConnectionError(str(now))
+    if isinstance(fields, Exception):  # stats of another type: no offset to read
+        fields = [None, None]
     queue_ms, offset_ms = clock.queue_time_ms(
         int(now[0]) * 1000 + int(now[1]) // 1000, *(clock.field(f) for f in fields)
     )
     return JobExplanation(
-        job_id=job_id,
+        job_id=id_text(member),
         queue=queue.name,
         state=state,
         task=task,
@@ -258,4 +307,119 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         malformed=malformed,
         queue_time=queue_ms / 1000.0,
         clock_offset=offset_ms / 1000.0,
+        id_unreadable=isinstance(member, bytes),
     )
+
+
+def _ready_or_unknown(queue: Queue, member: bytes | str, malformed: dict[str, str]) -> str:
+    """``ready`` when the ready list holds ``member``, else ``unknown`` (a record without
+    a place); a ready key of the wrong type is noted in ``malformed``."""
+    key = queue.keys.key("ready")
+    try:
+        found = queue.client.lpos(key, member)
+    except redis.ResponseError as exc:
+        if str(exc).startswith("WRONGTYPE"):
+            _, malformed["ready"] = checked(queue.client, exc, key, "list")
+            return "unknown"
+        return "ready"  # LPOS needs Redis >= 6.0.6: trust the record
+    except UNAVAILABLE as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    return "unknown" if found is None else "ready"
+
+
+def ids_in(queue: Queue, kind: str, start: int = 0, stop: int = -1) -> tuple[list[str], str | None]:
+    """Job ids in one structure of ``queue``, by rank, and a note when its key is unreadable.
+
+    Args:
+        queue: the queue.
+        kind: ``ready``, ``delayed``, ``active``, ``dead`` or ``done``.
+        start / stop: ranks as Redis takes them (``LRANGE`` / ``ZRANGE``, inclusive,
+            negative from the end).
+
+    Returns:
+        ``(ids, note)``: the ids as text (a non-UTF-8 id in its ``hex:`` form), and
+        None, or ``([], note)`` when the key holds another type.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+        ValueError: ``kind`` is not one of the five structures.
+    """
+    if kind not in ("ready", "delayed", "active", "dead", "done"):
+        raise ValueError(f"no structure {kind!r}; ready, delayed, active, dead or done")
+    key = queue.keys.key(kind)
+    try:
+        if kind == "ready":
+            raw = queue.client.lrange(key, start, stop)
+        else:
+            raw = queue.client.zrange(key, start, stop)
+    except redis.ResponseError as exc:
+        _, problem = checked(queue.client, exc, key, KEY_TYPES[kind])
+        return [], problem
+    except UNAVAILABLE as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    return [id_text(x) for x in raw], None
+
+
+@dataclass(frozen=True)
+class KeyedJob:
+    """What one idempotency key maps to, as a read-only view shows it.
+
+    Attributes:
+        job_id: the job the key maps to (a non-UTF-8 id in its ``hex:`` form), or None
+            when the key is absent or unreadable.
+        place: where that job is (one of ``Queue.PLACES``), or None when there is no
+            job or its place could not be read.
+        problem: a note naming the key or structure that could not be read, else None.
+    """
+
+    job_id: str | None
+    place: str | None
+    problem: str | None = None
+
+    @property
+    def pending(self) -> str | None:
+        """The job id when the job is unfinished (ready, delayed, active, dead), else None."""
+        return self.job_id if self.place in ("ready", "delayed", "active", "dead") else None
+
+
+def idempotency_jobs(queue: Queue, keys: Sequence[str]) -> list[KeyedJob]:
+    """The job each idempotency key maps to and where it is, key by key.
+
+    What :meth:`Queue.pending_jobs_for` reads, for views: a key holding a value of
+    the wrong type is named in its own entry's ``problem`` and the other keys are
+    still answered; a structure of the wrong type leaves ``place`` unknown, with a note.
+    Two round trips whatever the number of keys.
+
+    Args:
+        queue: the queue.
+        keys: the callers' idempotency keys (not Redis key names).
+
+    Returns:
+        One :class:`KeyedJob` per key, in order.
+
+    Raises:
+        InvalidTextError: a key holds a lone surrogate.
+        QueueConnectionError: Redis unreachable.
+    """
+    if not keys:
+        return []
+    names = [queue.keys.idempotency_key(check_text("idempotency key", key)) for key in keys]
+    try:
+        pipe = queue.client.pipeline(transaction=False)
+        for name in names:
+            pipe.get(name)
+        replies = pipe.execute(raise_on_error=False)
+    except UNAVAILABLE as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    read = [checked(queue.client, r, n, "string") for r, n in zip(replies, names, strict=True)]
+    found = [(i, id_text(value)) for i, (value, _) in enumerate(read) if value is not None]
+    places: list[str | None] = [None] * len(found)
+    located: str | None = None
+    try:
+        places = list(queue.locate_many([job_id for _, job_id in found]))
+    except QueueDataError as exc:
+        located = str(exc)
+    out = [KeyedJob(None, None, problem) for _, problem in read]
+    for (i, job_id), place in zip(found, places, strict=True):
+        out[i] = KeyedJob(job_id, place, located)
+    return out

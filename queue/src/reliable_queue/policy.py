@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .limits import MAX_ATTEMPTS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, integer, number
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -26,6 +28,12 @@ class RetryPolicy:
             with reason ``timed_out`` (retried per this policy). ``None`` uses the
             queue default (``QueueSettings.default_time_limit_seconds``), ``0``
             means no limit.
+
+    Raises:
+        QueueLimitError: (a ``ValueError``) ``max_attempts`` outside ``0..MAX_ATTEMPTS``,
+            a delay outside ``0..MAX_DELAY_SECONDS``, a time limit outside
+            ``0..MAX_LEASE_SECONDS``, or a number that is NaN or infinite
+            (:mod:`reliable_queue.limits`).
     """
 
     max_attempts: int | None = None
@@ -35,12 +43,12 @@ class RetryPolicy:
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
-        if self.time_limit is not None and not 0 <= self.time_limit < float("inf"):
-            raise ValueError("time_limit must be a finite number of seconds >= 0")
-        if self.max_attempts is not None and self.max_attempts < 0:
-            raise ValueError("max_attempts must be >= 0")
-        if self.base_delay < 0 or self.max_delay < 0:
-            raise ValueError("delays must be >= 0")
+        if self.time_limit is not None:
+            number("time_limit", self.time_limit, low=0, high=MAX_LEASE_SECONDS)
+        if self.max_attempts is not None:
+            integer("max_attempts", self.max_attempts, low=0, high=MAX_ATTEMPTS)
+        number("base_delay", self.base_delay, low=0, high=MAX_DELAY_SECONDS)
+        number("max_delay", self.max_delay, low=0, high=MAX_DELAY_SECONDS)
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before the run after failed run number ``attempt`` (1-based).

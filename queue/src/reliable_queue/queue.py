@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,20 +9,31 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
-from . import codec
+from . import codec, inspection, limits
 from .cluster import UNAVAILABLE, is_redirect, node_client, refresh
 from .dlq import DeadLetters
 from .errors import (
     PayloadTooLargeError,
     PayloadValidationError,
     QueueConnectionError,
+    QueueDataError,
     QueueError,
     QueueLimitError,
 )
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
 from .keys import QueueKeys
-from .limits import MAX_FENCING_FLOOR, MAX_FETCH, SCRIPT_BATCH, chunks
+from .limits import (
+    MAX_ATTEMPTS,
+    MAX_DELAY_SECONDS,
+    MAX_FENCING_FLOOR,
+    MAX_FETCH,
+    MAX_LEASE_SECONDS,
+    MAX_RUN_AT,
+    SCRIPT_BATCH,
+    chunks,
+)
+from .raw_ids import id_member, id_text
 from .registry import TaskRegistry
 from .replies import ms as _ms
 from .replies import split as _split
@@ -72,6 +82,7 @@ class Queue:
 
     Raises:
         ValueError: bad name/prefix, or a client that decodes responses.
+        InvalidTextError: (a ``ValueError``) a name or prefix UTF-8 cannot encode.
     """
 
     def __init__(
@@ -91,6 +102,8 @@ class Queue:
             and getattr(client.get_encoder(), "decode_responses", False)
         ):
             raise ValueError("reliable_queue needs a redis client with decode_responses=False")
+        codec.check_text("queue name", name)
+        codec.check_text("key prefix", prefix)
         self.client = client
         self.name = name
         self.keys = QueueKeys(prefix, name)
@@ -148,12 +161,19 @@ class Queue:
 
         Raises:
             UnknownTaskError / PayloadValidationError: with a registry, a bad task or payload;
-                also a NaN or infinite float anywhere in a payload, or a non-finite delay
-                (nothing of the batch is enqueued).
+                also, with or without one, a payload JSON cannot represent (a NaN or
+                infinite float, an object of no JSON type, an integer past 64 bits, a
+                string with a lone surrogate); nothing of the batch is enqueued.
+            InvalidTextError: a task name or idempotency key UTF-8 cannot encode (a lone
+                surrogate); nothing of the batch is enqueued.
+            QueueLimitError: a number past its bound (:mod:`reliable_queue.limits`):
+                ``delay`` outside ``0..MAX_DELAY_SECONDS`` (ten years), ``run_at``
+                outside ``0..min(MAX_RUN_AT, now + MAX_DELAY_SECONDS)``, ``max_attempts``
+                outside ``0..MAX_ATTEMPTS``, NaN, infinite or not a number; nothing of
+                the batch is enqueued.
             QueueDataError: an idempotency key (or a queue key) holds a value of the wrong
                 type in Redis; nothing of that script's jobs was enqueued.
             PayloadTooLargeError: a record exceeds ``max_payload_bytes`` (nothing enqueued).
-            TypeError: a payload that JSON cannot represent.
             QueueConnectionError: Redis unreachable; the batch may or may not be stored
                 (re-sending the same requests with idempotency keys is safe).
             ReplicationTimeoutError: with ``settings.min_replicas``, the batch is stored
@@ -163,47 +183,8 @@ class Queue:
         if not requests:
             return []
         now = self.clock()
-        limit = self.settings.max_payload_bytes
         # validate and encode the whole batch before anything is sent
-        jobs: list[tuple[bytes, int, int, str | None]] = []
-        for req in requests:
-            payload: Any = req.payload
-            if self.registry is not None:
-                payload = self.registry.payload_for_enqueue(req.task, payload)
-                policy_max = self.registry.get(req.task).retry.max_attempts
-            else:
-                policy_max = None
-                if isinstance(payload, BaseModel):
-                    payload = payload.model_dump(mode="json")
-            max_attempts = req.max_attempts
-            if max_attempts is None:
-                max_attempts = (
-                    policy_max if policy_max is not None else self.settings.default_max_attempts
-                )
-            if max_attempts < 0:
-                raise ValueError("max_attempts must be >= 0")
-            record = codec.encode_record(
-                req.task, payload, int(now * 1000), max_attempts, req.idempotency_key
-            )
-            # orjson writes NaN / Infinity as null: look for them only when a null is there
-            if b"null" in record:
-                where = codec.non_finite_path(payload)
-                if where is not None:
-                    raise PayloadValidationError(
-                        f"task {req.task!r}: {where} is NaN or infinite; JSON cannot carry"
-                        " non-finite numbers (send null or a string instead)"
-                    )
-            if len(record) > limit:
-                raise PayloadTooLargeError(
-                    f"job record for task {req.task!r} is {len(record)} bytes; limit {limit}"
-                )
-            for seconds in (req.delay, req.run_at or 0.0):
-                if not math.isfinite(seconds):
-                    raise PayloadValidationError(
-                        f"task {req.task!r}: delay / run_at must be finite"
-                    )
-            run_at_ms = _ms(req.run_at) if req.run_at is not None else 0
-            jobs.append((record, _ms(req.delay), run_at_ms, req.idempotency_key))
+        jobs = [self._encoded(req, now) for req in requests]
         self._register_name()
         window = max(_ms(self.settings.idempotency_window_seconds), 1)
         out: list[str] = []
@@ -222,6 +203,62 @@ class Queue:
             reply = self.scripts.run("enqueue", keys, args)
             out.extend(_text(x) for x in reply)
         return out
+
+    def _encoded(self, req: EnqueueRequest, now: float) -> tuple[bytes, int, int, str | None]:
+        """One request checked and encoded: ``(record, delay ms, run_at ms, idempotency key)``.
+
+        Every text is checked to encode as UTF-8 and every number against its bound
+        (:mod:`reliable_queue.limits`) here, before anything of the batch is sent.
+        """
+        codec.check_text("task name", req.task)
+        if req.idempotency_key is not None:
+            codec.check_text("idempotency key", req.idempotency_key)
+        delay = limits.number("delay", req.delay, low=0, high=MAX_DELAY_SECONDS)
+        run_at_ms = 0
+        if req.run_at is not None:
+            latest = min(MAX_RUN_AT, now + MAX_DELAY_SECONDS)
+            run_at = limits.number("run_at", req.run_at, low=0, high=latest)
+            run_at_ms = max(_ms(run_at), 1)  # 0 would mean "no run_at" to the script
+        payload: Any = req.payload
+        if self.registry is not None:
+            payload = self.registry.payload_for_enqueue(req.task, payload)
+            policy_max = self.registry.get(req.task).retry.max_attempts
+        else:
+            policy_max = None
+            if isinstance(payload, BaseModel):
+                payload = payload.model_dump(mode="json")
+        max_attempts = req.max_attempts
+        if max_attempts is None:
+            max_attempts = (
+                policy_max if policy_max is not None else self.settings.default_max_attempts
+            )
+        limits.integer("max_attempts", max_attempts, low=0, high=MAX_ATTEMPTS)
+        try:
+            record = codec.encode_record(
+                req.task, payload, int(now * 1000), max_attempts, req.idempotency_key
+            )
+        except TypeError as exc:  # orjson: a type JSON has no form for, bad text, a huge int
+            found = codec.unencodable_path(payload)
+            why = (
+                f"{found[0]} is not valid text: character {found[2]} is a lone surrogate"
+                if found
+                else str(exc)
+            )
+            raise PayloadValidationError(f"task {req.task!r}: {why}") from None
+        # orjson writes NaN / Infinity as null: look for them only when a null is there
+        if b"null" in record:
+            where = codec.non_finite_path(payload)
+            if where is not None:
+                raise PayloadValidationError(
+                    f"task {req.task!r}: {where} is NaN or infinite; JSON cannot carry"
+                    " non-finite numbers (send null or a string instead)"
+                )
+        limit = self.settings.max_payload_bytes
+        if len(record) > limit:
+            raise PayloadTooLargeError(
+                f"job record for task {req.task!r} is {len(record)} bytes; limit {limit}"
+            )
+        return record, _ms(delay), run_at_ms, req.idempotency_key
 
     def _register_name(self) -> None:
         if not self._registered:
@@ -253,10 +290,12 @@ class Queue:
                 ``suspect_waiting`` (ADR 0021).
 
         Raises:
-            QueueLimitError: ``count`` outside ``0..SCRIPT_BATCH`` (use :meth:`fetch_calls`).
+            QueueLimitError: ``count`` outside ``0..SCRIPT_BATCH`` (use :meth:`fetch_calls`),
+                or ``lease_seconds`` outside ``(0, MAX_LEASE_SECONDS]``.
         """
         if not 0 <= count <= SCRIPT_BATCH:
             raise QueueLimitError(f"one fetch call leases 0..{SCRIPT_BATCH} jobs, not {count}")
+        limits.number("lease_seconds", lease_seconds, low=0, high=MAX_LEASE_SECONDS, low_open=True)
         s = self.settings
         return Call(
             "fetch",
@@ -471,7 +510,12 @@ class Queue:
         return AckResult(acked, refused)
 
     def nack_call(self, lease: Lease, delay: float, info: dict[str, Any]) -> Call:
-        """The script call behind :meth:`nack`."""
+        """The script call behind :meth:`nack`.
+
+        Raises:
+            QueueLimitError: ``delay`` outside ``0..MAX_DELAY_SECONDS``.
+        """
+        limits.number("delay", delay, low=0, high=MAX_DELAY_SECONDS)
         return Call(
             "nack",
             self._keys,
@@ -545,10 +589,15 @@ class Queue:
 
         Returns:
             Ids whose token was stale (the lease was lost; counted as ``stale_extends``).
+
+        Raises:
+            QueueLimitError: ``lease_seconds`` outside ``(0, MAX_LEASE_SECONDS]``.
         """
         if not leases:
             return []
-        lease_ms = _ms(lease_seconds or self.settings.lease_seconds)
+        seconds = lease_seconds or self.settings.lease_seconds
+        limits.number("lease_seconds", seconds, low=0, high=MAX_LEASE_SECONDS, low_open=True)
+        lease_ms = _ms(seconds)
         refused: list[str] = []
         # a process's heartbeat may hold thousands of leases: SCRIPT_BATCH per call
         for part in chunks(list(leases)):
@@ -697,17 +746,20 @@ class Queue:
         snapshot of its ids.
 
         Args:
-            job_ids: the jobs' ids (any number, duplicates allowed).
+            job_ids: the jobs' ids (any number, duplicates allowed); a non-UTF-8 id in
+                its ``hex:`` form (:mod:`reliable_queue.raw_ids`).
 
         Returns:
             One of :data:`PLACES` per id, in order.
 
         Raises:
+            InvalidTextError: an id holds a lone surrogate.
+            QueueDataError: a structure's key holds a value of the wrong type.
             QueueConnectionError: Redis unreachable.
         """
         if not job_ids:
             return []
-        ids = list(job_ids)
+        ids = [id_member(job_id) for job_id in job_ids]
         calls = [Call("locate", self._keys, part) for part in chunks(ids, LOCATE_BATCH)]
         if len(calls) == 1:
             replies = [self._run(calls[0])]
@@ -748,21 +800,34 @@ class Queue:
             Per key, in order: the id of its unfinished job, or None.
 
         Raises:
+            InvalidTextError: a key holds a lone surrogate.
+            QueueDataError: a key holds a value of the wrong type (a foreign writer);
+                :func:`reliable_queue.inspection.idempotency_jobs` reads each key on its
+                own and names the unreadable ones instead.
             QueueConnectionError: Redis unreachable.
         """
         if not idempotency_keys:
             return []
+        names = [
+            self.keys.idempotency_key(codec.check_text("idempotency key", key))
+            for key in idempotency_keys
+        ]
         try:
-            if len(idempotency_keys) == 1:
-                raw = [self.client.get(self.keys.idempotency_key(idempotency_keys[0]))]
+            if len(names) == 1:
+                raw = [self.client.get(names[0])]
             else:
                 pipe = self.client.pipeline(transaction=False)
-                for key in idempotency_keys:
-                    pipe.get(self.keys.idempotency_key(key))
+                for name in names:
+                    pipe.get(name)
                 raw = pipe.execute()
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            problem = f"an idempotency key holds a value of the wrong type: {exc}"
+            raise QueueDataError(problem) from exc
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
-        found = [(i, _text(r)) for i, r in enumerate(raw) if r is not None]
+        found = [(i, id_text(r)) for i, r in enumerate(raw) if r is not None]
         out: list[str | None] = [None] * len(raw)
         places = self.locate_many([job_id for _, job_id in found])
         for (i, job_id), place in zip(found, places, strict=True):
@@ -807,16 +872,17 @@ class Queue:
         return DeadLetters(self)
 
     def ids_in(self, kind: str, start: int = 0, stop: int = -1) -> list[str]:
-        """Job ids in one structure (``ready``, ``delayed``, ``active``, ``dead``, ``done``)."""
-        key = self.keys.key(kind)
-        try:
-            if kind == "ready":
-                raw = self.client.lrange(key, start, stop)
-            else:
-                raw = self.client.zrange(key, start, stop)
-        except UNAVAILABLE as exc:
-            raise QueueConnectionError(str(exc)) from exc
-        return [_text(x) for x in raw]
+        """Job ids in one structure (``ready``, ``delayed``, ``active``, ``dead``, ``done``);
+        a non-UTF-8 id in its ``hex:`` form (see :func:`reliable_queue.inspection.ids_in`).
+
+        Raises:
+            QueueDataError: the structure's key holds a value of the wrong type.
+            QueueConnectionError: Redis unreachable.
+        """
+        ids, problem = inspection.ids_in(self, kind, start, stop)
+        if problem:
+            raise QueueDataError(problem)
+        return ids
 
 
 def _check_batch(leases: Sequence[Lease]) -> None:

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .limits import (
+    MAX_ATTEMPTS,
+    MAX_DELAY_SECONDS,
+    MAX_DLQ_SIZE,
+    MAX_LEASE_SECONDS,
+    MAX_PAYLOAD_BYTES,
+)
+
 
 class QueueSettings(BaseModel):
     """Per-queue limits and windows. All durations are in seconds.
+
+    Every number has an upper bound (see :mod:`reliable_queue.limits` and the table in
+    docs/reliability.md): a value past it is refused when the settings are built.
 
     Attributes:
         lease_seconds: how long a fetched job stays leased without a heartbeat.
@@ -43,19 +54,19 @@ class QueueSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
-    lease_seconds: float = Field(30.0, gt=0, le=86400)
-    default_max_attempts: int = Field(5, ge=0)
-    job_retention_seconds: float = Field(3600.0, ge=0)
-    idempotency_window_seconds: float = Field(86400.0, gt=0)
-    max_payload_bytes: int = Field(256 * 1024, gt=0)
-    dlq_max_size: int = Field(100_000, gt=0)
-    dlq_max_age_seconds: float = Field(7 * 86400.0, gt=0)
+    lease_seconds: float = Field(30.0, gt=0, le=MAX_LEASE_SECONDS)
+    default_max_attempts: int = Field(5, ge=0, le=MAX_ATTEMPTS)
+    job_retention_seconds: float = Field(3600.0, ge=0, le=MAX_DELAY_SECONDS)
+    idempotency_window_seconds: float = Field(86400.0, gt=0, le=MAX_DELAY_SECONDS)
+    max_payload_bytes: int = Field(256 * 1024, gt=0, le=MAX_PAYLOAD_BYTES)
+    dlq_max_size: int = Field(100_000, gt=0, le=MAX_DLQ_SIZE)
+    dlq_max_age_seconds: float = Field(7 * 86400.0, gt=0, le=MAX_DELAY_SECONDS)
     reap_limit: int = Field(500, gt=0, le=500)
-    max_block_seconds: float = Field(2.0, gt=0)
+    max_block_seconds: float = Field(2.0, gt=0, le=3600)
     wake_tokens: int = Field(16, gt=0, le=1000)
-    traceback_max_chars: int = Field(4000, ge=0)
-    min_replicas: int = Field(0, ge=0)
-    replica_timeout_seconds: float = Field(1.0, gt=0)
-    maintenance_interval_seconds: float = Field(60.0, ge=0)
-    audit_interval_seconds: float = Field(600.0, ge=0)
-    default_time_limit_seconds: float = Field(0.0, ge=0, le=86400)
+    traceback_max_chars: int = Field(4000, ge=0, le=1_000_000)
+    min_replicas: int = Field(0, ge=0, le=100)
+    replica_timeout_seconds: float = Field(1.0, gt=0, le=3600)
+    maintenance_interval_seconds: float = Field(60.0, ge=0, le=MAX_LEASE_SECONDS)
+    audit_interval_seconds: float = Field(600.0, ge=0, le=MAX_LEASE_SECONDS)
+    default_time_limit_seconds: float = Field(0.0, ge=0, le=MAX_LEASE_SECONDS)

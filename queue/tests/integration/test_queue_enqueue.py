@@ -239,7 +239,7 @@ def test_payload_is_validated_at_enqueue_with_the_error_at_once(make_queue):
 def test_non_json_payload_is_refused_never_pickled(make_queue):
     queue = make_queue()
 
-    with pytest.raises(TypeError):
+    with pytest.raises(PayloadValidationError, match="not JSON serializable"):
         queue.enqueue("t", {"when": object()})
     assert stats(queue).ready == 0
 

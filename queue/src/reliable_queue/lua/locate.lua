@@ -8,10 +8,14 @@
 --   has waited long, what the relay sweep asks about, is found after a short walk;
 --   O(length of ready) at worst, no script-side loop over the list); the loop over the
 --   ids is bounded by MAX_BATCH.
--- Errors: QUEUE_LIMIT more than MAX_BATCH ids (nothing read).
+-- Errors: QUEUE_LIMIT more than MAX_BATCH ids (nothing read); QUEUE_CORRUPT a key it
+--   reads (active, ready, delayed, dead, done, jobs) holds another type (checked first:
+--   the caller gets a QueueDataError naming the key, not a script failure).
 -- Changes: nothing.
 -- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
 local err = check_count(#ARGV)
+  or H.check({K_ACTIVE, K_READY, K_DELAYED, K_DEAD, K_DONE, K_JOBS})
 if err then return redis.error_reply(err) end
 local out = {}
 for i = 1, #ARGV do
