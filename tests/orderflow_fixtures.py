@@ -209,3 +209,28 @@ def embedded_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
         yield server
     finally:
         server.stop(timeout=10.0)
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """Put the root logger's handlers and level back after each test.
+
+    A command run in-process (``CliRunner``) that configures logging leaves a handler
+    on the runner's captured stderr, which is closed when the run ends; a later test's
+    log line would then meet a closed stream and print a logging error into that test's
+    output. Real processes configure logging once and never see this.
+    """
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)

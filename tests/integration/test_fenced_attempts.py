@@ -123,7 +123,7 @@ def test_a_timed_out_attempt_that_finishes_late_completes_no_order(env, app, mak
         # every abandoned attempt (2 per order) wakes up 3 s after it began, runs its unit
         # of work, and returns to a worker that ignores its result
         wait_until(
-            lambda: log.read_text().count("returned after its time limit") >= 6,
+            lambda: log.read_text().count("late results ignored") >= 6,
             timeout=15,
             what="the six abandoned attempts to return",
         )
