@@ -136,6 +136,9 @@ class App:
         return redis_client(url, block_seconds=block_seconds)
 
     auto_migrate: bool = False
+    #: the database is known to be at the newest migration (a worker's isolated child:
+    #: its worker checked): the engine skips the check, and Alembic's import
+    schema_checked: bool = False
     #: connections kept by the engine; a worker sets it from its lanes before first use
     pool_size: int = 5
     #: a worker's: no transaction of the engine outlives the lease (``make_engine``)
@@ -154,19 +157,9 @@ class App:
         """
         if self.engine_override is not None:
             return self.engine_override
-        from orders.app.migrate import current_revision, head_revision, upgrade_database
-
         url = self.settings.resolved_database_url()
-        if self.settings.uses_embedded_database() or self.auto_migrate:
-            private_dir(self.settings.resolved_data_dir())
-            upgrade_database(url)
-        else:
-            current, head = current_revision(url), head_revision()
-            if current != head:
-                raise SchemaNotMigrated(
-                    f"the database is at migration {current or 'none'}, not {head}: "
-                    "run `orders db upgrade` first"
-                )
+        if not self.schema_checked:
+            self._check_schema(url)
         return make_engine(
             url,
             pool_size=self.settings.db_pool_size or self.pool_size,
@@ -174,6 +167,22 @@ class App:
             lock_timeout_ms=db_timeout_ms(self.settings),
             lease_seconds=self.settings.lease_seconds if self.lease_bound else None,
         )
+
+    def _check_schema(self, url: str) -> None:
+        """Migrate the embedded database (or any, with ``auto_migrate``); refuse a
+        configured one that is not at the newest revision (SchemaNotMigrated)."""
+        from orders.app.migrate import current_revision, head_revision, upgrade_database
+
+        if self.settings.uses_embedded_database() or self.auto_migrate:
+            private_dir(self.settings.resolved_data_dir())
+            upgrade_database(url)
+            return
+        current, head = current_revision(url), head_revision()
+        if current != head:
+            raise SchemaNotMigrated(
+                f"the database is at migration {current or 'none'}, not {head}: "
+                "run `orders db upgrade` first"
+            )
 
     @cached_property
     def session_factory(self) -> sessionmaker[Session]:

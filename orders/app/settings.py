@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -94,6 +95,13 @@ class Settings(BaseSettings):
         description="Longest one run of a step may take, seconds; past it the attempt fails "
         "as timed_out (retried with backoff, dead-lettered at max attempts) and its lane is "
         "freed. 0 means no limit.",
+    )
+    step_isolation: Literal["thread", "process"] = Field(
+        default="thread",
+        description="Where a worker runs the step handlers: 'thread' (a lane's thread; a "
+        "time limit frees the lane but cannot stop a handler stuck in one C call that holds "
+        "the GIL) or 'process' (a child process per lane, killed at the time limit; costs a "
+        "start-up per lane and an IPC round trip per handler call).",
     )
     db_pool_size: int | None = Field(
         default=None,

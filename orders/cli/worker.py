@@ -48,6 +48,13 @@ def worker(
     metrics: Annotated[
         bool, typer.Option(help="Record metrics in the data dir (for /metrics, watch, web).")
     ] = True,
+    isolation: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the step handlers run: thread, or process (a child process per "
+            "lane, killed at the step time limit). Default: ORDERS_STEP_ISOLATION (thread).",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker for STEP... (or --all) until SIGTERM / Ctrl-C.
 
@@ -59,6 +66,10 @@ def worker(
 
     Every worker of one data dir records its metrics in the data dir's `metrics` folder;
     --metrics-port serves all of them (and the queue and order gauges) at /metrics.
+
+    A time limit frees a lane but cannot stop a handler stuck in one C call that holds
+    the GIL; with --isolation process each lane runs its handler calls in a child
+    process that is killed at the limit (docs/reliability.md).
     """
     if all_steps and steps:
         fail("give step names or --all, not both", code=2)
@@ -68,6 +79,8 @@ def worker(
     unknown = [s for s in chosen if s not in ALL_STEPS]
     if unknown:
         fail(f"unknown step(s): {', '.join(unknown)}; choose from {', '.join(ALL_STEPS)}", code=2)
+    if isolation is not None and isolation not in ("thread", "process"):
+        fail(f"--isolation must be thread or process, not {isolation!r}", code=2)
     if metrics_port is not None:
         try:
             socket.getaddrinfo(metrics_host, metrics_port, type=socket.SOCK_STREAM)
@@ -86,6 +99,7 @@ def worker(
             record_metrics=metrics,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            isolation=isolation,
         )
     finally:
         app.close()

@@ -23,6 +23,7 @@ from orders.app.bootstrap import App
 from orders.app.namespace import namespace_lost
 from orders.domain.errors import NamespaceClaimed
 from reliable_queue import Lease, PermanentError, QueueError, RawJob
+from reliable_queue.errors import IsolatedPermanentError
 from reliable_queue.execution import Outcome
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 from workflows.errors import StepNotFound, SubjectMismatch
@@ -44,11 +45,15 @@ class HandedBack(Exception):
     stale and refused."""
 
 
+_NO_STEP = (StepNotFound, SubjectMismatch)
+
+
 def _names_no_step(error: BaseException | None) -> bool:
-    """True for the permanent error of a job naming no step, workflow or subject we know."""
-    return isinstance(error, PermanentError) and isinstance(
-        error.__cause__, StepNotFound | SubjectMismatch
-    )
+    """True for the permanent error of a job naming no step, workflow or subject we know
+    (raised here, or in an isolated child: then its cause comes back by name)."""
+    if isinstance(error, IsolatedPermanentError):
+        return error.cause_type_name in {kind.__name__ for kind in _NO_STEP}
+    return isinstance(error, PermanentError) and isinstance(error.__cause__, _NO_STEP)
 
 
 class NamespaceGuard(BatchMiddleware):

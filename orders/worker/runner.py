@@ -18,7 +18,7 @@ from orders.worker.binding import NamespaceGuard
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.relay_loop import SweepLoop
-from orders.worker.tasks import build_registry, outcome_recorder
+from orders.worker.tasks import OnRefused, OnResults, build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
 from workflows.dependencies import Released
 from workflows.relay import publish_released
@@ -41,48 +41,16 @@ def bind_engine_to_worker(app: App, lanes: int) -> None:
         app.lease_bound = True
 
 
-def build_worker(
-    app: App,
-    steps: Sequence[str],
-    *,
-    concurrency: int = 1,
-    batch_size: int = defaults.BATCH_SIZE,
-    grace_seconds: float = 10.0,
-    observability: WorkerObservability | None = None,
-    fault_rng: random.Random | None = None,
-    guard: NamespaceGuard | None = None,
-) -> Worker:
-    """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
+#: the registry factory of an isolated step child (``ORDERS_STEP_ISOLATION=process``)
+ISOLATED_REGISTRY = "orders.worker.isolated:registry"
 
-    Injected faults (``orders.worker.faults``) are applied around each handler; applied
-    effects, absorbed duplicates and injected faults are counted in the shared
-    counters (``orders.worker.counters``). Steps that a finished step released
-    (``workflows.dependencies``) are published right after its commit.
 
-    Args:
-        app: the application.
-        steps: step names (each is its own queue).
-        concurrency: lanes (threads) per step.
-        batch_size: jobs leased per fetch per lane. Each fetched batch of a step is
-            handled in one database transaction (``orders.domain.handlers.handle_steps``;
-            one job is a batch of one); 1 keeps slow jobs from holding others.
-        grace_seconds: graceful-shutdown budget, seconds.
-        observability: log context and metrics (default: log context only).
-        fault_rng: randomness of the injected faults (seed it in tests; default unseeded).
-        guard: keeps the worker to its database's jobs (``orders.worker.binding``): the
-            outermost middleware, and jobs it hands back are not recorded as failures.
-
-    Metrics, the log context and injected faults are worker middleware: they see
-    every job, one at a time or in a batch.
-    """
-    bind_engine_to_worker(app, concurrency * len(steps))
-    counters = Counters(app.redis, app.settings.queue_prefix)
-    faults = FaultMiddleware(
-        FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
-        rng=fault_rng,
-        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
-    )
-    obs = observability or WorkerObservability()
+def step_hooks(
+    app: App, counters: Counters, obs: WorkerObservability
+) -> tuple[OnResults, OnRefused]:
+    """The step handlers' ``on_results`` and ``on_refused`` hooks of one process (the
+    worker's, or an isolated child's): counters, metrics, released steps published,
+    the fencing floor raised past a token the database has seen."""
 
     def on_results(step: str, results: list[StepResult]) -> None:
         """Once per handler call: one publish, one counters write, one metrics pass."""
@@ -119,12 +87,67 @@ def build_worker(
         except Exception as exc:  # back to pending, or still dispatched: the sweep's
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
+    return on_results, on_refused
+
+
+def build_worker(
+    app: App,
+    steps: Sequence[str],
+    *,
+    concurrency: int = 1,
+    batch_size: int = defaults.BATCH_SIZE,
+    grace_seconds: float = 10.0,
+    observability: WorkerObservability | None = None,
+    fault_rng: random.Random | None = None,
+    guard: NamespaceGuard | None = None,
+    isolation: str | None = None,
+) -> Worker:
+    """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
+
+    Injected faults (``orders.worker.faults``) are applied around each handler; applied
+    effects, absorbed duplicates and injected faults are counted in the shared
+    counters (``orders.worker.counters``). Steps that a finished step released
+    (``workflows.dependencies``) are published right after its commit.
+
+    Args:
+        app: the application.
+        steps: step names (each is its own queue).
+        concurrency: lanes (threads) per step.
+        batch_size: jobs leased per fetch per lane. Each fetched batch of a step is
+            handled in one database transaction (``orders.domain.handlers.handle_steps``;
+            one job is a batch of one); 1 keeps slow jobs from holding others.
+        grace_seconds: graceful-shutdown budget, seconds.
+        observability: log context and metrics (default: log context only).
+        fault_rng: randomness of the injected faults (seed it in tests; default unseeded).
+        guard: keeps the worker to its database's jobs (``orders.worker.binding``): the
+            outermost middleware, and jobs it hands back are not recorded as failures.
+        isolation: where the step handlers run, ``thread`` or ``process`` (None: the
+            ``step_isolation`` setting). With ``process`` each lane runs its handler
+            calls in a child process that builds its own application from the
+            environment (``orders.worker.isolated``) and is killed at the step's time
+            limit (``reliable_queue.isolation``).
+
+    Metrics, the log context and injected faults are worker middleware: they see
+    every job, one at a time or in a batch (in the worker, also with ``process``:
+    the units of work, and their commit hooks, run in the child).
+    """
+    bind_engine_to_worker(app, concurrency * len(steps))
+    counters = Counters(app.redis, app.settings.queue_prefix)
+    faults = FaultMiddleware(
+        FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
+        rng=fault_rng,
+        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+    )
+    obs = observability or WorkerObservability()
+    on_results, on_refused = step_hooks(app, counters, obs)
+    isolation = isolation or app.settings.step_isolation
     registry = build_registry(
         app.session_factory,
         app.settings,
         on_results=on_results,
         on_refused=on_refused,
         before_commit=faults.in_transaction,
+        isolation=isolation,
     )
     record = outcome_recorder(app.session_factory)
     if guard is not None:
@@ -140,6 +163,7 @@ def build_worker(
         grace_seconds=grace_seconds,
         middleware=[*([guard] if guard else []), *obs.middleware(), faults],
         hooks=WorkerHooks(on_outcome=obs.on_outcome(record)),
+        isolated_registry=ISOLATED_REGISTRY if isolation == "process" else None,
     )
     # A slow injected run stops its heartbeat, so its lease can really expire.
     faults.stall = lambda ctx: worker.book.drop([Lease(ctx.job_id, ctx.lease_token)])
@@ -162,10 +186,13 @@ def run_worker(
     record_metrics: bool = False,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    isolation: str | None = None,
 ) -> None:
     """Serve ``steps`` until SIGTERM/SIGINT; also run the outbox sweep when ``sweep``.
 
     Args:
+        isolation: ``thread`` or ``process`` (None: the ``step_isolation`` setting),
+            see :func:`build_worker`.
         record_metrics: record Prometheus metrics in the data dir's multi-process
             folder (``orders worker`` does; see ``orders.observability``).
         metrics_port: also serve ``/metrics`` on this port (None: no server).
@@ -193,6 +220,7 @@ def run_worker(
         grace_seconds=grace_seconds,
         observability=obs,
         guard=guard,
+        isolation=isolation,
     )
     if metrics_port is not None:
         try:

@@ -225,6 +225,7 @@ def build_registry(
     on_results: OnResults | None = None,
     on_refused: OnRefused | None = None,
     before_commit: Callable[[str], None] | None = None,
+    isolation: str = "thread",
 ) -> TaskRegistry:
     """A registry with the step tasks (``orders.stock`` ... and the compensations).
 
@@ -239,13 +240,15 @@ def build_registry(
         on_refused: see :data:`OnRefused`.
         before_commit: called with the step's name in each of its units of work,
             right before the commit (fault injection; None: nothing).
+        isolation: every step task's ``TaskDefinition.isolation``, ``thread`` or
+            ``process`` (``ORDERS_STEP_ISOLATION``).
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in ALL_STEPS:
         hook = None if before_commit is None else _before_commit_of(before_commit, step)
         handler = make_handler(session_factory, step, on_results, on_refused, hook)
-        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, batch=True))
+        registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, True, isolation))
     return registry
 
 

@@ -128,6 +128,14 @@ def test_worker_refuses_steps_and_all_together(cli_env: dict[str, str]) -> None:
     assert proc.returncode == 2 and "not both" in proc.stderr
 
 
+def test_worker_refuses_an_unknown_isolation(cli_env: dict[str, str]) -> None:
+    proc = run(cli_env, "worker", "stock", "--isolation", "fork")
+    assert proc.returncode == 2 and "--isolation must be thread or process" in proc.stderr
+    proc = run(dict(cli_env, ORDERS_STEP_ISOLATION="fork"), "worker", "stock")
+    assert proc.returncode == 2 and "ORDERS_STEP_ISOLATION" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.fixture
 def two_dead(cli_env: dict[str, str], key_prefix: str) -> tuple[dict[str, str], str, str]:
     """The CLI's env and two dead letters: one on points, then (later) one on stock."""

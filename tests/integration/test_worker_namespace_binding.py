@@ -203,12 +203,22 @@ def test_an_idle_worker_learns_at_its_sweep_interval_that_its_namespace_was_hand
     assert f"now belongs to database {b.database_label.id[:8]}" in " ".join(log.read_text().split())
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_job_naming_no_step_is_handed_back_while_the_binding_is_in_doubt(
-    database_url: str, cli_env: dict[str, str], catalog: dict[int, int]
+    database_url: str,
+    cli_env: dict[str, str],
+    catalog: dict[int, int],
+    isolation: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A job whose step this database does not know is dead-lettered only once a fresh
-    read of the namespace's claim confirms this database holds it."""
-    app = app_for(dict(cli_env, ORDERS_DATABASE_URL=database_url), migrate=False)
+    read of the namespace's claim confirms this database holds it; also when the step
+    ran in an isolated child, whose error names its cause by type name only."""
+    env = dict(cli_env, ORDERS_DATABASE_URL=database_url)
+    for name, value in env.items():  # an isolated child builds its app from them
+        if name.startswith("ORDERS_"):
+            monkeypatch.setenv(name, value)
+    app = app_for(env, migrate=False)
     guard = NamespaceGuard(app)
     try:
         app.bind_namespace()
@@ -219,7 +229,7 @@ def test_a_job_naming_no_step_is_handed_back_while_the_binding_is_in_doubt(
         claim = claim_key(app.settings.queue_prefix)
         app.redis.delete(claim)
         app.redis.rpush(claim, "not a claim")  # every read of it fails: in doubt
-        worker = build_worker(app, ["stock"], guard=guard, batch_size=1)
+        worker = build_worker(app, ["stock"], guard=guard, batch_size=1, isolation=isolation)
         runner = threading.Thread(
             target=worker.run, kwargs={"install_signals": False, "freeze_gc": False}
         )

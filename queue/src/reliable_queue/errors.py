@@ -141,9 +141,70 @@ class AttemptLost(QueueError):
         self.reason = reason
 
 
+class TimeLimitExceeded(QueueError):
+    """An isolated run was killed at its time limit (``reliable_queue.isolation``).
+
+    What the worker's middleware sees as the handler call's error; the worker then
+    settles the run as ``timed_out`` (a lone run is charged, a batch call handed back
+    uncharged), as it does for a thread it abandons.
+    """
+
+
+class IsolatedChildError(QueueError):
+    """The child process of an isolated task could not start, or died during a call.
+
+    As a handler's error it is an ordinary failure of that run (retried per policy);
+    a batch call whose child died is handed back uncharged, each job run alone next.
+
+    Attributes:
+        returncode: the child's exit status as ``subprocess`` gives it (negative: the
+            signal that killed it), or None while it was still running or never ran.
+    """
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class IsolatedError(Exception):
+    """An exception a handler raised in an isolated child, carried back as text.
+
+    Deliberately not a :class:`QueueError`: it stands for the handler's own error.
+    The worker records it as that error (``type_name: message``) with the child's
+    traceback.
+
+    Attributes:
+        type_name: the class name of the child's exception (e.g. ``ValueError``).
+        message: its ``str()``.
+        traceback_text: the child's formatted traceback.
+        retryable: its ``retryable`` attribute when it had a bool one, else None.
+        cause_type_name: the class name of its ``__cause__``, or None.
+    """
+
+    def __init__(
+        self,
+        type_name: str,
+        message: str,
+        traceback_text: str = "",
+        retryable: bool | None = None,
+        cause_type_name: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.message = message
+        self.traceback_text = traceback_text
+        self.retryable = retryable
+        self.cause_type_name = cause_type_name
+
+
 class PermanentError(Exception):
     """Raise from a handler for a failure that a retry cannot fix.
 
     The job goes to the dead-letter queue at once with reason ``error``.
     Deliberately not a :class:`QueueError`: handlers raise it, the queue does not.
     """
+
+
+class IsolatedPermanentError(IsolatedError, PermanentError):
+    """An :class:`IsolatedError` whose child exception was a :class:`PermanentError`:
+    dead-lettered at once, as it would be in a thread."""

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .attempts import ALWAYS, Guard
 from .codec import RecordDecodeError, decode_fields
-from .errors import AttemptLost, PermanentError, UnknownTaskError
+from .errors import AttemptLost, IsolatedError, PermanentError, UnknownTaskError
 from .job import JobContext, Lease, RawJob, frozen_fast_init, make_context, slots_factory
 from .middleware import call_batch
 from .policy import should_retry
@@ -145,6 +145,8 @@ def outcome_of(
     lease = item.job.lease
     if error is None:
         return _succeeded(lease)
+    if isinstance(error, IsolatedError):  # raised in a child: its own traceback tells
+        trace = error.traceback_text or trace
     if isinstance(error, PermanentError):
         return Dead(lease, "error", _describe(error), trace)
     if isinstance(error, AttemptLost):  # not this attempt's to decide: never dead-lettered
@@ -191,7 +193,7 @@ def run_prepared(
 ) -> Outcome:
     """Run one prepared job of a single-job task through its middleware and handler."""
     try:
-        _call(item.definition, item.payload, item.ctx, middleware)
+        _call(item.definition.handler, item.payload, item.ctx, middleware)  # type: ignore[arg-type]
     except Exception as exc:  # an ordinary failure: retry per policy (or DLQ if permanent)
         return outcome_of(item, exc, tb.format_exc(), rng)
     return _succeeded(item.job.lease)
@@ -218,12 +220,19 @@ def run_batch(
     definition = items[0].definition
     if not definition.batch or any(i.definition is not definition for i in items):
         raise ValueError("run_batch takes jobs of one batch task")
+    return run_batch_call(definition.handler, items, rng, middleware)  # type: ignore[arg-type]
+
+
+def run_batch_call(
+    handler: Callable[[list[tuple[Any, JobContext]]], Sequence[BaseException | None]],
+    items: Sequence[Prepared],
+    rng: random.Random | None,
+    middleware: Sequence[Middleware],
+) -> list[Outcome]:
+    """:func:`run_batch` with ``handler`` in place of the task's own (the call of an
+    isolated task: it runs the batch in a child, ``reliable_queue.isolation``)."""
     try:
-        results = call_batch(
-            definition.handler,  # type: ignore[arg-type]
-            [(i.payload, i.ctx) for i in items],
-            middleware,
-        )
+        results = call_batch(handler, [(i.payload, i.ctx) for i in items], middleware)
         trace = ""
         if len(results) != len(items):
             raise RuntimeError(
@@ -243,19 +252,39 @@ def _trace_of(error: BaseException | None) -> str:
     return "".join(tb.format_exception(error))
 
 
+def run_single_call(
+    handler: Callable[[Any, JobContext], Any],
+    item: Prepared,
+    rng: random.Random | None,
+    middleware: Sequence[Middleware],
+) -> Outcome:
+    """:func:`run_prepared` with ``handler`` in place of the task's own (see
+    :func:`run_batch_call`)."""
+    try:
+        _call(handler, item.payload, item.ctx, middleware)
+    except Exception as exc:
+        return outcome_of(item, exc, tb.format_exc(), rng)
+    return _succeeded(item.job.lease)
+
+
 def _call(
-    definition: TaskDefinition, payload: Any, ctx: JobContext, middleware: Sequence[Middleware]
+    handler: Callable[[Any, JobContext], Any],
+    payload: Any,
+    ctx: JobContext,
+    middleware: Sequence[Middleware],
 ) -> Any:
     if not middleware:
-        return definition.handler(payload, ctx)
+        return handler(payload, ctx)
 
     def at(i: int) -> Any:
         if i == len(middleware):
-            return definition.handler(payload, ctx)
+            return handler(payload, ctx)
         return middleware[i](ctx, payload, lambda: at(i + 1))
 
     return at(0)
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, IsolatedError):  # the child's exception, by its own class name
+        return f"{exc.type_name}: {exc.message}"
     return f"{type(exc).__name__}: {exc}"

@@ -36,12 +36,15 @@ class LaneRun:
             lease book's lock, :meth:`LeaseBook.take_overdue`): the check settles it,
             the lane does not (:meth:`LeaseBook.close`). The lane is abandoned then,
             so this is never cleared.
+        child: the lane's isolated child process (``reliable_queue.isolation``),
+            made at its first call of an isolated task; None until then.
     """
 
     queue: Queue
     abandoned: threading.Event = field(default_factory=threading.Event)
     ticket: Ticket = field(default_factory=Ticket)
     taken: bool = False
+    child: Any = None
 
 
 @dataclass(slots=True)
@@ -197,6 +200,25 @@ class LeaseBook:
             for entry in entries:
                 job_id = entry.lease.job_id
                 if held.get(job_id) is entry:  # not a newer delivery of the same job
+                    del held[job_id]
+                    self.lost.discard(job_id)
+        return True
+
+    def take(self, lane: LaneRun, entries: list[Held]) -> bool:
+        """``lane`` settles ``entries`` itself now (an isolated call it stopped): stop
+        holding them, unless the time-limit check took the lane's batch first.
+
+        Returns:
+            True if the lane settles them; False if :meth:`take_overdue` took them (it
+            settles or hands back what it took). The two meet under the book's lock.
+        """
+        held = self._held
+        with self._lock:
+            if lane.taken:
+                return False
+            for entry in entries:
+                job_id = entry.lease.job_id
+                if held.get(job_id) is entry:
                     del held[job_id]
                     self.lost.discard(job_id)
         return True

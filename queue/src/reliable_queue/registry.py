@@ -17,6 +17,10 @@ Handler = Callable[[Any, JobContext], Any]
 #: None for success, or the exception that item failed with.
 BatchHandler = Callable[[list[tuple[Any, JobContext]]], list[BaseException | None]]
 
+#: Where a task's handler runs: a thread of the worker (the default), or a child
+#: process of its lane that is killed at the run's time limit (``reliable_queue.isolation``).
+ISOLATIONS = ("thread", "process")
+
 
 @dataclass(frozen=True)
 class TaskDefinition:
@@ -32,6 +36,15 @@ class TaskDefinition:
             every job of this task in a fetched batch (e.g. to handle them in one
             database transaction); its middleware must be
             :class:`~reliable_queue.middleware.BatchMiddleware`, which sees every job.
+        isolation: ``"thread"`` (default): the handler runs in a lane's thread, which
+            a time limit abandons but cannot stop. ``"process"``: each handler call
+            (single or batch) runs in a child process of the lane, killed at the
+            run's time limit; the worker then needs ``isolated_registry``, a factory
+            the child builds its own registry with (``reliable_queue.isolation``).
+            The worker's middleware still runs in the worker, around the call.
+
+    Raises:
+        ValueError: ``isolation`` is neither ``"thread"`` nor ``"process"``.
     """
 
     name: str
@@ -39,6 +52,13 @@ class TaskDefinition:
     model: type[BaseModel] | None
     retry: RetryPolicy
     batch: bool = False
+    isolation: str = "thread"
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(
+                f"task {self.name!r}: isolation must be one of {ISOLATIONS}, not {self.isolation!r}"
+            )
 
     def validate(self, payload: Any) -> Any:
         """Parse a JSON payload into the task's model.
@@ -66,16 +86,20 @@ class TaskRegistry:
         model: type[BaseModel] | None = None,
         retry: RetryPolicy | None = None,
         batch: bool = False,
+        isolation: str = "thread",
     ) -> Callable[[Any], Any]:
         """Decorator registering ``handler(payload, ctx)`` under ``name``
-        (or, with ``batch=True``, ``handler([(payload, ctx), ...]) -> [error | None]``).
+        (or, with ``batch=True``, ``handler([(payload, ctx), ...]) -> [error | None]``;
+        ``isolation`` as in :class:`TaskDefinition`).
 
         Raises:
-            ValueError: if ``name`` is already registered.
+            ValueError: if ``name`` is already registered, or ``isolation`` is unknown.
         """
+        if isolation not in ISOLATIONS:  # at decoration time, before any handler is given
+            raise ValueError(f"task {name!r}: isolation must be one of {ISOLATIONS}")
 
         def register(handler: Any) -> Any:
-            self.add(TaskDefinition(name, handler, model, retry or RetryPolicy(), batch))
+            self.add(TaskDefinition(name, handler, model, retry or RetryPolicy(), batch, isolation))
             return handler
 
         return register

@@ -26,7 +26,7 @@ import redis
 
 from .attempts import GuardPolicy
 from .audit import audit
-from .errors import QueueConnectionError, ReplicationTimeoutError
+from .errors import IsolatedChildError, QueueConnectionError, ReplicationTimeoutError
 from .execution import (
     Dead,
     Middleware,
@@ -34,12 +34,14 @@ from .execution import (
     Prepared,
     Retry,
     Succeeded,
+    outcome_of,
     prepare,
     run_batch,
     run_prepared,
 )
 from .gate import LaneGate, Ticket
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
+from .isolation import ChildProcess, Killed, Lost, load_factory, run_isolated
 from .job import FetchResult, RawJob
 from .limits import MAX_FETCH
 from .middleware import BatchMiddleware
@@ -85,6 +87,10 @@ class WorkerCounters:
             self.counts[name] += n
 
 
+#: the result of a run the lane settled itself (an isolated call it stopped)
+_SETTLED = object()
+
+
 def default_worker_id() -> str:
     """``<host>:<pid>:<4 random hex>``; unique per process start."""
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(2).hex()}"
@@ -113,6 +119,10 @@ class Worker:
         worker_id: shown as lease owner (default :func:`default_worker_id`).
         clock: monotonic seconds, for run time limits and for telling a forwarded
             copy of a stop signal from a second one (default ``time.monotonic``).
+        isolated_registry: ``"package.module:function"``, a zero-argument factory
+            returning the :class:`TaskRegistry` an isolated child runs handlers from
+            (needed when a task has ``isolation="process"``; the child calls it, so
+            engines and clients are built there).
 
     Time limits: a run of a task with a time limit (its ``RetryPolicy.time_limit``,
     else ``settings.default_time_limit_seconds``) that is still going at the first
@@ -137,8 +147,17 @@ class Worker:
     A lane abandoned at its time limit gives up its hold: its stuck thread no longer
     counts as running. One worker per process is what the gate assumes.
 
+    Process isolation: a task with ``isolation="process"`` runs each handler call in a
+    child process of its lane (``reliable_queue.isolation``), which the lane itself
+    kills at the run's time limit (not while ``ctx.hold_lease()`` is held in the child,
+    for at most one lease): the lane is free at once and the run is settled as
+    ``timed_out`` by the rules above. A child that dies otherwise is an ordinary
+    failure of a lone run; a batch call whose child died is handed back uncharged,
+    each job run alone next. The worker's middleware runs in the lane, around the call.
+
     Raises:
-        ValueError: ``concurrency`` or ``batch_size`` out of range, or no queue.
+        ValueError: ``concurrency`` or ``batch_size`` out of range, or no queue; a task
+            with process isolation and no usable ``isolated_registry``.
         TypeError: a plain middleware with batch tasks in the registry (it could not
             see their jobs one by one).
     """
@@ -159,6 +178,7 @@ class Worker:
         rng: random.Random | None = None,
         worker_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        isolated_registry: str | None = None,
     ) -> None:
         if concurrency < 1 or not 1 <= batch_size <= MAX_FETCH:
             raise ValueError(f"concurrency must be >= 1 and batch_size 1..{MAX_FETCH}")
@@ -178,11 +198,21 @@ class Worker:
             isinstance(m, BatchMiddleware) for m in self.middleware
         ):
             raise TypeError("a worker serving batch tasks takes only BatchMiddleware middleware")
+        self._isolated = frozenset(d.name for d in registry if d.isolation == "process")
+        if self._isolated and isolated_registry is None:
+            raise ValueError(
+                f"task(s) {', '.join(sorted(self._isolated))} run in a child process: "
+                "give the worker isolated_registry='package.module:function'"
+            )
+        if isolated_registry is not None:
+            load_factory(isolated_registry)  # fails here, not in every child
+        self.isolated_registry = isolated_registry
         self.hooks = hooks or WorkerHooks()
         self.rng = rng or random.Random()
         self.worker_id = worker_id or default_worker_id()
         self.counters = WorkerCounters()
-        self.book = LeaseBook(GuardPolicy(self.settings.lease_seconds, clock))  # attempt guards
+        self._guards = GuardPolicy(self.settings.lease_seconds, clock)
+        self.book = LeaseBook(self._guards)  # attempt guards
         self.gate = LaneGate()
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
@@ -374,12 +404,14 @@ class Worker:
         while True:
             try:
                 self._lane_loop(queue, run)
-                return
+                break
             except Exception:
                 self.gate.leave(run.ticket)  # a failed lane holds up no other lane
                 log.exception("lane of queue %s failed; restarting it in 1 s", queue.name)
                 if self.stopping.wait(1.0):
-                    return
+                    break
+        if run.child is not None:  # (a thread that dies takes its child along: PDEATHSIG)
+            run.child.close()
 
     def _lane_loop(self, queue: Queue, run: LaneRun) -> None:
         pending: list[Call] = []
@@ -584,6 +616,7 @@ class Worker:
         limits: dict[str, float | None] = {}
         abandoned, stopping = run.abandoned, self.stopping
         registry, middleware, rng = self.registry, self.middleware, self.rng
+        isolated = self._isolated
         for job, entry in zip(jobs, entries, strict=True):
             if abandoned.is_set():
                 break  # the rest of the batch was handed back by the time-limit check
@@ -593,6 +626,9 @@ class Worker:
             if isinstance(item, Prepared):
                 if item.definition.batch:
                     batched.setdefault(item.definition.name, []).append((item, entry))
+                    continue
+                if isolated and item.definition.name in isolated:
+                    outcomes.extend(self._run_isolated(run, [(item, entry)], limits))
                     continue
                 entry.start(self._deadline(item, limits), item)
                 result = (job, run_prepared(item, middleware=middleware, rng=rng))
@@ -605,6 +641,9 @@ class Worker:
             if abandoned.is_set():
                 break
             if stopping.is_set():
+                continue
+            if isolated and pairs[0][0].definition.name in isolated:
+                outcomes.extend(self._run_isolated(run, pairs, limits))
                 continue
             items = [i for i, _ in pairs]
             deadline = self._deadline(items[0], limits)
@@ -623,10 +662,114 @@ class Worker:
             return []
         calls = self._settlements(queue, outcomes)
         if len(outcomes) < len(entries):  # not run: stopping, or the batch was cut short
-            released = [e.lease for e in entries if e.result is None]
-            calls.extend(queue.release_calls(released))
-            self.counters.add("released", len(released))
+            released = [e.lease for e in entries if e.result is None]  # (or settled here)
+            if released:
+                calls.extend(queue.release_calls(released))
+                self.counters.add("released", len(released))
         return calls
+
+    def _run_isolated(
+        self, run: LaneRun, pairs: list[tuple[Prepared, Held]], limits: dict[str, float | None]
+    ) -> list[tuple[RawJob, Outcome]]:
+        """Run one call of an isolated task in the lane's child; the outcomes to settle.
+
+        The child is made ready before the run's deadline is set (its start-up is not
+        the run's time). The lane enforces the limit itself (it kills the child); the
+        heartbeat's check sees a later deadline, one hold bound and two beats on, as a
+        backstop for a lane stuck in the worker's own middleware. A call the lane
+        stopped is settled here (:meth:`_settle_stopped`), except a lone run whose
+        child died: that is an ordinary failure, settled with the others.
+        """
+        if run.child is None:
+            run.child = ChildProcess(
+                str(self.isolated_registry), self._guards, label=run.queue.name
+            )
+        child: ChildProcess = run.child
+        items = [item for item, _ in pairs]
+        try:
+            child.ready()
+        except IsolatedChildError as exc:  # no child to run it: an ordinary failure
+            log.error("%s", exc)
+            failed = []
+            for item, entry in pairs:
+                entry.start(None, item)
+                result = (item.job, outcome_of(item, exc, "", self.rng))
+                entry.finish(result)
+                failed.append(result)
+            return failed
+        deadline = self._deadline(items[0], limits)
+        backstop = None
+        if deadline is not None:
+            backstop = deadline + self._guards.hold_limit + 2 * self.heartbeat.interval
+        for item, entry in pairs:
+            entry.start(backstop, item)
+        report = run_isolated(child, items, deadline, self.rng, self.middleware)
+        stopped = report.stopped
+        settled_here: set[int] = set()
+        if stopped is not None and (isinstance(stopped, Killed) or len(report.ran) > 1):
+            settled_here = set(report.ran)
+        results = []
+        for n, ((item, entry), outcome) in enumerate(zip(pairs, report.outcomes, strict=True)):
+            if n in settled_here:
+                entry.finish(_SETTLED)
+                continue
+            result = (item.job, outcome)
+            entry.finish(result)
+            results.append(result)
+        if stopped is not None:
+            if settled_here:
+                self._settle_stopped(run, [pairs[n][1] for n in sorted(settled_here)], stopped)
+            if not self.stopping.is_set():
+                try:
+                    child.spawn()  # boots while the lane settles and fetches
+                except IsolatedChildError as exc:
+                    log.error("%s", exc)  # the next call tries again
+        return results
+
+    def _settle_stopped(self, run: LaneRun, group: list[Held], stopped: Killed | Lost) -> None:
+        """Settle an isolated call the lane stopped, by the time-limit rules.
+
+        Killed at the limit: a lone run is timed out (charged, :meth:`_time_out`), a
+        batch call handed back uncharged (:meth:`_split_timed_out`). Killed a lease
+        past its limit after every guarded block completed (their effects are in): handed
+        back uncharged, as ``timed_out``. A batch call whose child died: handed back
+        uncharged as lost with their worker (``lease_expired``), each job run alone
+        next, so that only a job that kills its child alone is charged. Nothing is
+        settled when the time-limit check took the lane's batch first.
+        """
+        if not self.book.take(run, group):
+            return
+        queue = group[0].queue
+        if isinstance(stopped, Lost):
+            self.counters.add("isolated_lost")
+            error = (
+                f"IsolatedChildError: {stopped.error}; a batch call of {len(group)} jobs, "
+                "not counted as an attempt, each job runs alone next"
+            )
+            self._release_failed(queue, group, "lease_expired", error)
+            return
+        self.counters.add("isolated_killed")
+        if not stopped.kept:
+            if len(group) == 1:
+                self._time_out(group[0])
+            else:
+                self._split_timed_out(group)
+            return
+        error = (
+            "TimeLimitExceeded: the isolated run went on a lease past its time limit after "
+            "its guarded block completed; killed, not counted as an attempt"
+        )
+        self.counters.add("timed_out")
+        self._release_failed(queue, group, "timed_out", error)
+
+    def _release_failed(self, queue: Queue, group: list[Held], reason: str, error: str) -> None:
+        """Hand ``group`` back uncharged, with ``reason`` and ``error`` as each job's last
+        failure (a suspect then: leased alone next)."""
+        info = queue.failure_info(reason, error, "")
+        try:
+            queue.scripts.run_many(queue.release_calls([h.lease for h in group], info=info))
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning("handing back a stopped isolated call failed (%s); leases expire", exc)
 
     def _check_time_limits(self) -> None:
         """Fail runs past their time limit and free their lanes (heartbeat thread)."""

@@ -4,17 +4,29 @@ Spec keys: ``url``, ``prefix``, ``queue``, ``db`` (SQLite file for effects), and
 optionally ``queues`` (names served, instead of ``queue`` alone), ``concurrency``
 (lanes per queue), ``settings`` (QueueSettings fields), ``batch_size``, ``grace_seconds``,
 ``retry`` (RetryPolicy fields for every task), ``kill`` (``"after_fetch"`` or
-``"before_settle"``: SIGKILL this process at that fault-injection point).
+``"before_settle"``: SIGKILL this process at that fault-injection point), ``isolation``
+(``"thread"`` or ``"process"``: of the tasks below marked isolatable; with ``process``
+their handlers run in child processes that build this registry with
+:func:`isolated_registry`, the spec passed down in ``QUEUE_WORKER_SPEC``).
 
 Tasks:
     record {sleep?, fail_times?}: logs the delivery, sleeps, fails its first
         ``fail_times`` runs, then applies its effect: one row per job id in
         ``effects`` (an idempotent handler: a redelivery finds the row and adds none).
     suicide {}: logs the delivery, then SIGKILLs its own process.
+    c_sleep {seconds} (isolatable): logs the delivery, then sleeps in ONE C call that
+        holds the GIL (libc ``sleep`` through ``ctypes.PyDLL``), as a catastrophic
+        regex or a stuck extension would; then applies its effect.
+    hang_first {} (isolatable): logs the delivery; its first run sleeps a minute;
+        then applies its effect.
+    batch_record [{c_sleep?, exit?}] (isolatable, a batch task): per job, logs the
+        delivery, sleeps ``c_sleep`` s in one C call or exits its process with status
+        ``exit``, then applies its effect.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -54,15 +66,17 @@ def effects(path: str | Path) -> list[str]:
         return [r[0] for r in conn.execute("SELECT job_id FROM effects ORDER BY rowid")]
 
 
-def main(spec: dict) -> None:
-    import redis
+SPEC_ENV = "QUEUE_WORKER_SPEC"
 
-    from reliable_queue import QueueSettings, RetryPolicy, TaskRegistry, Worker, WorkerHooks
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(message)s")
+def build_registry(spec: dict):
+    """The tasks above, for the worker and for its isolated children."""
+    from reliable_queue import RetryPolicy, TaskRegistry
+
     db = spec["db"]
     registry = TaskRegistry()
     retry = RetryPolicy(**spec.get("retry", {}))
+    isolation = spec.get("isolation", "thread")
 
     def log_delivery(task: str, ctx) -> None:
         with closing(connect(db)) as conn:
@@ -88,6 +102,54 @@ def main(spec: dict) -> None:
         log_delivery("suicide", ctx)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    def apply(job_id: str) -> None:
+        with closing(connect(db)) as conn:
+            conn.execute(
+                "INSERT INTO effects VALUES (?, ?) ON CONFLICT (job_id) DO NOTHING",
+                (job_id, os.getpid()),
+            )
+
+    @registry.task("c_sleep", retry=retry, isolation=isolation)
+    def c_sleep(payload: dict, ctx) -> None:
+        log_delivery("c_sleep", ctx)
+        ctypes.PyDLL(None).sleep(int(payload["seconds"]))  # holds the GIL throughout
+        apply(ctx.job_id)
+
+    @registry.task("hang_first", retry=retry, isolation=isolation)
+    def hang_first(payload: dict, ctx) -> None:
+        log_delivery("hang_first", ctx)
+        if ctx.attempt == 1:
+            time.sleep(60)
+        apply(ctx.job_id)
+
+    @registry.task("batch_record", retry=retry, batch=True, isolation=isolation)
+    def batch_record(items: list) -> list:
+        for payload, ctx in items:
+            log_delivery("batch_record", ctx)
+            if payload.get("c_sleep"):
+                ctypes.PyDLL(None).sleep(int(payload["c_sleep"]))
+            if payload.get("exit") is not None:
+                os._exit(int(payload["exit"]))
+            apply(ctx.job_id)
+        return [None] * len(items)
+
+    return registry
+
+
+def isolated_registry():
+    """The registry of an isolated child: the worker's spec from the environment."""
+    return build_registry(json.loads(os.environ[SPEC_ENV]))
+
+
+def main(spec: dict) -> None:
+    import redis
+
+    from reliable_queue import QueueSettings, Worker, WorkerHooks
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(message)s")
+    os.environ[SPEC_ENV] = json.dumps(spec)  # inherited by isolated children
+    registry = build_registry(spec)
+
     def die(*_: object) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -108,6 +170,9 @@ def main(spec: dict) -> None:
         settings=QueueSettings(**spec.get("settings", {})),
         grace_seconds=spec.get("grace_seconds", 10.0),
         hooks=hooks,
+        isolated_registry=(
+            "queue_worker_process:isolated_registry" if spec.get("isolation") == "process" else None
+        ),
     )
     worker.run()
 
