@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         "the GIL) or 'process' (a child process per lane, killed at the time limit; costs a "
         "start-up per lane and an IPC round trip per handler call).",
     )
+    chaos_journal_dir: Path | None = Field(
+        default=None,
+        description="Where a worker appends its attempt journal (leases and given-up "
+        "attempts, one file per process), for the invariants of 'orders chaos', which sets "
+        "it; unset: no journal.",
+    )
     db_pool_size: int | None = Field(
         default=None,
         ge=1,

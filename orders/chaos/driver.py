@@ -1,15 +1,19 @@
 """``orders chaos``: the experiment that proves the promise under faults.
 
 While orders are placed at a steady rate, the driver SIGKILLs worker
-processes, SIGTERMs workers in the middle of a job, SIGKILLs the Redis server
+processes, SIGTERMs workers in the middle of a job, freezes workers (SIGSTOP
+for longer than a lease, then SIGCONT; some freeze themselves inside a write
+transaction), SIGKILLs the Redis server
 (dropping the last second of its AOF with ``everysec``, as a power loss would)
 and restarts it, and replays finished jobs; the workers meanwhile fail,
 stall past their lease, or kill themselves as told by the injected handler
 faults. When placing is done the faults stop; the run waits for quiescence,
 optionally redrives the DLQ, and then judges from the database (every
-invariant of ``orders.domain.invariants``) and from the queues (drained, no orphaned
-lease). The report says what was injected, how often, what the system did
-about it, and whether every promise held.
+invariant of ``orders.domain.invariants``), from the queues (drained, no orphaned
+lease) and from the workers' attempt journal (no fencing number handed out
+twice, no step done by an attempt its process had given up:
+``orders.chaos.journal``). The report says what was injected, how often, what
+the system did about it, and whether every promise held.
 
 Time and randomness are injected (``clock``, ``sleep``, ``rng``); the small
 rules (:class:`Periodic`, :func:`due_orders`) are pure.
@@ -208,6 +212,7 @@ class ChaosRun:
         replays = Periodic(o.replay_every, self.started)
         evictions = Periodic(o.evict_every, self.started)
         cancels = Periodic(o.window_seconds / o.cancel if o.cancel else 0, self.started)
+        freezes = Periodic(o.freeze_every, self.started)
         placed = 0
         while True:
             now = self.clock()
@@ -231,6 +236,8 @@ class ChaosRun:
                     self._try(self.replayer.replay)
                 if evictions.due(now):
                     self._try(self.evictor.evict)
+                if freezes.due(now):
+                    self.pool.freeze_random()
                 if cancels.due(now) and len(self.cancelled) < o.cancel:
                     self._cancel_one()
             self._tend_poison()

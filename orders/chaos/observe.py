@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import App
+from orders.chaos.journal import DoneStep
 from orders.chaos.report import QueueSnapshot
 from orders.domain.models import Order
 from orders.domain.steps import WORKFLOW_KIND
 from orders.worker.counters import Counters
 from reliable_queue import stats
-from workflows.models import Workflow, WorkflowStatus
+from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.uow import UnitOfWork
 
 
@@ -97,3 +98,22 @@ def lost_increments(
             if missing > 0:
                 lost.setdefault(group, {})[name] = missing
     return lost
+
+
+def done_steps(app: App, first_order_id: int) -> list[DoneStep]:
+    """The done step rows (compensations included) of the run's orders that carry a
+    fencing token: the committing attempt's (a done row keeps it)."""
+    query = (
+        select(
+            Workflow.subject_id, WorkflowStep.step, WorkflowStep.queue, WorkflowStep.fencing_token
+        )
+        .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+        .where(
+            Workflow.kind == WORKFLOW_KIND,
+            Workflow.subject_id >= first_order_id,
+            WorkflowStep.status == StepStatus.DONE,
+            WorkflowStep.fencing_token.is_not(None),
+        )
+    )
+    with UnitOfWork(app.session_factory) as uow:
+        return [DoneStep(int(o), s, q, int(t)) for o, s, q, t in uow.session.execute(query)]

@@ -1,9 +1,11 @@
 """The worker processes of a chaos run: started per step, killed, and replaced.
 
 A :class:`WorkerPool` keeps ``per_step`` processes serving each step. The chaos
-driver sends real signals to them (SIGKILL, SIGTERM); :meth:`WorkerPool.poll`
-notices every exit, classifies it (killed by us, stopped gracefully by our
-SIGTERM, died on its own) and starts a replacement, as a supervisor would.
+driver sends real signals to them (SIGKILL, SIGTERM, SIGSTOP and SIGCONT);
+:meth:`WorkerPool.poll` notices every exit, classifies it (killed by us, stopped
+gracefully by our SIGTERM, died on its own) and starts a replacement, as a
+supervisor would, and thaws every frozen process when its freeze is over, also
+one that stopped itself inside a transaction (an injected fault).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ class WorkerProc:
         proc: the process.
         signalled: ``"SIGKILL"`` / ``"SIGTERM"`` once the driver signalled it.
         term_deadline: monotonic time after which a SIGTERMed process is SIGKILLed.
+        frozen_until: monotonic time the frozen (SIGSTOPped) process gets SIGCONT.
     """
 
     steps: tuple[str, ...]
     proc: subprocess.Popen[bytes]
     signalled: str | None = None
     term_deadline: float | None = None
+    frozen_until: float | None = None
 
     @property
     def pid(self) -> int:
@@ -52,7 +56,10 @@ class PoolCounts:
             held a lease when signalled), ``graceful_exits`` (exit 0 after our
             SIGTERM), ``sigterm_overran`` (still alive after the grace period: then
             SIGKILLed), ``died_unprompted`` (exited with no signal from us, e.g. an
-            injected crash), ``started`` (replacements included).
+            injected crash), ``started`` (replacements included), ``frozen``
+            (SIGSTOPs sent), ``froze_itself`` (processes found stopped that we had
+            not frozen: the injected freeze inside a transaction), ``thawed``
+            (SIGCONTs sent when a freeze was over).
     """
 
     counts: Counter[str] = field(default_factory=Counter)
@@ -73,6 +80,8 @@ class WorkerPool:
         rng: chooses the victims (inject a seeded one for repeatable runs).
         term_grace: seconds a SIGTERMed process gets before it is SIGKILLed
             (the worker's own grace period plus a margin).
+        freeze_seconds: how long a frozen process stays stopped, seconds (one we
+            froze, and one found stopped by itself).
         clock: monotonic seconds.
     """
 
@@ -85,6 +94,7 @@ class WorkerPool:
         groups: Sequence[tuple[str, ...]] = (),
         rng: random.Random | None = None,
         term_grace: float = 15.0,
+        freeze_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if per_step < 1:
@@ -96,6 +106,7 @@ class WorkerPool:
         self.start = start
         self.rng = rng or random.Random()
         self.term_grace = term_grace
+        self.freeze_seconds = freeze_seconds
         self.clock = clock
         self.procs: list[WorkerProc] = []
         self.stats = PoolCounts()
@@ -130,6 +141,29 @@ class WorkerPool:
         victim.signalled = "SIGKILL"
         self.stats.counts["sigkill_sent"] += 1
         return victim
+
+    def freeze_random(self) -> WorkerProc | None:
+        """SIGSTOP one live process that is not frozen, chosen at random, for
+        ``freeze_seconds`` (:meth:`poll` thaws it); None when none is left."""
+        victims = [w for w in self.live() if w.frozen_until is None]
+        if not victims:
+            return None
+        victim = self.rng.choice(victims)
+        self._signal(victim, signal.SIGSTOP)
+        victim.frozen_until = self.clock() + self.freeze_seconds
+        self.stats.counts["frozen"] += 1
+        return victim
+
+    def _tend_freezes(self, worker: WorkerProc, now: float) -> None:
+        """Thaw a process whose freeze is over; time one found stopped by itself."""
+        if worker.frozen_until is None:
+            if process_stopped(worker.pid):
+                worker.frozen_until = now + self.freeze_seconds
+                self.stats.counts["froze_itself"] += 1
+        elif now >= worker.frozen_until:
+            self._signal(worker, signal.SIGCONT)
+            worker.frozen_until = None
+            self.stats.counts["thawed"] += 1
 
     def sigterm_busy(self, busy_pids: Iterable[int]) -> WorkerProc | None:
         """SIGTERM one live process, preferring one that holds a lease (mid-job).
@@ -171,6 +205,7 @@ class WorkerPool:
         for worker in list(self.procs):
             code = worker.proc.poll()
             if code is None:
+                self._tend_freezes(worker, now)
                 if worker.term_deadline is not None and now > worker.term_deadline:
                     self._signal(worker, signal.SIGKILL)
                     worker.term_deadline = None
@@ -187,9 +222,10 @@ class WorkerPool:
         return gone
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM every process, wait up to ``timeout`` s, SIGKILL the rest."""
+        """Thaw and SIGTERM every process, wait up to ``timeout`` s, SIGKILL the rest."""
         for worker in self.procs:
             if worker.proc.poll() is None:
+                self._signal(worker, signal.SIGCONT)
                 self._signal(worker, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for worker in self.procs:
@@ -214,3 +250,16 @@ def lease_holder_pid(token: str) -> int | None:
     if len(parts) >= 4 and parts[-2].isdigit():
         return int(parts[-2])
     return None
+
+
+def process_stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped by a signal (state ``T`` in ``/proc``);
+    False when it runs, is gone, or ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # the state follows the command name, which is in parentheses and may hold spaces
+    fields = stat[stat.rfind(b")") + 2 :].split(b" ", 1)
+    return bool(fields) and fields[0] in (b"T", b"t")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -96,6 +97,15 @@ class ChaosOptions:
             seconds; the hang must outlast it.
         cancel: orders cancelled in flight, spread over the chaos window (their
             finished steps are compensated under the same faults); 0: none.
+        freeze_every: every this many seconds, SIGSTOP a random worker (mostly
+            between transactions) for ``freeze_seconds``, then SIGCONT it; 0: off.
+        freeze_seconds: how long a frozen worker stays stopped, seconds (None:
+            twice the lease plus one second, so its leases expire while it is
+            frozen and its jobs go to others).
+        freeze_in_tx_rate / freeze_steps: share of the units of work of these steps
+            that stop their own process inside the transaction, right before the
+            commit, holding its locks; thawed after ``freeze_seconds`` like the
+            others (if no lock waiter killed the process first: ADR 0023).
     """
 
     orders: int = 1200
@@ -135,13 +145,17 @@ class ChaosOptions:
     hang_ms: int = 6000
     time_limit: float = 3.0
     cancel: int = 12
+    freeze_every: float = 9.0
+    freeze_seconds: float | None = None
+    freeze_in_tx_rate: float = 0.01
+    freeze_steps: tuple[str, ...] = (STOCK,)
 
     def __post_init__(self) -> None:
         if self.appendfsync not in APPENDFSYNC:
             raise ValueError(f"appendfsync must be one of {APPENDFSYNC}")
         unknown = {
             s
-            for s in (*self.fail_steps, *self.slow_steps, *self.replay_steps)
+            for s in (*self.fail_steps, *self.slow_steps, *self.replay_steps, *self.freeze_steps)
             if s not in ALL_STEPS
         }
         for one in (self.crash_once_step, self.poison_step, self.hang_step):
@@ -160,11 +174,22 @@ class ChaosOptions:
             raise ValueError("a hang needs a time limit (> 0) shorter than hang_ms")
         if self.cancel < 0:
             raise ValueError("cancel must be >= 0")
+        if not 0.0 <= self.freeze_in_tx_rate <= 1.0 or self.freeze_every < 0:
+            raise ValueError("freeze_in_tx_rate must be within 0..1, freeze_every >= 0")
+        if self.freeze_seconds is not None and self.freeze_seconds <= self.lease_seconds:
+            raise ValueError("a freeze must outlast the lease (freeze_seconds > lease_seconds)")
 
     @property
     def window_seconds(self) -> float:
         """Planned length of the chaos window (placement time), seconds."""
         return self.orders / self.rate
+
+    @property
+    def effective_freeze_seconds(self) -> float:
+        """Seconds a frozen worker stays stopped (twice the lease plus 1 s by default)."""
+        if self.freeze_seconds is not None:
+            return self.freeze_seconds
+        return 2 * self.lease_seconds + 1.0
 
     @property
     def effective_lose_window(self) -> float:
@@ -191,6 +216,7 @@ def handler_faults(options: ChaosOptions) -> dict[str, FaultConfig]:
             poison_key=POISON_KEY if step == options.poison_step else None,
             hang_rate=options.hang_rate if step == options.hang_step else 0.0,
             hang_ms=options.hang_ms if step == options.hang_step else 0,
+            freeze_in_tx_rate=options.freeze_in_tx_rate if step in options.freeze_steps else 0.0,
         )
         if config.active:
             faults[step] = config
@@ -209,7 +235,7 @@ def worker_env(
 
     Explicit URLs (no worker starts Redis itself), a short lease, a fast relay
     sweep that re-publishes lost steps after ``options.republish_after`` seconds,
-    short retry backoffs, the run's step time limit.
+    short retry backoffs, the run's step time limit, the attempt journal.
     """
     env = dict(base)
     env.update(
@@ -223,8 +249,14 @@ def worker_env(
         ORDERS_BACKOFF_BASE_SECONDS="0.2",
         ORDERS_BACKOFF_MAX_SECONDS="3.0",
         ORDERS_STEP_TIME_LIMIT_SECONDS=str(options.time_limit),
+        ORDERS_CHAOS_JOURNAL_DIR=str(journal_dir(data_dir)),
     )
     return env
+
+
+def journal_dir(data_dir: Path) -> Path:
+    """Where the run's workers write their attempt journal (``orders.worker.journal``)."""
+    return data_dir / "journal"
 
 
 @dataclass
@@ -271,6 +303,7 @@ def prepare(options: ChaosOptions, base_env: Mapping[str, str], data_dir: Path) 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "logs").mkdir(exist_ok=True)
+    shutil.rmtree(journal_dir(data_dir), ignore_errors=True)  # a reused dir's old run
     server = None
     base_env = dict(base_env)
     redis_url = base_env.get("ORDERS_REDIS_URL") or None

@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 
 from orders.app.bootstrap import App
 from orders.app.dead_letters import stranded_orders
-from orders.chaos.observe import counter_snapshot, queue_snapshots
+from orders.chaos.journal import (
+    JOURNAL_INVARIANTS,
+    lapsed_commits,
+    read_journal,
+    reissued_numbers,
+)
+from orders.chaos.observe import counter_snapshot, done_steps, queue_snapshots
 from orders.chaos.poison import PoisonOutcome
 from orders.chaos.redis_crash import RedisCrashCounts
 from orders.chaos.report import (
@@ -21,7 +27,7 @@ from orders.chaos.report import (
     missing_faults,
     queue_findings,
 )
-from orders.chaos.setup import ChaosOptions
+from orders.chaos.setup import ChaosOptions, journal_dir
 from orders.domain.invariants import INVARIANTS, check_invariants
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, totals
@@ -157,6 +163,14 @@ def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) ->
                    f"{o.hang_rate:.0%} of runs of {o.hang_step} hang {o.hang_ms} ms, "
                    f"time limit {o.time_limit:g}s",
                    total(counters, "injected:hang")),
+        FaultTally("worker_freeze", o.freeze_every > 0,
+                   f"a worker SIGSTOPped every {o.freeze_every:g}s for "
+                   f"{o.effective_freeze_seconds:g}s, lease {o.lease_seconds:g}s",
+                   w.get("frozen", 0)),
+        FaultTally("worker_freeze_in_tx", o.freeze_in_tx_rate > 0 and bool(o.freeze_steps),
+                   f"{o.freeze_in_tx_rate:.0%} of the units of work of "
+                   f"{', '.join(o.freeze_steps)} stop their worker before the commit",
+                   total(counters, "injected:freeze_in_tx")),
         FaultTally("replay", o.replay_every > 0 and o.replay_count > 0,
                    f"{o.replay_count} finished job(s) every {o.replay_every:g}s",
                    facts.replayed),
@@ -182,6 +196,14 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
             BLOCKED_HAS_LETTER, f"blocked on dead step {step!r} with no dead letter", order_id=oid
         )
         for oid, step in stranded_orders(app.session_factory, app.queues)
+    ]
+    journal = read_journal(journal_dir(app.settings.data_dir))
+    findings += [
+        Finding(v.invariant, v.detail, order_id=v.order_id, queue=v.queue)
+        for v in (
+            *reissued_numbers(journal),
+            *lapsed_commits(journal, done_steps(app, facts.first_order_id)),
+        )
     ]
     if facts.quiet_at is None:
         findings.append(
@@ -251,6 +273,8 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
                 facts.lost_increments, "dead:worker_lost"
             ),
             "timed_out": queue_total("timed_out"),
+            "leases_journaled": sum(len(jobs) for jobs in journal.leases.values()),
+            "attempts_given_up": journal.lost_by_reason(),
             "per_step": {
                 s: {
                     "applied": applied.get(s, 0),
@@ -283,5 +307,5 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
             ),
         },
         findings=findings,
-        invariants={**INVARIANTS, **QUEUE_INVARIANTS},
+        invariants={**INVARIANTS, **QUEUE_INVARIANTS, **JOURNAL_INVARIANTS},
     )

@@ -168,6 +168,36 @@ def chaos(
             max=MAX_SECONDS, min=0, help="SIGTERM a worker holding a job every S seconds (0: off)."
         ),
     ] = 10.0,
+    freeze_every: Annotated[
+        float,
+        number_option(
+            max=MAX_SECONDS,
+            min=0,
+            help="SIGSTOP a random worker every S seconds for --freeze-seconds, then SIGCONT "
+            "it (0: off).",
+        ),
+    ] = 9.0,
+    freeze_seconds: Annotated[
+        float | None,
+        number_option(
+            min=0.1,
+            max=MAX_SECONDS,
+            help="How long a frozen worker stays stopped; must outlast --lease (default: "
+            "twice the lease plus 1 s).",
+        ),
+    ] = None,
+    freeze_in_tx_rate: Annotated[
+        float,
+        number_option(
+            min=0,
+            max=1,
+            help="Share of the units of work of --freeze-steps that stop their own worker "
+            "inside the write transaction, right before the commit (thawed as above).",
+        ),
+    ] = 0.01,
+    freeze_steps: Annotated[
+        str, typer.Option(help="Steps whose units of work may freeze in a transaction.")
+    ] = "stock",
     redis_kill_every: Annotated[
         float,
         number_option(
@@ -303,6 +333,8 @@ def chaos(
         raise typer.BadParameter("use everysec or always", param_hint="--appendfsync")
     if hang and hang_ms <= time_limit * 1000:
         raise typer.BadParameter("a hang must outlast the time limit", param_hint="--hang-ms")
+    if freeze_seconds is not None and freeze_seconds <= lease:
+        raise typer.BadParameter("a freeze must outlast the lease", param_hint="--freeze-seconds")
     options = ChaosOptions(
         orders=orders,
         rate=rate,
@@ -326,6 +358,10 @@ def chaos(
         crash_once_step=(_steps(crash_once, "--crash-once") or (None,))[0],
         poison_step=(_steps(poison, "--poison") or (None,))[0],
         poison_attempts=poison_attempts,
+        freeze_every=freeze_every,
+        freeze_seconds=freeze_seconds,
+        freeze_in_tx_rate=freeze_in_tx_rate,
+        freeze_steps=_steps(freeze_steps, "--freeze-steps"),
         hang_step=(_steps(hang, "--hang") or (None,))[0],
         hang_rate=hang_rate,
         hang_ms=hang_ms,
@@ -371,6 +407,7 @@ def chaos(
             groups=[COMPENSATION_STEPS],
             rng=rng,
             term_grace=WORKER_GRACE + slow_ms / 1000 + 5,
+            freeze_seconds=options.effective_freeze_seconds,
         )
         run = ChaosRun(services, options, pool, rng=rng)
         if as_json:

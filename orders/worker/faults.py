@@ -62,6 +62,11 @@ class FaultConfig(BaseModel):
             writes and right before its commit, holding its locks (SQLite's write
             lock, PostgreSQL's row locks), as a process frozen there would; the pid
             of the process is kept (:meth:`FaultStore.hung_in_tx`). 0: off.
+        freeze_in_tx_rate: probability (0..1) that a unit of work of the step stops
+            its whole process (SIGSTOP to itself) inside its transaction, after its
+            writes and right before its commit, as a GC pause, a VM stall or a
+            debugger would; ``orders chaos`` thaws it (SIGCONT) later. Only a run
+            under a supervisor that sends SIGCONT should use it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -77,6 +82,7 @@ class FaultConfig(BaseModel):
     hang_rate: float = Field(0.0, ge=0.0, le=1.0)
     hang_ms: int = Field(0, ge=0)
     hang_in_tx_ms: int = Field(0, ge=0)
+    freeze_in_tx_rate: float = Field(0.0, ge=0.0, le=1.0)
 
     @property
     def active(self) -> bool:
@@ -91,6 +97,7 @@ class FaultConfig(BaseModel):
             or self.poison_key
             or (self.hang_rate and self.hang_ms)
             or self.hang_in_tx_ms
+            or self.freeze_in_tx_rate
         )
 
 
@@ -219,6 +226,8 @@ class FaultMiddleware(BatchMiddleware):
         step_of: maps a job context to its step name (default: the queue name).
         rng: randomness (inject a seeded one in tests).
         kill: how the process dies (default SIGKILL to itself).
+        freeze: how the process stops itself (default SIGSTOP to itself; it goes on
+            when something sends it SIGCONT).
         stall: called with the job's context when a slow run starts; it must stop the
             lease of that job from being extended (the worker runner drops the job
             from the heartbeat's lease book). Default: nothing.
@@ -233,6 +242,7 @@ class FaultMiddleware(BatchMiddleware):
         step_of: Callable[[JobContext], str] = lambda ctx: ctx.queue,
         rng: random.Random | None = None,
         kill: Callable[[], None] | None = None,
+        freeze: Callable[[], None] | None = None,
         stall: Callable[[JobContext], None] = lambda ctx: None,
         on_injected: Callable[[str, str], None] = lambda step, kind: None,
     ) -> None:
@@ -240,6 +250,7 @@ class FaultMiddleware(BatchMiddleware):
         self.step_of = step_of
         self.rng = rng or random.Random()
         self.kill = kill or (lambda: os.kill(os.getpid(), signal.SIGKILL))
+        self.freeze = freeze or (lambda: os.kill(os.getpid(), signal.SIGSTOP))
         self.stall = stall
         self.on_injected = on_injected
 
@@ -299,14 +310,19 @@ class FaultMiddleware(BatchMiddleware):
         return decision, config
 
     def in_transaction(self, step: str) -> None:
-        """Inside a unit of work of ``step``, right before its commit: hang if configured.
+        """Inside a unit of work of ``step``, right before its commit: hang or freeze
+        the process if configured.
 
-        Only the first unit of work anywhere that sees ``hang_in_tx_ms`` hangs.
+        Only the first unit of work anywhere that sees ``hang_in_tx_ms`` hangs; each
+        one freezes with probability ``freeze_in_tx_rate``.
         """
         config = self.source.get(step)
-        if config is None or not config.hang_in_tx_ms:
+        if config is None:
             return
-        if self.source.store.claim_hang_in_tx(step):
+        if config.freeze_in_tx_rate and self.rng.random() < config.freeze_in_tx_rate:
+            self.on_injected(step, "freeze_in_tx")
+            self.freeze()
+        if config.hang_in_tx_ms and self.source.store.claim_hang_in_tx(step):
             self.on_injected(step, "hang_in_tx")
             time.sleep(config.hang_in_tx_ms / 1000.0)
 

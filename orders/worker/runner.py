@@ -17,6 +17,7 @@ from orders.worker import defaults
 from orders.worker.binding import NamespaceGuard
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
+from orders.worker.journal import AttemptJournal
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import OnRefused, OnResults, build_registry, outcome_recorder
 from reliable_queue import Lease, Worker, WorkerHooks
@@ -152,6 +153,10 @@ def build_worker(
     record = outcome_recorder(app.session_factory)
     if guard is not None:
         record = guard.unless_handed_back(record)
+    after_fetch = None
+    if app.settings.chaos_journal_dir is not None:
+        journal = AttemptJournal(app.settings.chaos_journal_dir)
+        after_fetch, record = journal.leased, journal.recording(record)
     worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],
@@ -162,7 +167,7 @@ def build_worker(
         settings=app.queue_settings,
         grace_seconds=grace_seconds,
         middleware=[*([guard] if guard else []), *obs.middleware(), faults],
-        hooks=WorkerHooks(on_outcome=obs.on_outcome(record)),
+        hooks=WorkerHooks(after_fetch=after_fetch, on_outcome=obs.on_outcome(record)),
         isolated_registry=ISOLATED_REGISTRY if isolation == "process" else None,
     )
     # A slow injected run stops its heartbeat, so its lease can really expire.

@@ -3,9 +3,11 @@
 The broken builds (``broken_build/sitecustomize.py``, loaded only by this test
 through ``PYTHONPATH``): one lets a redelivered stock step deduct again, and the
 test drops the unique index that would still refuse the second deduction row;
-replaying finished stock jobs then doubles deductions. The other sabotages a
-compensation: a cancelled order's stock comes back twice. Either way the run
-must exit 1 and name the invariant (and the orders or parts).
+replaying finished stock jobs then doubles deductions. Another sabotages a
+compensation: a cancelled order's stock comes back twice. The third takes the
+lease's fencing away from the database: a run its worker timed out wakes in its
+abandoned thread and commits, once, so only the attempt journal can tell. Each
+time the run must exit 1 and name the invariant (and the orders or parts).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sqlalchemy import text
 
 from orders.app.db import make_engine
 from orders.app.migrate import upgrade_database
+from orders.chaos.journal import LAPSED_COMMIT
 from orders.domain.invariants import CONSERVATION, ONE_DEDUCTION
 
 BROKEN_BUILD = Path(__file__).parent / "broken_build"
@@ -120,3 +123,61 @@ def test_a_compensation_that_returns_stock_twice_fails_the_run_naming_the_parts(
     assert doubled, report["findings"]
     assert all(f.get("part_id") for f in doubled)
     assert any("returned" in f["detail"] for f in doubled)
+
+
+UNFENCED_RUN = (
+    "--orders", "30",
+    "--rate", "15",
+    "--workers-per-step", "1",
+    "--kill-every", "0",
+    "--term-every", "0",
+    "--redis-kill-every", "0",
+    "--freeze-every", "0",
+    "--freeze-in-tx-rate", "0",
+    "--fail-rate", "0",
+    "--slow-rate", "0",
+    "--crash-once", "",
+    "--poison", "",
+    "--cancel", "0",
+    "--hang", "stock",
+    "--hang-rate", "1",
+    "--hang-ms", "4000",
+    "--time-limit", "1.5",
+    "--replay-every", "0",
+    "--evict-every", "0",
+    "--seed", "5",
+)  # fmt: skip
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(240)
+def test_a_timed_out_run_that_commits_in_an_unfenced_build_fails_the_run(
+    chaos_env: dict[str, str], data_dir: Path
+) -> None:
+    env = dict(
+        chaos_env,
+        ORDERFLOW_TEST_BROKEN_BUILD="unfenced",
+        PYTHONPATH=os.pathsep.join(
+            p for p in (str(BROKEN_BUILD), chaos_env.get("PYTHONPATH", "")) if p
+        ),
+    )
+
+    code, report, _ = run_chaos(env, data_dir, *UNFENCED_RUN)
+
+    assert code == 1
+    assert report["ok"] is False
+    lapsed = [f for f in report["findings"] if f["invariant"] == LAPSED_COMMIT]
+    assert lapsed, report["findings"]
+    assert all(f.get("order_id") for f in lapsed)
+    assert any("timed_out" in f["detail"] for f in lapsed)
+    # every effect still applied once: the older invariants cannot see this one
+    assert {f["invariant"] for f in report["findings"]} == {LAPSED_COMMIT}
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(240)
+def test_the_same_run_on_the_real_build_holds(chaos_env: dict[str, str], data_dir: Path) -> None:
+    code, report, _ = run_chaos(chaos_env, data_dir, *UNFENCED_RUN)
+
+    assert report["findings"] == [] and code == 0
+    assert report["delivery"]["attempts_given_up"].get("timed_out", 0) > 0

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from orders.chaos.pool import WorkerPool
+from orders.chaos.pool import WorkerPool, process_stopped
 
 GRACEFUL = (
     "import signal, sys, time\n"
@@ -109,3 +109,55 @@ def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period(pool) ->
     poll_until(workers, lambda: workers.stats["started"] == 5)
     assert workers.stats["sigterm_overran"] == 1
     assert workers.stats["graceful_exits"] == 0
+
+
+SELF_STOPPING = (
+    "import os, signal, time\n"
+    "print('up', flush=True)\n"
+    "time.sleep(0.2)\n"
+    "os.kill(os.getpid(), signal.SIGSTOP)\n"  # as the injected freeze in a transaction
+    "time.sleep(60)\n"
+)
+
+
+def test_a_frozen_worker_is_really_stopped_then_thawed_after_its_freeze(pool) -> None:
+    workers = pool(freeze_seconds=0.5)
+    workers.start_all()
+
+    victim = workers.freeze_random()
+
+    assert victim is not None
+    poll_until(workers, lambda: process_stopped(victim.pid), timeout=5)
+    workers.poll()
+    assert workers.stats["froze_itself"] == 0  # we froze it: not counted as its own
+    assert process_stopped(victim.pid)
+    poll_until(workers, lambda: workers.stats["thawed"] == 1)
+    poll_until(workers, lambda: not process_stopped(victim.pid), timeout=5)
+    assert workers.stats["frozen"] == 1
+    assert victim.proc.poll() is None  # alive, and still one of the pool's
+    assert len(workers.live()) == 4
+
+
+def test_a_worker_that_stopped_itself_is_found_and_thawed(pool) -> None:
+    workers = pool(SELF_STOPPING, freeze_seconds=0.3)
+    workers.start_all()
+
+    poll_until(workers, lambda: workers.stats["froze_itself"] == 4)
+    poll_until(workers, lambda: workers.stats["thawed"] == 4)
+    for worker in workers.live():
+        poll_until(workers, lambda w=worker: not process_stopped(w.pid), timeout=5)
+    assert workers.stats["frozen"] == 0
+
+
+def test_stopping_the_pool_thaws_a_frozen_worker_so_it_exits_gracefully(pool) -> None:
+    workers = pool(freeze_seconds=60)
+    workers.start_all()
+    victim = workers.freeze_random()
+    assert victim is not None
+    poll_until(workers, lambda: process_stopped(victim.pid), timeout=5)
+
+    started = time.monotonic()
+    workers.stop(timeout=5)
+
+    assert victim.proc.returncode == 0  # its SIGTERM handler ran: it was thawed first
+    assert time.monotonic() - started < 4

@@ -95,9 +95,13 @@ def test_handler_faults_go_to_the_chosen_steps_only() -> None:
         crash_once_step="logistics",
         poison_step=None,
         hang_step=None,
+        freeze_in_tx_rate=0.02,
+        freeze_steps=("points",),
     )
     faults = handler_faults(options)
     assert set(faults) == {"notification", "points", "logistics"}
+    assert faults["points"].freeze_in_tx_rate == 0.02
+    assert not faults["notification"].freeze_in_tx_rate
     assert faults["notification"].fail_rate == 0.3 and not faults["notification"].slow_rate
     assert (faults["points"].slow_rate, faults["points"].slow_ms) == (0.1, 3000)
     assert faults["logistics"].crash_once and not faults["logistics"].fail_rate
@@ -105,9 +109,22 @@ def test_handler_faults_go_to_the_chosen_steps_only() -> None:
 
 def test_no_handler_faults_when_all_are_off() -> None:
     options = ChaosOptions(
-        fail_rate=0, slow_rate=0, crash_once_step=None, poison_step=None, hang_step=None
+        fail_rate=0,
+        slow_rate=0,
+        crash_once_step=None,
+        poison_step=None,
+        hang_step=None,
+        freeze_in_tx_rate=0,
     )
     assert handler_faults(options) == {}
+
+
+def test_a_freeze_must_outlast_the_lease() -> None:
+    assert ChaosOptions(lease_seconds=2.0).effective_freeze_seconds == 5.0
+    with pytest.raises(ValueError, match="outlast the lease"):
+        ChaosOptions(lease_seconds=2.0, freeze_seconds=2.0)
+    with pytest.raises(ValueError, match="unknown step"):
+        ChaosOptions(freeze_steps=("nope",))
 
 
 @pytest.mark.parametrize(

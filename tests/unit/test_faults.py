@@ -176,3 +176,23 @@ def test_a_hung_run_sleeps_with_its_lease_kept_and_is_counted() -> None:
     assert time.monotonic() - began >= 0.02
     assert events == [("stock", "hang"), "handler"]
     assert not FaultConfig(hang_rate=0.5).active  # a rate without a length injects nothing
+
+
+def test_a_freeze_in_a_transaction_stops_the_process_at_its_rate_and_is_counted() -> None:
+    events: list[object] = []
+    faults = middleware(
+        {"stock": FaultConfig(freeze_in_tx_rate=0.5)},
+        freeze=lambda: events.append("frozen"),
+        on_injected=lambda step, kind: events.append((step, kind)),
+    )
+
+    for _ in range(400):
+        faults.in_transaction("stock")
+    faults.in_transaction("points")  # no config: nothing
+
+    frozen = events.count("frozen")
+    assert 150 < frozen < 250
+    assert events.count(("stock", "freeze_in_tx")) == frozen
+    assert FaultConfig(freeze_in_tx_rate=0.01).active
+    with pytest.raises(ValidationError):
+        FaultConfig(freeze_in_tx_rate=1.5)

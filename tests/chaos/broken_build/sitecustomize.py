@@ -19,6 +19,12 @@ stock step is sabotaged instead: ``return_stock`` puts every part back twice
 (its ``stock_returns`` rows still say the right quantity), as a compensation
 that undoes more than was done would.
 
+With ``ORDERFLOW_TEST_BROKEN_BUILD=unfenced`` the database is no longer fenced by
+the lease (ADR 0023): the attempt guard lets every block run (also that of an
+attempt its worker timed out), the tracker's read-time token check passes every
+run, and recording a failure no longer advances the step row's token. A run that
+hung past its time limit then wakes in its abandoned thread and commits.
+
 Nothing outside that test imports this file, and it does nothing without the
 variable.
 """
@@ -135,3 +141,19 @@ if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "return_twice":
         return out
 
     compensations.COMPENSATING_EFFECTS["return_stock"] = _return_twice
+
+
+if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "unfenced":
+    from reliable_queue import attempts
+    from workflows import tracker as _tracker
+
+    def _always_enter(self):  # type: ignore[no-untyped-def]
+        self._lock.acquire()
+        if self._depth == 0:
+            self._held_since = self._policy.clock()
+        self._depth += 1
+        return self
+
+    attempts.AttemptGuard.__enter__ = _always_enter  # type: ignore[method-assign]
+    _tracker._fenced_out = lambda run, row: None
+    _tracker._advanced_token = lambda token: {}
