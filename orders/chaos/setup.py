@@ -147,7 +147,7 @@ class ChaosOptions:
     cancel: int = 12
     freeze_every: float = 9.0
     freeze_seconds: float | None = None
-    freeze_in_tx_rate: float = 0.01
+    freeze_in_tx_rate: float = 0.03
     freeze_steps: tuple[str, ...] = (STOCK,)
 
     def __post_init__(self) -> None:

@@ -194,7 +194,7 @@ def chaos(
             help="Share of the units of work of --freeze-steps that stop their own worker "
             "inside the write transaction, right before the commit (thawed as above).",
         ),
-    ] = 0.01,
+    ] = 0.03,
     freeze_steps: Annotated[
         str, typer.Option(help="Steps whose units of work may freeze in a transaction.")
     ] = "stock",

@@ -6,9 +6,9 @@ one JSON line per event to its own file there, written with one ``write(2)`` on
 an ``O_APPEND`` descriptor, so a line survives the SIGKILL of its process:
 
 - ``lease``: a job leased, with its fencing number;
-- ``lost``: an attempt its own process gave up (timed out, refused by its
-  attempt guard, fenced out by the database; ADR 0023), which must then never
-  commit.
+- ``lost``: an attempt its own process gave up (its time limit passed, its lane
+  was abandoned, an extend was refused, its attempt guard or the database refused
+  its commit; ADR 0023), which must then never commit.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reliable_queue import RawJob
+from reliable_queue import Lease, RawJob
 from reliable_queue.execution import Dead, Outcome, Retry, fencing_number
 
 log = logging.getLogger("orders.worker.journal")
@@ -29,11 +29,7 @@ log = logging.getLogger("orders.worker.journal")
 JOURNAL_ENV = "ORDERS_CHAOS_JOURNAL_DIR"
 """Environment variable naming the journal directory (unset: no journal)."""
 
-_LOST_PREFIXES = {
-    "TimeLimitExceeded": "timed_out",
-    "AttemptLost": "attempt_lost",
-    "FencedOut": "fenced_out",
-}
+_LOST_PREFIXES = {"AttemptLost": "attempt_lost", "FencedOut": "fenced_out"}
 
 
 def lost_reason(outcome: Outcome) -> str | None:
@@ -43,13 +39,12 @@ def lost_reason(outcome: Outcome) -> str | None:
         outcome: a settled run's outcome (``Succeeded``, ``Retry`` or ``Dead``).
 
     Returns:
-        ``timed_out`` (the process's time limit stopped the run), ``attempt_lost``
-        (the attempt guard refused the commit), ``fenced_out`` (the database refused
-        it), or None: the run succeeded or failed on its own (a handler error, which
-        may come after a commit and proves nothing about it).
+        ``attempt_lost`` (the attempt guard refused the commit), ``fenced_out`` (the
+        database refused it), or None: the run succeeded or failed on its own (a
+        handler error may come after a commit and proves nothing about it), or
+        timed out (a time-out during the commit block does not stop that block;
+        one before it is journaled by :meth:`AttemptJournal.attempt_lost`).
     """
-    if isinstance(outcome, Dead) and outcome.reason == "timed_out":
-        return "timed_out"
     if isinstance(outcome, Retry | Dead):
         head = outcome.error.split(":", 1)[0]
         return _LOST_PREFIXES.get(head)
@@ -91,6 +86,13 @@ class AttemptJournal:
         if why is not None:
             n = fencing_number(outcome.lease.token)
             self._write([{"e": "lost", "q": job.queue, "job": job.job_id, "n": n, "why": why}])
+
+    def attempt_lost(self, queue: str, lease: Lease, reason: str) -> None:
+        """Worker ``on_attempt_lost`` hook: a ``lost`` line (the process took the lease
+        from the attempt before its commit block: ``timed_out``, ``abandoned`` or
+        ``lease_lost``)."""
+        n = fencing_number(lease.token)
+        self._write([{"e": "lost", "q": queue, "job": lease.job_id, "n": n, "why": reason}])
 
     def recording(
         self, then: Callable[[RawJob, Outcome], None]

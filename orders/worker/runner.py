@@ -153,10 +153,12 @@ def build_worker(
     record = outcome_recorder(app.session_factory)
     if guard is not None:
         record = guard.unless_handed_back(record)
-    after_fetch = None
+    hooks = WorkerHooks()
     if app.settings.chaos_journal_dir is not None:
         journal = AttemptJournal(app.settings.chaos_journal_dir)
-        after_fetch, record = journal.leased, journal.recording(record)
+        hooks.after_fetch, hooks.on_attempt_lost = journal.leased, journal.attempt_lost
+        record = journal.recording(record)
+    hooks.on_outcome = obs.on_outcome(record)
     worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],
@@ -167,7 +169,7 @@ def build_worker(
         settings=app.queue_settings,
         grace_seconds=grace_seconds,
         middleware=[*([guard] if guard else []), *obs.middleware(), faults],
-        hooks=WorkerHooks(after_fetch=after_fetch, on_outcome=obs.on_outcome(record)),
+        hooks=hooks,
         isolated_registry=ISOLATED_REGISTRY if isolation == "process" else None,
     )
     # A slow injected run stops its heartbeat, so its lease can really expire.

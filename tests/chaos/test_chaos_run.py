@@ -1,6 +1,7 @@
 """``orders chaos`` end to end: every fault really happens and every invariant still holds.
 
-Real worker processes are SIGKILLed and SIGTERMed, the embedded Redis server is
+Real worker processes are SIGKILLed, SIGTERMed and frozen (SIGSTOP, then
+SIGCONT; some stop themselves inside a write transaction), the embedded Redis server is
 SIGKILLed and restarted on its data dir (always an embedded server, also when
 ``TEST_REDIS_URL`` is set: see conftest), handlers fail, stall past their lease
 and kill their own process, and finished jobs are replayed. The report is read
@@ -26,6 +27,8 @@ EVERY_FAULT = (
     "hung_handler",
     "replay",
     "key_eviction",
+    "worker_freeze",
+    "worker_freeze_in_tx",
 )
 
 
@@ -54,6 +57,8 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
         "--slow-ms", "4000",
         "--slow-steps", "points",
         "--hang-rate", "0.1",
+        "--freeze-every", "6",
+        "--freeze-in-tx-rate", "0.05",
         "--lease", "2",
         "--crash-once", "logistics",
         "--replay-every", "2",
@@ -121,6 +126,8 @@ def test_with_appendfsync_always_a_redis_crash_loses_nothing_to_republish(
         "--hang", "",
         "--replay-every", "0",
         "--evict-every", "0",
+        "--freeze-every", "0",
+        "--freeze-in-tx-rate", "0",
         "--seed", "3",
     )  # fmt: skip
 

@@ -28,6 +28,9 @@ def orders_command() -> list[str]:
         (["--appendfsync", "no"], "everysec or always"),
         (["--source", "nowhere"], "tpch or random"),
         (["--fail-rate", "2"], "fail-rate"),
+        (["--freeze-steps", "billing"], "unknown step"),
+        (["--freeze-seconds", "1.5", "--lease", "2"], "outlast the lease"),
+        (["--freeze-in-tx-rate", "1.5"], "freeze-in-tx-rate"),
     ],
 )
 def test_bad_chaos_options_exit_nonzero_with_a_clear_message(

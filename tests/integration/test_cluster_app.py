@@ -105,6 +105,8 @@ def test_chaos_on_the_cluster_loses_no_order_and_applies_no_effect_twice(
         # cancellations add compensating effects; tests/chaos counts those, and here
         # the exact count of forward effects is the check
         "--cancel", "0",
+        # the first freeze would come after this 3 s window; tests/chaos covers them
+        "--freeze-every", "0", "--freeze-in-tx-rate", "0",
     ]  # fmt: skip
 
     report = run_json(args, env, data_dir, 230)

@@ -78,7 +78,16 @@ class AttemptGuard:
         expires: monotonic seconds at which the lease, as last granted, ends.
     """
 
-    __slots__ = ("_depth", "_held_since", "_kept", "_lock", "_lost", "_policy", "expires")
+    __slots__ = (
+        "_depth",
+        "_held_since",
+        "_kept",
+        "_lock",
+        "_lost",
+        "_policy",
+        "_sealed",
+        "expires",
+    )
 
     def __init__(self, policy: GuardPolicy, expires: float) -> None:
         self._policy = policy
@@ -86,6 +95,7 @@ class AttemptGuard:
         self.expires = expires
         self._lost: str | None = None
         self._kept = False
+        self._sealed = False
         self._depth = 0
         self._held_since = 0.0
 
@@ -129,14 +139,29 @@ class AttemptGuard:
         if expires > self.expires:
             self.expires = expires
 
+    @property
+    def sealed(self) -> bool:
+        """True once the lease was lost while no block held the guard and none had
+        completed: every block is refused, so this attempt commits nothing."""
+        return self._sealed
+
     def lose(self, reason: str) -> None:
         """The lease is known lost (``reason``, one of :data:`REASONS`): refuse from now on.
 
         A block already holding the guard is not stopped (nothing can stop it; the
-        database's own fencing refuses its write).
+        database's own fencing refuses its write). Otherwise the guard is
+        :attr:`sealed` (decided under its lock, so no block slips in between).
         """
-        if self._lost is None:
-            self._lost = reason
+        if not self._lock.acquire(blocking=False):  # a block holds it
+            if self._lost is None:
+                self._lost = reason
+            return
+        try:
+            if self._lost is None:
+                self._lost = reason
+                self._sealed = not self._kept
+        finally:
+            self._lock.release()
 
     def revoke(self, reason: str, now: float) -> bool:
         """Take the lease away for the time-limit check, unless a block decided first.
@@ -171,6 +196,7 @@ class AlwaysAllow:
     __slots__ = ()
     lost = None
     kept = False
+    sealed = False
 
     def __enter__(self) -> AlwaysAllow:
         return self

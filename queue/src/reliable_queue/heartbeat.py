@@ -100,13 +100,31 @@ class LeaseBook:
     Args:
         guards: makes each delivery's attempt guard; None (default) gives every
             entry the guard that always allows.
+        on_attempt_lost: told ``(entry, reason)`` each time this process takes an
+            attempt's lease from it (``timed_out``, ``abandoned``, ``lease_lost``:
+            ``reliable_queue.attempts``) before the attempt entered its guarded block
+            (its guard is then sealed: it commits nothing), outside the book's lock;
+            must not raise.
     """
 
-    def __init__(self, guards: GuardPolicy | None = None) -> None:
+    def __init__(
+        self,
+        guards: GuardPolicy | None = None,
+        on_attempt_lost: Callable[[Held, str], None] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
         self.lost: set[str] = set()
         self.guards = guards
+        self.on_attempt_lost = on_attempt_lost
+
+    def attempt_lost(self, entries: list[Held], reason: str) -> None:
+        """Tell ``on_attempt_lost`` about each entry whose attempt lost its lease
+        before it entered its guarded block (its guard is sealed)."""
+        if self.on_attempt_lost is not None:
+            for entry in entries:
+                if entry.guard.sealed:
+                    self.on_attempt_lost(entry, reason)
 
     def add(
         self,
@@ -175,11 +193,13 @@ class LeaseBook:
             ]
             for lane in lanes.values():
                 lane.taken = True
-            for h in mates:
-                h.guard.revoke(ABANDONED, now)
+            # a mate whose run ended has nothing left to guard: only the others lose
+            abandoned = [h for h in mates if h.result is None and h.guard.revoke(ABANDONED, now)]
             for h in overdue + mates:
                 del self._held[h.lease.job_id]
-            return overdue, mates
+        self.attempt_lost(overdue, TIMED_OUT)
+        self.attempt_lost(abandoned, ABANDONED)
+        return overdue, mates
 
     def close(self, lane: LaneRun, entries: list[Held]) -> bool:
         """``lane``'s batch has run: stop holding its jobs, unless the check took it.
@@ -309,6 +329,7 @@ class Heartbeat(threading.Thread):
                         held.guard.lose(LEASE_LOST)
                     else:
                         held.guard.renew(sent + self.lease_seconds)
+                self.book.attempt_lost([h for h in entries if h.lease.job_id in lost], LEASE_LOST)
             for job_id in refused:
                 if job_id not in self.book.lost:
                     self.book.lost.add(job_id)

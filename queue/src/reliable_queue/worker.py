@@ -42,7 +42,7 @@ from .execution import (
 from .gate import LaneGate, Ticket
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
 from .isolation import ChildProcess, Killed, Lost, load_factory, run_isolated
-from .job import FetchResult, RawJob
+from .job import FetchResult, Lease, RawJob
 from .limits import MAX_FETCH
 from .middleware import BatchMiddleware
 from .policy import should_retry, time_limit_of
@@ -67,11 +67,19 @@ class WorkerHooks:
         on_outcome: called with each job and its outcome (Succeeded / Retry / Dead)
             before it is settled, e.g. to record a failure in the application's
             database. An exception here is logged and does not change the outcome.
+        on_attempt_lost: called with ``(queue name, lease, reason)`` each time this
+            process takes an attempt's lease from it before the attempt entered its
+            guarded block: its time limit passed (``timed_out``), its lane was
+            abandoned with it (``abandoned``), or an extend was refused
+            (``lease_lost``). That attempt then commits nothing (its guard is
+            sealed, ADR 0023). Called from the heartbeat thread; an exception is
+            logged.
     """
 
     after_fetch: Callable[[list[RawJob]], None] | None = None
     before_settle: Callable[[list[Call]], None] | None = None
     on_outcome: Callable[[RawJob, Outcome], None] | None = None
+    on_attempt_lost: Callable[[str, Lease, str], None] | None = None
 
 
 @dataclass
@@ -212,7 +220,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.counters = WorkerCounters()
         self._guards = GuardPolicy(self.settings.lease_seconds, clock)
-        self.book = LeaseBook(self._guards)  # attempt guards
+        self.book = LeaseBook(self._guards, self._attempt_lost)  # attempt guards
         self.gate = LaneGate()
         self.stopping = threading.Event()
         self._halt = threading.Event()  # ends the heartbeat
@@ -226,6 +234,14 @@ class Worker:
         self._lanes_lock = threading.Lock()
         self._lane_seq = 0
         self._stop_signals = StopSignals(clock=clock)
+
+    def _attempt_lost(self, held: Held, reason: str) -> None:
+        hook = self.hooks.on_attempt_lost
+        if hook is not None:
+            try:
+                hook(held.queue.name, held.lease, reason)
+            except Exception:
+                log.exception("on_attempt_lost hook failed for job %s", held.lease.job_id)
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:

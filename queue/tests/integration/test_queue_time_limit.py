@@ -263,3 +263,46 @@ def test_finished_batch_mates_of_a_hung_job_are_settled_at_once_and_run_once(
             assert hooked == {**dict.fromkeys(before + after, 1), failed: 2, hung: 2}
     finally:
         unblock.set()
+
+
+def test_the_process_tells_which_attempts_it_took_the_lease_from(
+    redis_client, key_prefix, registry
+):
+    """``on_attempt_lost`` names the timed-out run and the batch-mates abandoned with
+    it, not the mate that had finished: what a late commit must never come from."""
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    lost: list[tuple[str, str, str]] = []
+    policy = RetryPolicy(max_attempts=3, base_delay=0.05, jitter=False, time_limit=LIMIT)
+
+    @registry.task("hang", retry=policy)
+    def hang(payload, ctx: JobContext):
+        if ctx.attempt == 1:
+            unblock.wait(30)
+
+    @registry.task("quick")
+    def quick(payload, ctx: JobContext):
+        pass
+
+    hooks = WorkerHooks(on_attempt_lost=lambda q, lease, why: lost.append((q, lease.job_id, why)))
+    done = queue.enqueue("quick", {})
+    hung = queue.enqueue("hang", {})
+    waiting = queue.enqueue("quick", {})  # leased with the hung run, not started
+    try:
+        with running_worker(
+            redis_client,
+            ["jobs"],
+            registry,
+            prefix=key_prefix,
+            settings=SETTINGS,
+            hooks=hooks,
+            batch_size=3,
+        ):
+            wait_until(lambda: explain(queue, hung).state == "done", timeout=8)
+            wait_until(lambda: explain(queue, waiting).state == "done", timeout=8)
+    finally:
+        unblock.set()
+
+    assert ("jobs", hung, "timed_out") in lost
+    assert ("jobs", waiting, "abandoned") in lost
+    assert not [entry for entry in lost if entry[1] == done]

@@ -189,3 +189,41 @@ def test_the_mates_of_a_timed_out_run_lose_their_guards(policy, clock):
     assert (overdue, mates) == ([hung], [unstarted])
     assert refusal(hung.guard) == "timed_out"
     assert refusal(unstarted.guard) == "abandoned"  # handed back: its run must not commit
+
+
+def test_a_guard_lost_before_any_block_is_sealed_and_refuses_every_block(policy, clock):
+    guard = policy.guard(clock())
+
+    guard.lose("lease_lost")
+
+    assert guard.sealed
+    assert refusal(guard) == "lease_lost"
+
+
+def test_a_guard_lost_while_a_block_holds_it_or_after_one_completed_is_not_sealed(
+    policy, clock
+):
+    held = policy.guard(clock())
+    with held_by_a_lane(held):
+        held.lose("lease_lost")  # the block goes on: only the database can refuse it
+    assert held.lost == "lease_lost" and not held.sealed
+
+    done = policy.guard(clock())
+    assert refusal(done) is None
+    done.lose("lease_lost")
+    assert not done.sealed  # its effect is in
+
+
+def test_a_time_out_seals_a_guard_no_block_entered_not_one_held_past_the_hold_limit(
+    policy, clock
+):
+    waiting = policy.guard(clock())
+    assert waiting.revoke("timed_out", clock())
+    assert waiting.sealed
+
+    holding = policy.guard(clock())
+    with held_by_a_lane(holding):
+        clock.now += policy.hold_limit + 1
+        assert holding.revoke("timed_out", clock())  # no longer deferred...
+    assert not holding.sealed  # ...but the block it did not stop may have committed
+    assert ALWAYS.sealed is False
