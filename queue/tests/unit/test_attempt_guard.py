@@ -200,9 +200,7 @@ def test_a_guard_lost_before_any_block_is_sealed_and_refuses_every_block(policy,
     assert refusal(guard) == "lease_lost"
 
 
-def test_a_guard_lost_while_a_block_holds_it_or_after_one_completed_is_not_sealed(
-    policy, clock
-):
+def test_a_guard_lost_while_a_block_holds_it_or_after_one_completed_is_not_sealed(policy, clock):
     held = policy.guard(clock())
     with held_by_a_lane(held):
         held.lose("lease_lost")  # the block goes on: only the database can refuse it
@@ -214,9 +212,7 @@ def test_a_guard_lost_while_a_block_holds_it_or_after_one_completed_is_not_seale
     assert not done.sealed  # its effect is in
 
 
-def test_a_time_out_seals_a_guard_no_block_entered_not_one_held_past_the_hold_limit(
-    policy, clock
-):
+def test_a_time_out_seals_a_guard_no_block_entered_not_one_held_past_the_hold_limit(policy, clock):
     waiting = policy.guard(clock())
     assert waiting.revoke("timed_out", clock())
     assert waiting.sealed
