@@ -20,7 +20,8 @@ fails on:
   library's), which sweeps queue keys with everything else;
 - a Redis command in a module that is not in :data:`APP_KEY_MODULES`, the list of
   modules that keep keys of the application's own (each with the keys it touches
-  and why they are not a queue's).
+  and why they are not a queue's). Server commands (``CONFIG GET`` of the eviction
+  check, ``PING``, ``CLIENT LIST``) name no key and are not counted.
 
 The checks are proven on planted snippets first, so a check that can no longer fail
 is caught too; a second test holds the application's own key names outside the
