@@ -11,11 +11,11 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.orm.exc import StaleDataError
 
+from orders.app.invariants import check_stock_conservation
 from orders.app.placement import PlacedOrder, place_orders
 from orders.domain import effects
 from orders.domain.effects import CONFIRMATION, insert_rows, read_inventory, write_inventory
 from orders.domain.handlers import handle_steps
-from orders.domain.invariants import check_stock_conservation
 from orders.domain.models import Inventory, Notification, Shipment, StockDeduction
 from orders.domain.steps import STOCK
 from workflows.tracker import StepResult, StepRun
