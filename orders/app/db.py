@@ -15,8 +15,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from orders.app.errors import SQLiteTooOld
 from orders.app.sqlite_writers import WriterTurns
-from orders.domain.errors import SQLiteTooOld
 from workflows.uow import SessionFactory, UnitOfWork
 
 __all__ = [

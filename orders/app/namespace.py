@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from orders.domain.errors import NamespaceClaimed
+from orders.app.errors import NamespaceClaimed
 from reliable_queue.cluster import RedisClient
 from reliable_queue.namespace import delete_namespace
 

@@ -20,9 +20,10 @@ from rich.text import Text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from orders.app.bootstrap import App, build
+from orders.app.errors import InvalidRedisUrl
 from orders.app.settings import Settings
 from orders.cli.render import clean, console, err_console
-from orders.domain.errors import InvalidRedisUrl, OrdersError
+from orders.domain.errors import OrdersError
 from orders.observability.urls import mask_url, mask_urls_in, remember_url
 from reliable_queue import (
     JobIdLookupError,
