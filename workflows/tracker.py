@@ -49,6 +49,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
+from sqlalchemy.types import TypeEngine
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
@@ -195,7 +196,7 @@ _STEP_ROWS = per_dialect(
         )
     )
 )
-_CLAIMED_COLUMNS = {
+_CLAIMED_COLUMNS: dict[str, TypeEngine[Any]] = {
     "row_id": Integer(),
     "outcome": String(),
     "attempt": Integer(),

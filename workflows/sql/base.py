@@ -60,6 +60,9 @@ class Dialect(ABC):
     name: ClassVar[str]
     marking_rechecks: ClassVar[bool]
 
+    def __init__(self) -> None:
+        self._inserts: dict[tuple[Any, ...], Insert] = {}
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -284,16 +287,16 @@ class Dialect(ABC):
         self, table: Table, columns: tuple[str, ...], constants: tuple[str, ...]
     ) -> Insert:
         """The batch insert's statement, built once per (table, columns, constants)."""
-        cache: dict[tuple[Any, ...], Insert] = self.__dict__.setdefault("_inserts", {})
         key = (table, columns, constants)
-        statement = cache.get(key)
+        statement = self._inserts.get(key)
         if statement is None:
             rows = self.rows("rows", {name: table.c[name].type for name in columns}, alias="v")
             values = select(
                 *(rows.c[name] for name in columns),
                 *(bindparam(name, type_=table.c[name].type) for name in constants),
             )
-            statement = cache[key] = insert(table).from_select([*columns, *constants], values)
+            statement = insert(table).from_select([*columns, *constants], values)
+            self._inserts[key] = statement
         return statement
 
     @abstractmethod
@@ -348,7 +351,7 @@ def scalar_defaults(table: Table, given: Iterable[str]) -> dict[str, Any]:
     """
     present = set(given)
     return {
-        column.key: column.default.arg  # type: ignore[union-attr]
+        column.key: column.default.arg  # type: ignore[union-attr,attr-defined]
         for column in table.columns
         if column.key not in present
         and not column.primary_key
