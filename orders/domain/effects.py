@@ -47,11 +47,11 @@ from orders.domain.models import (
     Shipment,
     StockDeduction,
 )
-from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
+from orders.domain.steps import LOGISTICS, NOTIFICATION, OUT_OF_STOCK_OUTCOME, POINTS, STOCK
 from workflows.sql import Dialect, dialect_of, per_dialect
 
 DEDUCTED = "deducted"
-OUT_OF_STOCK = "out_of_stock"
+OUT_OF_STOCK = OUT_OF_STOCK_OUTCOME
 SENT = "sent"
 ALREADY_SENT = "already_sent"
 CREDITED = "credited"

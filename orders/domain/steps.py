@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orders.domain.models import OrderStatus
 from workflows.dependencies import StepGraph
 from workflows.outbox import StepSpec, WorkflowSpec
 
@@ -24,9 +25,10 @@ COMPENSATION_STEPS: tuple[str, ...] = (RETURN_STOCK, REVERSE_POINTS, CANCEL_SHIP
 ALL_STEPS: tuple[str, ...] = STEPS + COMPENSATION_STEPS
 """Every step a worker may serve (forward, then compensating); one queue each."""
 
-OUT_OF_STOCK_OUTCOME = "out_of_stock"
+OUT_OF_STOCK_OUTCOME = OrderStatus.OUT_OF_STOCK
 """The stock step's outcome when a part is short: a business outcome, not a failure
-of the step, but the order cannot be fulfilled (see ``orders.domain.effects``)."""
+of the step, but the order cannot be fulfilled (see ``orders.domain.effects``); named
+after the order status it leads to."""
 
 ORDER_GRAPH = StepGraph(
     after={NOTIFICATION: (STOCK,), POINTS: (STOCK,), LOGISTICS: (STOCK,)},
