@@ -13,7 +13,7 @@ import logging
 
 from sqlalchemy import event
 
-from orders.app.bootstrap import build
+from orders.app.bootstrap import build_worker_app
 from orders.worker import defaults
 from orders.worker.runner import run_worker
 
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true", help="record metrics (CLI default)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    app = build()
+    app = build_worker_app(lanes=args.concurrency * len(args.steps))
     count_commits(app)
     try:
         run_worker(

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from orders.app.db import make_engine, make_session_factory
+from orders.app.db import make_engine, make_session_factory, worker_pool_size
 from orders.app.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.app.namespace import DatabaseLabel, bind_namespace, holder
 from orders.app.private_files import private_dir
@@ -302,6 +302,20 @@ def build(settings: Settings | None = None, **overrides: object) -> App:
 
     Args:
         settings: settings object; ``Settings()`` reads ``ORDERS_*`` variables.
-        overrides: ``redis_override=`` / ``engine_override=`` parts to use instead.
+        overrides: ``redis_override=`` / ``engine_override=`` parts to use instead,
+            and the other :class:`App` fields (``pool_size``, ``lease_bound``...).
     """
     return App(settings or Settings(), **overrides)  # type: ignore[arg-type]
+
+
+def build_worker_app(settings: Settings | None = None, *, lanes: int, **overrides: object) -> App:
+    """Build the application of a worker process of ``lanes`` lanes (all steps together):
+    one database connection per lane plus one (:func:`orders.app.db.worker_pool_size`)
+    and no transaction of the process outliving its lease (``lease_bound``, ADR 0023).
+
+    Args:
+        settings: as for :func:`build`.
+        lanes: lanes (threads) of the process, >= 1.
+        overrides: as for :func:`build`.
+    """
+    return build(settings, pool_size=worker_pool_size(lanes), lease_bound=True, **overrides)

@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException
 from rich.text import Text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from orders.app.bootstrap import App, build
+from orders.app.bootstrap import App, build, build_worker_app
 from orders.app.errors import InvalidRedisUrl
 from orders.app.settings import Settings
 from orders.cli.render import clean, console, err_console
@@ -52,7 +52,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 ROW_ID_MAX = 2**63 - 1
 
 
-def make_app(*, auto_migrate: bool = False, uses_redis: bool = True) -> App:
+def make_app(
+    *, auto_migrate: bool = False, uses_redis: bool = True, worker_lanes: int | None = None
+) -> App:
     """Build the application from ``ORDERS_*`` environment variables.
 
     Args:
@@ -60,6 +62,8 @@ def make_app(*, auto_migrate: bool = False, uses_redis: bool = True) -> App:
         uses_redis: the command talks to Redis: when the embedded server is not
             running (say, after ``orders services stop``), say on stderr that it
             is started again.
+        worker_lanes: the command is a worker process with this many lanes: its
+            application is built for one (``orders.app.bootstrap.build_worker_app``).
 
     Raises:
         typer.Exit(2): the settings are invalid (the message says which).
@@ -67,6 +71,8 @@ def make_app(*, auto_migrate: bool = False, uses_redis: bool = True) -> App:
     settings = load_settings(Settings)
     if uses_redis:
         _say_if_starting_redis(settings)
+    if worker_lanes is not None:
+        return build_worker_app(settings, lanes=worker_lanes, auto_migrate=auto_migrate)
     return build(settings, auto_migrate=auto_migrate)
 
 

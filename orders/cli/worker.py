@@ -87,7 +87,7 @@ def worker(
         except (socket.gaierror, UnicodeError) as exc:
             fail(f"--metrics-host {metrics_host} is not an address: {exc.args[-1]}", code=2)
     setup_logging(log_level)
-    app = make_app()
+    app = make_app(worker_lanes=concurrency * len(chosen))
     try:
         run_worker(
             app,

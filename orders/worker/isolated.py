@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import os
 
-from orders.app.bootstrap import build
+from orders.app.bootstrap import build_worker_app
 from orders.app.settings import Settings
 from orders.observability.logs import configure_logging
 from orders.observability.multiproc import ENV as METRICS_ENV
 from orders.observability.worker_setup import worker_observability
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
-from orders.worker.runner import bind_engine_to_worker, step_hooks
+from orders.worker.runner import step_hooks
 from orders.worker.tasks import build_registry
 from reliable_queue import TaskRegistry
 
@@ -40,8 +40,8 @@ def registry() -> TaskRegistry:
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
     configure_logging(level if isinstance(level, str) else "INFO")
     settings = Settings()
-    app = build(settings, schema_checked=True)  # the worker checked it
-    bind_engine_to_worker(app, 1)  # one call at a time: one connection, lease-bound
+    # one call at a time: one connection, lease-bound; the worker checked the schema
+    app = build_worker_app(settings, lanes=1, schema_checked=True)
     counters = Counters(app.redis, settings.queue_prefix)
     obs = worker_observability(app, record=METRICS_ENV in os.environ)
     faults = FaultMiddleware(

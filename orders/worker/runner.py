@@ -8,7 +8,6 @@ import threading
 from collections.abc import Sequence
 
 from orders.app.bootstrap import App
-from orders.app.db import worker_pool_size
 from orders.app.eviction import check_key_eviction
 from orders.domain.errors import OrdersError
 from orders.domain.steps import queue_name
@@ -26,20 +25,6 @@ from workflows.relay import publish_released
 from workflows.tracker import StepResult
 
 log = logging.getLogger("orders.worker")
-
-
-def bind_engine_to_worker(app: App, lanes: int) -> None:
-    """Before the engine's first use: one connection per lane, and no transaction of
-    this process outliving its lease (``App.lease_bound``, ADR 0023). An engine that
-    already exists (built, or handed in by a test) is left as it is.
-
-    Args:
-        app: the application.
-        lanes: lanes (threads) of the process, all steps together.
-    """
-    if "engine" not in app.__dict__:
-        app.pool_size = worker_pool_size(lanes)
-        app.lease_bound = True
 
 
 #: the registry factory of an isolated step child (``ORDERS_STEP_ISOLATION=process``)
@@ -111,7 +96,10 @@ def build_worker(
     (``workflows.dependencies``) are published right after its commit.
 
     Args:
-        app: the application.
+        app: the application, built for a worker process of ``concurrency *
+            len(steps)`` lanes (``orders.app.bootstrap.build_worker_app``: its pool
+            and its lease-bound transactions; another app works, with the engine
+            it was built with).
         steps: step names (each is its own queue).
         concurrency: lanes (threads) per step.
         batch_size: jobs leased per fetch per lane. Each fetched batch of a step is
@@ -132,7 +120,6 @@ def build_worker(
     every job, one at a time or in a batch (in the worker, also with ``process``:
     the units of work, and their commit hooks, run in the child).
     """
-    bind_engine_to_worker(app, concurrency * len(steps))
     counters = Counters(app.redis, app.settings.queue_prefix)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
@@ -212,7 +199,6 @@ def run_worker(
             interval): the worker then stopped fetching and handed back what it held.
         KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
-    bind_engine_to_worker(app, concurrency * len(steps))  # before the namespace needs it
     app.bind_namespace()  # never serve another database's jobs
     guard = NamespaceGuard(app)
     eviction = check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)

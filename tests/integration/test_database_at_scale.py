@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from orders.app.bootstrap import build
+from orders.app.bootstrap import build, build_worker_app
 from orders.app.db import make_engine, worker_pool_size
 from orders.app.migrate import upgrade_database
 from orders.app.settings import Settings
@@ -69,13 +69,16 @@ def test_the_step_time_limit_sets_statement_and_lock_timeouts_by_default(databas
 
 def test_a_worker_process_sizes_its_pool_from_its_lanes(database_url, redis_client, key_prefix):
     upgrade_database(database_url)
-    app = build(
-        Settings(database_url=database_url, queue_prefix=key_prefix), redis_override=redis_client
-    )
+    settings = Settings(database_url=database_url, queue_prefix=key_prefix)
+    app = build_worker_app(settings, lanes=6, redis_override=redis_client)  # as `orders worker`
+    command = build(settings, redis_override=redis_client)
     try:
         build_worker(app, ["stock", "points"], concurrency=3)
         assert app.pool_size == worker_pool_size(6) == 7
+        assert app.lease_bound and not command.lease_bound
         if make_url(database_url).get_backend_name() == "postgresql":
             assert app.engine.pool.size() == 7
+            assert command.engine.pool.size() == 5
     finally:
         app.close()
+        command.close()
