@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +22,14 @@ from orders.chaos.pool import WorkerPool
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
 from orders.cli.context import console, emit_json, err_console, handle_errors, load_settings
-from orders.cli.options import SEED_MAX, number_option
+from orders.cli.options import (
+    SEED_MAX,
+    JsonOutput,
+    Lanes,
+    OrderSource,
+    OrdersToPlace,
+    number_option,
+)
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
 from orders.worker import defaults
 from orders.worker.procs import start_worker
@@ -40,6 +48,51 @@ def _steps(value: str, option: str) -> tuple[str, ...]:
             param_hint=option,
         )
     return chosen
+
+
+#: The command's options that are not the run's (:class:`ChaosOptions`): where and how
+#: to report it.
+_NOT_RUN_OPTIONS = ("data_dir", "keep", "as_json")
+#: Options naming steps, as a comma list -> their flag.
+_STEP_LISTS = {
+    "fail_steps": "--fail-steps",
+    "slow_steps": "--slow-steps",
+    "replay_steps": "--replay-steps",
+    "freeze_steps": "--freeze-steps",
+}
+#: Options naming one step ('' for none) -> their flag.
+_ONE_STEP = {"crash_once_step": "--crash-once", "poison_step": "--poison", "hang_step": "--hang"}
+
+
+def chaos_options(params: Mapping[str, Any]) -> ChaosOptions:
+    """The run's options from the command's parameters (named as the fields of
+    :class:`ChaosOptions`), step lists parsed.
+
+    Args:
+        params: the parameters typer parsed (``typer.Context.params``).
+
+    Raises:
+        typer.BadParameter: an unknown step, or options that contradict each other
+            (the message names the option).
+    """
+    values = {k: v for k, v in params.items() if k not in _NOT_RUN_OPTIONS}
+    for name, flag in _STEP_LISTS.items():
+        values[name] = _steps(values[name], flag)
+    for name, flag in _ONE_STEP.items():
+        values[name] = (_steps(values[name], flag) or (None,))[0]
+    if values["source"] not in ("tpch", "random"):
+        raise typer.BadParameter("use tpch or random", param_hint="--source")
+    if values["appendfsync"] not in ("everysec", "always"):
+        raise typer.BadParameter("use everysec or always", param_hint="--appendfsync")
+    if values["hang_step"] and values["hang_ms"] <= values["time_limit"] * 1000:
+        raise typer.BadParameter("a hang must outlast the time limit", param_hint="--hang-ms")
+    freeze = values["freeze_seconds"]
+    if freeze is not None and freeze <= values["lease_seconds"]:
+        raise typer.BadParameter("a freeze must outlast the lease", param_hint="--freeze-seconds")
+    try:
+        return ChaosOptions(**values)
+    except ValueError as exc:  # a rule of the run the checks above do not name
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _counts(values: Any) -> str:
@@ -120,11 +173,12 @@ def print_report(report: ChaosReport) -> None:
 
 @handle_errors
 def chaos(
-    orders: Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")] = 1200,
+    ctx: typer.Context,
+    orders: OrdersToPlace = 1200,
     rate: Annotated[
         float, number_option(min=0.1, max=10_000.0, help="Orders placed per second.")
     ] = 30.0,
-    source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
+    source: OrderSource = "tpch",
     out_of_stock_share: Annotated[
         float,
         number_option(
@@ -149,7 +203,7 @@ def chaos(
             min=1, max=16, help="Worker processes per step (and for the compensating steps)."
         ),
     ] = 2,
-    concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker.")] = 2,
+    concurrency: Lanes = 2,
     batch_size: Annotated[
         int,
         typer.Option(
@@ -234,12 +288,16 @@ def chaos(
         int, typer.Option(max=MAX_SECONDS, min=0, help="Length of such a stall, ms.")
     ] = 5000,
     slow_steps: Annotated[str, typer.Option(help="Steps with stalls (comma list).")] = "points",
-    crash_once: Annotated[
-        str, typer.Option(help="Step whose handler kills its own process once ('' : off).")
-    ] = "logistics",
-    poison: Annotated[
+    crash_once_step: Annotated[
         str,
         typer.Option(
+            "--crash-once", help="Step whose handler kills its own process once ('' : off)."
+        ),
+    ] = "logistics",
+    poison_step: Annotated[
+        str,
+        typer.Option(
+            "--poison",
             help="Step that gets a poison job, whose every run kills its worker process "
             "('': off). It must be dead-lettered as worker_lost, and no other job.",
         ),
@@ -247,11 +305,12 @@ def chaos(
     poison_attempts: Annotated[
         int, typer.Option(min=1, max=100, help="Max attempts of the poison job.")
     ] = 3,
-    hang: Annotated[
+    hang_step: Annotated[
         str,
         typer.Option(
+            "--hang",
             help="Step some of whose runs hang past the time limit with their lease kept "
-            "alive ('': off). They must fail as timed_out and be retried."
+            "alive ('': off). They must fail as timed_out and be retried.",
         ),
     ] = "stock",
     hang_rate: Annotated[
@@ -286,8 +345,9 @@ def chaos(
             help="Delete a queue's ready list every S seconds, as key eviction does (0: off).",
         ),
     ] = 7.0,
-    lease: Annotated[
-        float, number_option(max=MAX_SECONDS, min=0.2, help="Job lease for the run, seconds.")
+    lease_seconds: Annotated[
+        float,
+        number_option("--lease", max=MAX_SECONDS, min=0.2, help="Job lease for the run, seconds."),
     ] = 2.0,
     max_attempts: Annotated[
         int, typer.Option(max=MAX_ATTEMPTS, min=1, help="Attempts before the DLQ.")
@@ -317,7 +377,7 @@ def chaos(
         ),
     ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the data dir (logs, AOF, database).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonOutput = False,
 ) -> None:
     """Place orders while killing workers and Redis, then prove from the database that
     no order was lost and no effect was applied twice.
@@ -327,63 +387,14 @@ def chaos(
     is never killed). Exit status 0 only if every invariant holds and every
     enabled fault really happened; 1 otherwise, naming the order and the invariant.
     """
-    if source not in ("tpch", "random"):
-        raise typer.BadParameter("use tpch or random", param_hint="--source")
-    if appendfsync not in ("everysec", "always"):
-        raise typer.BadParameter("use everysec or always", param_hint="--appendfsync")
-    if hang and hang_ms <= time_limit * 1000:
-        raise typer.BadParameter("a hang must outlast the time limit", param_hint="--hang-ms")
-    if freeze_seconds is not None and freeze_seconds <= lease:
-        raise typer.BadParameter("a freeze must outlast the lease", param_hint="--freeze-seconds")
-    options = ChaosOptions(
-        orders=orders,
-        rate=rate,
-        source=source,
-        out_of_stock_share=out_of_stock_share,
-        cancel=cancel,
-        workers_per_step=workers_per_step,
-        concurrency=concurrency,
-        batch_size=batch_size,
-        kill_every=kill_every,
-        term_every=term_every,
-        redis_kill_every=redis_kill_every,
-        redis_down=redis_down,
-        appendfsync=appendfsync,
-        lose_window=lose_window,
-        fail_rate=fail_rate,
-        fail_steps=_steps(fail_steps, "--fail-steps"),
-        slow_rate=slow_rate,
-        slow_ms=slow_ms,
-        slow_steps=_steps(slow_steps, "--slow-steps"),
-        crash_once_step=(_steps(crash_once, "--crash-once") or (None,))[0],
-        poison_step=(_steps(poison, "--poison") or (None,))[0],
-        poison_attempts=poison_attempts,
-        freeze_every=freeze_every,
-        freeze_seconds=freeze_seconds,
-        freeze_in_tx_rate=freeze_in_tx_rate,
-        freeze_steps=_steps(freeze_steps, "--freeze-steps"),
-        hang_step=(_steps(hang, "--hang") or (None,))[0],
-        hang_rate=hang_rate,
-        hang_ms=hang_ms,
-        time_limit=time_limit,
-        replay_every=replay_every,
-        replay_count=replay_count,
-        replay_steps=_steps(replay_steps, "--replay-steps"),
-        evict_every=evict_every,
-        lease_seconds=lease,
-        max_attempts=max_attempts,
-        republish_after=republish_after,
-        settle_timeout=settle_timeout,
-        redrive=redrive,
-        seed=seed,
-    )
+    options = chaos_options(ctx.params)
     # the ORDERS_* settings are checked before a folder is made or Redis started:
     # a bad one is one line and exit 2, with nothing left behind
     load_settings(Settings)
     temporary = data_dir is None
     folder = Path(tempfile.mkdtemp(prefix="orders-chaos-")) if data_dir is None else data_dir
     claim_run(folder, "chaos")  # held until this process ends: a demo there is refused
-    rng = random.Random(seed)
+    rng = random.Random(options.seed)
     with err_console.status("starting Redis, migrating, loading TPC-H (scale 0.01)..."):
         services = prepare(options, os.environ, folder)
     report: ChaosReport | None = None
@@ -396,17 +407,17 @@ def chaos(
                 steps,
                 env=services.env,
                 log_path=services.log_dir / name,
-                concurrency=concurrency,
-                extra=("--grace", str(WORKER_GRACE), "--batch-size", str(batch_size)),
+                concurrency=options.concurrency,
+                extra=("--grace", str(WORKER_GRACE), "--batch-size", str(options.batch_size)),
             )
 
         pool = WorkerPool(
             STEPS,
-            workers_per_step,
+            options.workers_per_step,
             start,
             groups=[COMPENSATION_STEPS],
             rng=rng,
-            term_grace=WORKER_GRACE + slow_ms / 1000 + 5,
+            term_grace=WORKER_GRACE + options.slow_ms / 1000 + 5,
             freeze_seconds=options.effective_freeze_seconds,
         )
         if as_json:

@@ -14,7 +14,14 @@ from orders.app.bootstrap import App
 from orders.app.pacing import place_paced
 from orders.app.run_lock import claim_run
 from orders.cli.context import emit_json, handle_errors, make_app
-from orders.cli.options import SEED_MAX, number_option
+from orders.cli.options import (
+    SEED_MAX,
+    JsonOutput,
+    Lanes,
+    OrderSource,
+    OrdersToPlace,
+    number_option,
+)
 from orders.cli.render import compact_table, console, err_console, for_terminal
 from orders.demo.driver import DemoOptions, DemoReport, Progress, demo_log_dir, run_demo
 from orders.domain.steps import ALL_STEPS
@@ -144,7 +151,7 @@ def print_report(report: DemoReport) -> None:
 
 @handle_errors
 def demo(
-    orders: Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")] = 2000,
+    orders: OrdersToPlace = 2000,
     fail_rate: Annotated[
         float,
         number_option(min=0.0, max=0.9, help="Transient failure rate on notification and points."),
@@ -152,12 +159,12 @@ def demo(
     permanent_rate: Annotated[
         float, number_option(min=0.0, max=1.0, help="Permanent failure rate on logistics (DLQ).")
     ] = 0.005,
-    source: Annotated[str, typer.Option(help="Order source: tpch or random.")] = "tpch",
+    source: OrderSource = "tpch",
     rate: Annotated[
         float | None,
         number_option(min=1.0, max=100_000.0, help="Orders placed per second (default: unpaced)."),
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")] = 2,
+    concurrency: Lanes = 2,
     batch_size: Annotated[
         int,
         typer.Option(
@@ -199,7 +206,7 @@ def demo(
         int | None,
         typer.Option(min=0, max=SEED_MAX, help="Seed of the choice of orders to cancel."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonOutput = False,
 ) -> None:
     """Run TPC-H orders through stock, notification, points and logistics, with failures injected.
 

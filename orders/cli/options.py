@@ -18,12 +18,22 @@ table is in docs/reliability.md, "Hostile input".
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from pydantic_core import PydanticCustomError
 
-__all__ = ["LOG_LEVELS", "SEED_MAX", "FiniteFloat", "log_level_option", "number_option"]
+__all__ = [
+    "LOG_LEVELS",
+    "SEED_MAX",
+    "FiniteFloat",
+    "JsonOutput",
+    "Lanes",
+    "OrderSource",
+    "OrdersToPlace",
+    "log_level_option",
+    "number_option",
+]
 
 #: Largest ``--seed`` (a seed is a 64-bit signed number wherever it is recorded).
 SEED_MAX = 2**63 - 1
@@ -123,3 +133,14 @@ def log_level_option() -> Any:
     """``typer.Option`` for ``--log-level``: one of :data:`LOG_LEVELS`, any case (upper
     case is what the command gets)."""
     return typer.Option(help=f"{', '.join(LOG_LEVELS)}.", callback=_log_level)
+
+
+# Options several commands share, declared once (each command gives its default).
+OrdersToPlace = Annotated[int, typer.Option(min=1, max=1_000_000, help="Orders to place.")]
+"""``--orders``: how many orders a run places (``orders demo``, ``orders chaos``)."""
+OrderSource = Annotated[str, typer.Option(help="Order source: tpch or random.")]
+"""``--source``: where a run's orders come from."""
+Lanes = Annotated[int, typer.Option(min=1, max=32, help="Lanes per worker process.")]
+"""``--concurrency``: lanes (threads) of each worker process a run starts."""
+JsonOutput = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+"""``--json``: print the command's report as JSON instead of tables."""
