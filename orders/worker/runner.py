@@ -19,7 +19,7 @@ from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.journal import AttemptJournal
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import OnRefused, OnResults, build_registry, outcome_recorder
-from reliable_queue import Lease, Worker, WorkerHooks
+from reliable_queue import Worker, WorkerHooks
 from workflows.dependencies import Released
 from workflows.relay import publish_released
 from workflows.tracker import StepResult
@@ -125,6 +125,8 @@ def build_worker(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
         rng=fault_rng,
         on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+        # a slow injected run stops its heartbeat, so its lease can really expire
+        stall=lambda ctx: ctx.guard.let_expire(),
     )
     obs = observability or WorkerObservability()
     on_results, on_refused = step_hooks(app, counters, obs)
@@ -159,8 +161,6 @@ def build_worker(
         hooks=hooks,
         isolated_registry=ISOLATED_REGISTRY if isolation == "process" else None,
     )
-    # A slow injected run stops its heartbeat, so its lease can really expire.
-    faults.stall = lambda ctx: worker.book.drop([Lease(ctx.job_id, ctx.lease_token)])
     return worker
 
 

@@ -85,6 +85,7 @@ class AttemptGuard:
         "_lock",
         "_lost",
         "_policy",
+        "_renewing",
         "_sealed",
         "expires",
     )
@@ -96,6 +97,7 @@ class AttemptGuard:
         self._lost: str | None = None
         self._kept = False
         self._sealed = False
+        self._renewing = True
         self._depth = 0
         self._held_since = 0.0
 
@@ -138,6 +140,19 @@ class AttemptGuard:
         """The heartbeat extended the lease: it now ends at ``expires`` (monotonic s)."""
         if expires > self.expires:
             self.expires = expires
+
+    @property
+    def renewing(self) -> bool:
+        """False once :meth:`let_expire` was called: the heartbeat no longer extends
+        this delivery's lease, and the time-limit check no longer looks at it."""
+        return self._renewing
+
+    def let_expire(self) -> None:
+        """Stop extending this delivery's lease, as a process that hung would: the lease
+        expires, the job is reaped and delivered again, and this attempt's commit is
+        refused once its lease deadline nears. A fault-injection point (tests and
+        chaos runs); nothing else calls it."""
+        self._renewing = False
 
     @property
     def sealed(self) -> bool:
@@ -197,6 +212,7 @@ class AlwaysAllow:
     lost = None
     kept = False
     sealed = False
+    renewing = True
 
     def __enter__(self) -> AlwaysAllow:
         return self
@@ -209,6 +225,9 @@ class AlwaysAllow:
 
     def lose(self, reason: str) -> None:
         """Nothing to lose: it keeps allowing."""
+
+    def let_expire(self) -> None:
+        """Nothing to stop: a context made outside a worker has no heartbeat."""
 
     def revoke(self, reason: str, now: float) -> bool:
         """Always True: no block defers a time-out."""

@@ -180,6 +180,7 @@ class LeaseBook:
                 h
                 for h in self._held.values()
                 if h.started
+                and h.guard.renewing  # one let expire behaves as hung: nobody times it out
                 and (d := h.deadline) is not None
                 and d <= now
                 and h.guard.revoke(TIMED_OUT, now)
@@ -310,6 +311,8 @@ class Heartbeat(threading.Thread):
                 log.exception("heartbeat: time-limit check failed")
         by_queue: dict[str, tuple[Queue, list[Held]]] = defaultdict(lambda: (None, []))  # type: ignore[arg-type,return-value]
         for held in self.book.snapshot():
+            if not held.guard.renewing:  # its lease is let expire (a fault injection)
+                continue
             entry = by_queue.get(held.queue.name)
             if entry is None:
                 entry = by_queue[held.queue.name] = (held.queue, [])

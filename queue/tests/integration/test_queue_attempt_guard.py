@@ -139,3 +139,41 @@ def test_a_timed_out_run_cannot_enter_its_guard_afterwards(redis_client, key_pre
         assert worker.counters.counts["timed_out"] == 1
     assert committed == [2]  # only the retry committed
     assert refused == [(1, "timed_out")]
+
+
+def test_a_lease_let_expire_is_reaped_redelivered_and_its_first_attempt_refused(
+    redis_client, key_prefix, registry
+):
+    """``guard.let_expire()`` (the fault a hung process is simulated by): the heartbeat
+    stops extending that lease and no time limit takes it, so it expires, another lane
+    reaps the job and runs it, and the first attempt's commit is refused."""
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    committed: list[int] = []
+    refused: list[str] = []
+    hung: list[int] = []
+
+    @registry.task("work", retry=RetryPolicy(max_attempts=3, time_limit=LIMIT))
+    def work(payload, ctx: JobContext):
+        if not hung:  # the first delivery only
+            hung.append(ctx.attempt)
+            ctx.guard.let_expire()
+            time.sleep(SETTINGS.lease_seconds * 2.5)  # past its lease and its time limit
+        try:
+            with ctx.hold_lease():
+                committed.append(ctx.attempt)
+        except AttemptLost as exc:
+            refused.append(exc.reason)
+            raise
+
+    with running_worker(
+        redis_client, ["jobs"], registry, prefix=key_prefix, settings=SETTINGS, concurrency=2
+    ) as worker:
+        job_id = queue.enqueue("work", {})
+        wait_until(lambda: refused, timeout=10)
+        wait_until(lambda: explain(queue, job_id).state == "done", timeout=5)
+        timed_out = worker.counters.counts["timed_out"]
+
+    assert len(committed) == 1  # the redelivery, which held its lease
+    assert refused == ["lease_expired"]  # the delivery whose lease was let expire
+    assert timed_out == 0  # a lease let expire behaves as hung, not as a slow run
+    assert stats(queue).counters["reaped"] >= 1
