@@ -110,7 +110,9 @@ COMMANDS: tuple[Entry, ...] = (
         "retry the ones given up.",
     ),
     Entry(
-        "queue", "orders.cli.queue_audit:queue_cli", "Checks of the step queues' Redis structures."
+        "queue",
+        "orders.cli.queue_audit:queue_cli",
+        "Checks and flow control of the step queues: audit, pause, resume.",
     ),
     Entry("services", "orders.cli.services:services", "The embedded Redis server of the data dir."),
     Entry("db", "orders.cli.services:db", "Database schema (Alembic migrations)."),
