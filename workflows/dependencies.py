@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import Text, bindparam, cast, literal_column, select, update
+from sqlalchemy import Text, bindparam, cast, select, update
 from sqlalchemy.orm import Session
 
-from workflows.idlists import is_postgresql, one_of
 from workflows.models import StepStatus, WorkflowStep
+from workflows.sql import dialect_of, per_dialect
 
 #: the ``outcome`` prefix of a step skipped because a prerequisite halted
 SKIPPED_PREFIX = "skipped: "
@@ -106,45 +106,50 @@ NO_DEPENDENCIES = StepGraph()
 """The graph of a plain fan-out: every step starts at once."""
 
 _WS = WorkflowStep.__table__
-# built once: on a batch of one, building a statement costs more than running it
-# keyed by "runs on PostgreSQL": there the id list is one array (workflows.idlists).
+# built once per dialect (workflows.sql): on a batch of one, building a statement
+# costs more than running it.
 # Only workflows that still have a waiting step can change: once their first step
 # released the rest, a batch of any later step reads no rows here.
 # SQLite (no statistics) would find those workflows through the status index,
 # walking every waiting row of the database, under its write lock, in each
-# batch: 6 ms instead of 0.4 ms at 24,000 waiting rows. ``status || ''`` keeps
-# it on the (workflow_id, step) index; PostgreSQL plans from its statistics.
-_STEPS_OF = {
-    pg: select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
-        # PostgreSQL: the list outside the IN too, or the outer rows are found by a
-        # scan of the whole table (the planner does not carry "= ANY" across it)
-        *((one_of(_WS.c.workflow_id, "ids", postgresql=True),) if pg else ()),
+# batch: 6 ms instead of 0.4 ms at 24,000 waiting rows. ``Dialect.unindexed``
+# (``status || ''``) keeps it on the (workflow_id, step) index; PostgreSQL plans
+# from its statistics.
+_STEPS_OF = per_dialect(
+    lambda d: select(_WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.status, _WS.c.outcome).where(
+        # the list outside the IN too where the planner does not carry it across
+        # (PostgreSQL), or the outer rows are found by a scan of the whole table
+        *d.one_of_again(_WS.c.workflow_id, "ids"),
         _WS.c.workflow_id.in_(
             select(_WS.c.workflow_id).where(
-                one_of(_WS.c.workflow_id, "ids", postgresql=pg),
-                (_WS.c.status if pg else _WS.c.status.concat(literal_column("''")))
-                == StepStatus.WAITING,
+                d.one_of(_WS.c.workflow_id, "ids"),
+                d.unindexed(_WS.c.status) == StepStatus.WAITING,
             )
         ),
     )
-    for pg in (False, True)
-}
+)
 # RETURNING the message columns: the rows are read by the statement that moves
 # them, with no second read. The payload comes back as its stored JSON text: a
 # row whose payload does not decode must not fail the caller's transaction (the
 # relay refuses that row alone when it publishes).
-_RELEASE = {
-    pg: update(_WS)
-    .where(one_of(_WS.c.id, "ids", postgresql=pg), _WS.c.status == StepStatus.WAITING)
-    .values(
-        status=StepStatus.DISPATCHED,
-        dispatched_at=bindparam("now", type_=_WS.c.dispatched_at.type),
+_RELEASE = per_dialect(
+    lambda d: (
+        update(_WS)
+        .where(d.one_of(_WS.c.id, "ids"), _WS.c.status == StepStatus.WAITING)
+        .values(
+            status=StepStatus.DISPATCHED,
+            dispatched_at=bindparam("now", type_=_WS.c.dispatched_at.type),
+        )
+        .returning(
+            _WS.c.id,
+            _WS.c.workflow_id,
+            _WS.c.step,
+            _WS.c.queue,
+            _WS.c.task,
+            cast(_WS.c.payload, Text),
+        )
     )
-    .returning(
-        _WS.c.id, _WS.c.workflow_id, _WS.c.step, _WS.c.queue, _WS.c.task, cast(_WS.c.payload, Text)
-    )
-    for pg in (False, True)
-}
+)
 _SKIP = (
     update(_WS)
     .where(_WS.c.id == bindparam("row_id"), _WS.c.status == StepStatus.WAITING)
@@ -200,9 +205,7 @@ def release_waiting(
     """
     if not graph.after or not workflow_ids:
         return {}
-    rows = session.execute(
-        _STEPS_OF[is_postgresql(session)], {"ids": sorted(set(workflow_ids))}
-    ).all()
+    rows = session.execute(_STEPS_OF[dialect_of(session)], {"ids": sorted(set(workflow_ids))}).all()
     per_workflow: dict[int, dict[str, tuple[int, str, str | None]]] = defaultdict(dict)
     for row_id, wf_id, step, status, outcome in rows:
         per_workflow[wf_id][step] = (row_id, status, outcome)
@@ -224,7 +227,7 @@ def release_waiting(
     moved: dict[int, list[Released]] = defaultdict(list)
     if released:
         for row in session.execute(
-            _RELEASE[is_postgresql(session)],
+            _RELEASE[dialect_of(session)],
             {"ids": sorted(r for ids in released.values() for r in ids), "now": now},
         ):
             moved[row[1]].append(Released(*row))

@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from workflows.bulk import insert_rows
 from workflows.columns import utcnow
 from workflows.messages import StepMessage
 from workflows.models import (
@@ -25,6 +24,7 @@ from workflows.models import (
     WorkflowStep,
     idempotency_key,
 )
+from workflows.sql import dialect_of
 
 _WORKFLOWS = Workflow.__table__
 _STEPS = WorkflowStep.__table__
@@ -96,39 +96,50 @@ def add_workflows(
     if not specs:
         return []
     now = now or utcnow()
-    # Core inserts on the tables (not ORM bulk inserts): the same multi-row
-    # INSERT ... RETURNING, without the ORM's per-row bookkeeping (about half of
-    # placement's time in a profile); COPY on PostgreSQL (``workflows.bulk``).
-    workflow_ids = insert_rows(
+    # Core bulk loads on the tables (not ORM bulk inserts): without the ORM's per-row
+    # bookkeeping (about half of placement's time in a profile); COPY on PostgreSQL
+    # (``Dialect.insert_rows``).
+    dialect = dialect_of(session)
+    workflow_ids = dialect.insert_rows(
         session,
         _WORKFLOWS,
-        [
-            {
-                "kind": spec.kind,
-                "subject_id": spec.subject_id,
-                "status": WorkflowStatus.RUNNING,
-                "created_at": now,
-                "updated_at": now,
-                "version": 1,
-            }
-            for spec in specs
-        ],
-    )
-    step_rows = [
         {
-            "workflow_id": workflow_id,
-            "step": step.name,
-            "queue": step.queue,
-            "task": step.task,
-            "payload": {**step.payload, "workflow_id": workflow_id, "step": step.name},
-            "status": StepStatus.WAITING if step.after else StepStatus.PENDING,
-            "attempts": 0,
-            "created_at": now,
-        }
+            "kind": [spec.kind for spec in specs],
+            "subject_id": [spec.subject_id for spec in specs],
+            "status": [WorkflowStatus.RUNNING] * len(specs),
+            "created_at": [now] * len(specs),
+            "updated_at": [now] * len(specs),
+            "version": [1] * len(specs),
+        },
+        load=True,
+        ids=True,
+    )
+    steps = [
+        (workflow_id, step)
         for spec, workflow_id in zip(specs, workflow_ids, strict=True)
         for step in spec.steps
     ]
-    step_ids = insert_rows(session, _STEPS, step_rows)
+    step_ids = dialect.insert_rows(
+        session,
+        _STEPS,
+        {
+            "workflow_id": [workflow_id for workflow_id, _ in steps],
+            "step": [step.name for _, step in steps],
+            "queue": [step.queue for _, step in steps],
+            "task": [step.task for _, step in steps],
+            "payload": [
+                {**step.payload, "workflow_id": workflow_id, "step": step.name}
+                for workflow_id, step in steps
+            ],
+            "status": [
+                StepStatus.WAITING if step.after else StepStatus.PENDING for _, step in steps
+            ],
+            "attempts": [0] * len(steps),
+            "created_at": [now] * len(steps),
+        },
+        load=True,
+        ids=True,
+    )
     created: list[CreatedWorkflow] = []
     position = 0
     for spec, workflow_id in zip(specs, workflow_ids, strict=True):

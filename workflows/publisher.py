@@ -9,7 +9,6 @@ from reliable_queue import EnqueueRequest, Queue
 from reliable_queue.cluster import UNAVAILABLE
 from reliable_queue.errors import QueueConnectionError, ReplicationTimeoutError
 from workflows.errors import PublisherUnavailable
-from workflows.membership import QUEUED, forget_key_if, where_is
 from workflows.messages import StepMessage
 
 
@@ -17,11 +16,13 @@ class QueuePublisher:
     """Publishes step messages with their idempotency keys.
 
     An idempotency hit is trusted only when its job is really in the queue
-    (ready, delayed, active or dead-lettered; ``workflows.membership``). A key
-    whose job is gone, finished or stranded in no structure (a script that
-    failed half-way, an evicted list) is dropped and the step enqueued again:
-    the database says the step is open, and the database is the source of
-    truth. The handlers are idempotent, so an extra delivery is absorbed.
+    (ready, delayed, active or dead-lettered): the queue decides, in
+    :func:`reliable_queue.places.key_is_trusted`. A key whose job is gone,
+    finished or stranded in no structure (a script that failed half-way, an
+    evicted list) is dropped (:meth:`reliable_queue.Queue.drop_untrusted_keys`)
+    and the step enqueued again: the database says the step is open, and the
+    database is the source of truth. The handlers are idempotent, so an extra
+    delivery is absorbed.
 
     Args:
         queue_for: returns the :class:`~reliable_queue.Queue` of a queue name.
@@ -52,7 +53,7 @@ class QueuePublisher:
         try:
             for name, batch in by_queue.items():
                 queue = self.queue_for(name)
-                self._drop_untrusted_keys(queue, [m.idempotency_key for m in batch])
+                queue.drop_untrusted_keys([m.idempotency_key for m in batch])
                 queue.enqueue_many(
                     [
                         EnqueueRequest(m.task, m.payload, idempotency_key=m.idempotency_key)
@@ -96,22 +97,3 @@ class QueuePublisher:
             jobs = self.queue_for(name).pending_jobs_for(keys)
             known.update(key for key, job in zip(keys, jobs, strict=True) if job is not None)
         return known
-
-    def _job_of(self, queue: Queue, keys: Sequence[str]) -> list[str | None]:
-        try:
-            pipe = queue.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.get(queue.keys.idempotency_key(key))
-            raw = pipe.execute()
-        except UNAVAILABLE as exc:
-            raise QueueConnectionError(str(exc)) from exc
-        return [None if r is None else r.decode("utf-8", "replace") for r in raw]
-
-    def _drop_untrusted_keys(self, queue: Queue, keys: Sequence[str]) -> None:
-        hits = [(k, j) for k, j in zip(keys, self._job_of(queue, keys), strict=True) if j]
-        if not hits:
-            return
-        states = where_is(queue, [job_id for _, job_id in hits])
-        for (key, job_id), state in zip(hits, states, strict=True):
-            if state not in QUEUED:
-                forget_key_if(queue, key, job_id)

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, Select, and_, case, func, or_, select, update
+from sqlalchemy import Row, Select, case, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.dependencies import Released
-from workflows.idlists import among
 from workflows.isolation import IsolatedPublish, describe, publish_isolated
 from workflows.messages import Publisher, StepMessage
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, idempotency_key
+from workflows.sql import dialect_of
 from workflows.uow import SessionFactory, UnitOfWork
 
 __all__ = [
@@ -146,7 +146,7 @@ def publish_steps(
             session_factory,
             publisher,
             lambda s, now, chunk=chunk: _pending(
-                s, now, among(s, WorkflowStep.id, chunk), writer=True
+                s, now, dialect_of(s).among(WorkflowStep.id, chunk), writer=True
             ),
             clock,
             policy or PublishPolicy(),
@@ -382,7 +382,9 @@ def sweep(
         still_open = set(
             uow.session.scalars(
                 select(WorkflowStep.id).where(
-                    among(uow.session, WorkflowStep.id, [step_id for step_id, _ in unknown]),
+                    dialect_of(uow.session).among(
+                        WorkflowStep.id, [step_id for step_id, _ in unknown]
+                    ),
                     WorkflowStep.status.in_((StepStatus.DISPATCHED, StepStatus.FAILED)),
                 )
             )
@@ -443,15 +445,7 @@ def _not_held(session: Session, ids: Sequence[int], *criteria: Any) -> Any:
     skipped here is being completed (it is not pending any more afterwards) or
     stays as it was, which the sweep handles as for any crash before marking.
     """
-    if session.get_bind().dialect.name != "postgresql":
-        return and_(among(session, WorkflowStep.id, ids), *criteria)
-    free = (
-        select(WorkflowStep.id)
-        .where(among(session, WorkflowStep.id, ids), *criteria)
-        .order_by(WorkflowStep.id)
-        .with_for_update(skip_locked=True)
-    )
-    return WorkflowStep.id.in_(free)
+    return dialect_of(session).not_locked(WorkflowStep.id, ids, *criteria)
 
 
 def _due(now: datetime) -> Any:
@@ -573,7 +567,7 @@ def _load_messages(
         with UnitOfWork(session_factory) as uow:
             rows = uow.session.execute(  # plain rows: no ORM objects to build and track
                 select(*_MESSAGE_COLUMNS)
-                .where(among(uow.session, WorkflowStep.id, ids))
+                .where(dialect_of(uow.session).among(WorkflowStep.id, ids))
                 .order_by(WorkflowStep.id)
             ).all()
             return [(row.id, message_for(row)) for row in rows], {}
@@ -668,7 +662,7 @@ def _charge_refusals(
                 select(WorkflowStep)
                 .options(defer(WorkflowStep.payload))  # it may be what does not decode
                 .where(
-                    among(uow.session, WorkflowStep.id, refused),
+                    dialect_of(uow.session).among(WorkflowStep.id, refused),
                     WorkflowStep.status.in_(_OPEN),
                 )
             ).all()

@@ -6,25 +6,9 @@ set membership: each step row says done on its own (unique per workflow and
 step), never a counter. In one transaction and a handful of set-based
 statements, whatever the batch size:
 
-1. Concurrent writers are fenced. SQLite: a batch's first statement bumps the
-   version of its workflow rows, which takes the database's write lock, so
-   nothing changes under it until it commits. A lone delivery on SQLite reads
-   its step row first, and only when it claims it bumps its workflow's version
-   under a version check (optimistic locking; :func:`fence_workflows`) as its
-   first write, before the effect: that write takes the write lock, so the
-   effect reads current rows, a duplicate takes no lock at all, and a
-   concurrent writer makes it rerun on a clean version conflict. PostgreSQL
-   (ADR 0014): nothing is locked before the effect, so the step workers of one
-   order run their effects side by side; then the workflow rows are locked in
-   id order (one ``UPDATE ... WHERE id IN (SELECT ... ORDER BY id FOR
-   UPDATE)``) for the marking only, and the marking checks that every claimed
-   step row is still open. A row that a duplicate delivery finished or a
-   cancellation skipped after the read makes the whole unit of work, its
-   effect included, roll back and rerun; the rerun locks the workflow rows
-   before it reads, so it cannot lose the same way again. A sibling step
-   finishing at the same time, or a cancellation (it locks the workflow row
-   first too), waits for this commit and then sees its rows, so whichever
-   commit finds every step done marks the workflow done.
+1. Concurrent writers are fenced: the dialect's lock plan says when the
+   workflow rows are locked relative to the effect (``workflows.sql.LockPlan``;
+   ADR 0014, ADR 0027).
 2. Each delivery is classified: unknown step or subject (its own error, the
    others go on), already done or skipped, or a second copy inside this batch
    (a duplicate absorbed, no effect), still waiting for its prerequisites (its
@@ -56,7 +40,6 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     String,
-    any_,
     bindparam,
     case,
     func,
@@ -64,16 +47,16 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
+from sqlalchemy.types import TypeEngine
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.dependencies import NO_DEPENDENCIES, Released, StepGraph, release_waiting
 from workflows.errors import FencedOut, StepNotFound, StepNotReady, SubjectMismatch
-from workflows.idlists import is_postgresql, json_rows, one_of
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.sql import Dialect, LockPlan, dialect_of, per_dialect
 from workflows.uow import SessionFactory, UnitOfWork
 
 _ERROR_LIMIT = 4000
@@ -178,160 +161,131 @@ class _Refused(Exception):
         self.errors = errors
 
 
-# The statements of the hot path, built once: building a statement (and its cache
-# key) costs more than running it on a batch of one.
+# The statements of the hot path, built once per dialect (workflows.sql): building a
+# statement (and its cache key) costs more than running it on a batch of one.
 _WF = Workflow.__table__
 _WS = WorkflowStep.__table__
-_LOCK = (
-    update(_WF)
-    .where(one_of(_WF.c.id, "ids", postgresql=False))
-    .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
-)
-# PostgreSQL: one statement locks the rows in id order (the sub-select's FOR UPDATE
-# locks them as the sort returns them, so two batches never wait on each other
-# crosswise) and bumps their version; the ids are one array parameter
-_LOCK_PG = (
-    update(_WF)
-    .where(
-        # the id list again outside the sub-select: the planner does not carry
-        # "= ANY" across the IN, and without it scans every workflow row
-        one_of(_WF.c.id, "ids", postgresql=True),
-        _WF.c.id.in_(
-            select(_WF.c.id)
-            .where(one_of(_WF.c.id, "ids", postgresql=True))
-            .order_by(_WF.c.id)
-            .with_for_update()
-            .scalar_subquery()
-        ),
+_LOCK = per_dialect(
+    lambda d: (
+        update(_WF)
+        .where(*d.lock_in_order(_WF.c.id, "ids"))
+        .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
     )
-    .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
 )
 _FENCE = (
     update(_WF)
     .where(_WF.c.id == bindparam("wf"), _WF.c.version == bindparam("v"))
     .values(version=_WF.c.version + 1, updated_at=bindparam("now"))
 )
-_STEP_ROWS = {
-    pg: select(
-        _WS.c.workflow_id,
-        _WS.c.id,
-        _WF.c.subject_id,
-        _WS.c.status,
-        _WS.c.outcome,
-        _WF.c.version,
-        _WS.c.fencing_token,
-    )
-    .join(_WF, _WF.c.id == _WS.c.workflow_id)
-    .where(
-        one_of(_WS.c.workflow_id, "ids", postgresql=pg),
-        _WS.c.step == bindparam("step"),
-        # PostgreSQL: the list on both sides of the join (see _STEP_COUNTS)
-        *((one_of(_WF.c.id, "ids", postgresql=True),) if pg else ()),
-    )
-    for pg in (False, True)
-}
-# SQLite: every claim of the batch in one statement too, its rows one JSON parameter
-# (workflows.idlists); the batch holds the write lock from its first statement, so
-# nothing changed the rows since they were read
-_CLAIMED_JSON = json_rows("claims", ("row_id", "outcome", "attempt", "job_id", "fencing"))
-_MARK_DONE = (
-    update(_WS)
-    .where(
-        _WS.c.id == _CLAIMED_JSON.c.row_id,
-        # the fencing token is compared and advanced in this one statement: a row that
-        # saw the claim's token or a later one since it was read is not marked
-        or_(
-            _CLAIMED_JSON.c.fencing.is_(None),
-            _WS.c.fencing_token.is_(None),
-            _WS.c.fencing_token < _CLAIMED_JSON.c.fencing,
-        ),
-    )
-    .values(
-        status=StepStatus.DONE,
-        outcome=_CLAIMED_JSON.c.outcome,
-        attempts=func.max(_WS.c.attempts, _CLAIMED_JSON.c.attempt),
-        job_id=func.coalesce(_CLAIMED_JSON.c.job_id, _WS.c.job_id),
-        fencing_token=func.coalesce(_CLAIMED_JSON.c.fencing, _WS.c.fencing_token),
-        started_at=bindparam("started", type_=_WS.c.started_at.type),
-        finished_at=bindparam("now", type_=_WS.c.finished_at.type),
+_STEP_ROWS = per_dialect(
+    lambda d: (
+        select(
+            _WS.c.workflow_id,
+            _WS.c.id,
+            _WF.c.subject_id,
+            _WS.c.status,
+            _WS.c.outcome,
+            _WF.c.version,
+            _WS.c.fencing_token,
+        )
+        .join(_WF, _WF.c.id == _WS.c.workflow_id)
+        .where(
+            d.one_of(_WS.c.workflow_id, "ids"),
+            _WS.c.step == bindparam("step"),
+            *d.one_of_again(_WF.c.id, "ids"),
+        )
     )
 )
-# PostgreSQL: every claim of the batch in one statement (one array per column), and
-# only while the row is still claimable: a row a concurrent writer finished, skipped
-# or (a cancellation) called off since the batch read it is not returned, and the
-# unit of work reruns (see _once)
-_CLAIMED_ROWS = (
-    func.unnest(
-        bindparam("row_ids", type_=ARRAY(Integer)),
-        bindparam("outcomes", type_=ARRAY(String)),
-        bindparam("attempts", type_=ARRAY(Integer)),
-        bindparam("job_ids", type_=ARRAY(String)),
-        bindparam("fencings", type_=ARRAY(BigInteger)),
+_CLAIMED_COLUMNS: dict[str, TypeEngine[Any]] = {
+    "row_id": Integer(),
+    "outcome": String(),
+    "attempt": Integer(),
+    "job_id": String(),
+    "fencing": BigInteger(),
+}
+"""The columns of the claimed rows the marking binds as one parameter (per column)."""
+
+
+def _mark_done_statement(d: Dialect) -> Any:
+    """Every claim of the batch marked in one statement, the claims bound as rows.
+
+    The fencing token is compared and advanced in this one statement: a row that
+    saw the claim's token or a later one since it was read is not marked. Where
+    the marking rechecks (``Dialect.marking_rechecks``), a row a concurrent writer
+    finished, skipped or (a cancellation) called off since the batch read it is
+    not marked either, and the ids marked are returned: the unit of work reruns
+    when one is missing (see :func:`_mark_done`).
+    """
+    claimed = d.rows("claims", _CLAIMED_COLUMNS)
+    statement = (
+        update(_WS)
+        .where(
+            _WS.c.id == claimed.c.row_id,
+            # the ids as a list too: the primary key's index is then the plan whatever
+            # the planner guesses of the table's size (a hash join scans it all)
+            *d.one_of_again(_WS.c.id, d.column_of_rows("claims", "row_id")),
+            *(
+                (_WS.c.status.not_in((*StepStatus.FINAL, StepStatus.WAITING)),)
+                if d.marking_rechecks
+                else ()
+            ),
+            or_(
+                claimed.c.fencing.is_(None),
+                _WS.c.fencing_token.is_(None),
+                _WS.c.fencing_token < claimed.c.fencing,
+            ),
+        )
+        .values(
+            status=StepStatus.DONE,
+            outcome=claimed.c.outcome,
+            attempts=d.greatest(_WS.c.attempts, claimed.c.attempt),
+            job_id=func.coalesce(claimed.c.job_id, _WS.c.job_id),
+            fencing_token=func.coalesce(claimed.c.fencing, _WS.c.fencing_token),
+            started_at=bindparam("started", type_=_WS.c.started_at.type),
+            finished_at=bindparam("now", type_=_WS.c.finished_at.type),
+        )
     )
-    .table_valued("row_id", "outcome", "attempt", "job_id", "fencing")
-    .render_derived()
+    return statement.returning(_WS.c.id) if d.marking_rechecks else statement
+
+
+_MARK_DONE = per_dialect(_mark_done_statement)
+_STEP_COUNTS = per_dialect(
+    lambda d: (
+        select(
+            _WF.c.id,
+            _WF.c.status,
+            func.sum(case((_WS.c.status.not_in(StepStatus.FINAL), 1), else_=0)),
+            func.sum(case((_WS.c.status == StepStatus.DEAD, 1), else_=0)),
+        )
+        .join(_WS, _WS.c.workflow_id == _WF.c.id)
+        .where(
+            d.one_of(_WF.c.id, "ids"),
+            # the planner may not derive "workflow_id = ANY(:ids)" from the join: without
+            # it the step rows are found by hashing the whole table (ADR 0020)
+            *d.one_of_again(_WS.c.workflow_id, "ids"),
+        )
+        .group_by(_WF.c.id, _WF.c.status)
+    )
 )
-_MARK_DONE_PG = (
-    update(_WS)
-    .where(
-        _WS.c.id == _CLAIMED_ROWS.c.row_id,
-        # the ids as a list too: the primary key's index is then the plan whatever
-        # the planner guesses of the table's size (a hash join scans it all)
-        _WS.c.id == any_(bindparam("row_ids", type_=ARRAY(Integer))),
-        _WS.c.status.not_in((*StepStatus.FINAL, StepStatus.WAITING)),
-        # compared and advanced in this statement (see _MARK_DONE)
-        or_(
-            _CLAIMED_ROWS.c.fencing.is_(None),
-            _WS.c.fencing_token.is_(None),
-            _WS.c.fencing_token < _CLAIMED_ROWS.c.fencing,
-        ),
+_MARK_WORKFLOWS_DONE = per_dialect(
+    lambda d: (
+        update(_WF)
+        .where(d.one_of(_WF.c.id, "ids"))
+        .values(
+            status=WorkflowStatus.DONE,
+            finished_at=bindparam("now"),
+            blocked_step=None,
+            blocked_reason=None,
+        )
     )
-    .values(
-        status=StepStatus.DONE,
-        outcome=_CLAIMED_ROWS.c.outcome,
-        attempts=func.greatest(_WS.c.attempts, _CLAIMED_ROWS.c.attempt),
-        job_id=func.coalesce(_CLAIMED_ROWS.c.job_id, _WS.c.job_id),
-        fencing_token=func.coalesce(_CLAIMED_ROWS.c.fencing, _WS.c.fencing_token),
-        started_at=bindparam("started"),
-        finished_at=bindparam("now"),
-    )
-    .returning(_WS.c.id)
 )
-_STEP_COUNTS = {
-    pg: select(
-        _WF.c.id,
-        _WF.c.status,
-        func.sum(case((_WS.c.status.not_in(StepStatus.FINAL), 1), else_=0)),
-        func.sum(case((_WS.c.status == StepStatus.DEAD, 1), else_=0)),
+_RESUME = per_dialect(
+    lambda d: (
+        update(_WF)
+        .where(d.one_of(_WF.c.id, "ids"))
+        .values(status=WorkflowStatus.RUNNING, blocked_step=None, blocked_reason=None)
     )
-    .join(_WS, _WS.c.workflow_id == _WF.c.id)
-    .where(
-        one_of(_WF.c.id, "ids", postgresql=pg),
-        # PostgreSQL: the planner does not derive "workflow_id = ANY(:ids)" from the
-        # join, so without it the step rows are found by hashing the whole table
-        # (a scan of every row up to tens of thousands of rows); with it, by index
-        *((one_of(_WS.c.workflow_id, "ids", postgresql=True),) if pg else ()),
-    )
-    .group_by(_WF.c.id, _WF.c.status)
-    for pg in (False, True)
-}
-_MARK_WORKFLOWS_DONE = {
-    pg: update(_WF)
-    .where(one_of(_WF.c.id, "ids", postgresql=pg))
-    .values(
-        status=WorkflowStatus.DONE,
-        finished_at=bindparam("now"),
-        blocked_step=None,
-        blocked_reason=None,
-    )
-    for pg in (False, True)
-}
-_RESUME = {
-    pg: update(_WF)
-    .where(one_of(_WF.c.id, "ids", postgresql=pg))
-    .values(status=WorkflowStatus.RUNNING, blocked_step=None, blocked_reason=None)
-    for pg in (False, True)
-}
+)
 
 
 def lock_workflows(session: Session, workflow_ids: Sequence[int], now: datetime) -> None:
@@ -343,10 +297,7 @@ def lock_workflows(session: Session, workflow_ids: Sequence[int], now: datetime)
         now: written as their ``updated_at``.
     """
     ids = sorted(set(workflow_ids))
-    if is_postgresql(session):
-        session.execute(_LOCK_PG, {"ids": ids, "now": now})
-    else:
-        session.execute(_LOCK, {"ids": ids, "now": now})
+    session.execute(_LOCK[dialect_of(session)], {"ids": ids, "now": now})
 
 
 def fence_workflows(session: Session, versions: Mapping[int, int], now: datetime) -> None:
@@ -373,13 +324,13 @@ def step_rows(session: Session, workflow_ids: Sequence[int], step: str) -> dict[
 
     After :func:`lock_workflows` the rows cannot change under the caller; else
     :func:`fence_workflows` checks the versions read here as the caller's first
-    write, or (PostgreSQL) the marking of the claimed rows checks that they are
-    still claimable (:func:`_mark_done`).
+    write, or the marking of the claimed rows checks that they are still
+    claimable (:func:`_mark_done`; ``Dialect.marking_rechecks``).
     """
     return {
         row[0]: StepRow(*row[1:])
         for row in session.execute(
-            _STEP_ROWS[is_postgresql(session)], {"ids": list(workflow_ids), "step": step}
+            _STEP_ROWS[dialect_of(session)], {"ids": list(workflow_ids), "step": step}
         )
     }
 
@@ -582,23 +533,15 @@ def _once(
     wf_ids = sorted({r.workflow_id for r in runs})
     with UnitOfWork(session_factory) as uow:
         session = uow.session
-        postgresql = is_postgresql(session)
-        # PostgreSQL: the effect runs before any workflow lock, so the step workers of
-        # one order (and two lanes) run their effects side by side; the workflow rows
-        # are locked only for the marking below, and the marking checks that each
-        # claimed row is still claimable. SQLite: one writer at a time anyway; its
-        # first write takes the database's write lock (see the module docstring).
-        # A PostgreSQL unit of work that already lost a race (conflicts > 0) locks
-        # first as well: what it reads then cannot change under it, so it cannot
-        # lose again (left optimistic, a batch crossing deliveries of the same rows
-        # could lose once per row it shares with them, and give up).
-        lock_first = len(wf_ids) > 1 if not postgresql else conflicts > 0
-        if lock_first:
+        dialect = dialect_of(session)
+        # when the workflow rows are locked relative to the effect (ADR 0014, ADR 0027)
+        plan = dialect.lock_plan(len(wf_ids), conflicts)
+        if plan is LockPlan.LOCK_BEFORE_READING:
             lock_workflows(session, wf_ids, started)
         rows = step_rows(session, wf_ids, step)
         results, claims, claimed = _classify(runs, rows, conflicts)
-        if claims and not lock_first and not postgresql:
-            # the first write, before the effect: it takes SQLite's write lock, so
+        if claims and plan is LockPlan.FENCE_BEFORE_EFFECT:
+            # the first write, before the effect: on SQLite it takes the write lock, so
             # the effect reads current rows, and a lost race is a version conflict
             claimed_versions = {c.run.workflow_id: rows[c.run.workflow_id].version for c in claims}
             fence_workflows(session, claimed_versions, started)
@@ -612,14 +555,14 @@ def _once(
         done_ids: set[int] = set()
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]
-            if postgresql and not lock_first:
+            if plan is LockPlan.LOCK_BEFORE_MARKING:
                 # siblings finishing at the same time wait here for each other's
                 # commit, so whichever commits last sees every step done; the time
                 # is read again once the lock is held, so a workflow's finish time
                 # is never before one of its steps' (the last to lock writes both)
                 lock_workflows(session, applied_wf_ids, now)
                 now = clock()
-            _mark_done(session, applied, outcomes, started, now, postgresql=postgresql)
+            _mark_done(session, dialect, applied, outcomes, started, now)
             released = release_waiting(session, graph, applied_wf_ids, now)
             done_ids = _complete_workflows(session, applied_wf_ids, now)
         if done_ids and on_done is not None:
@@ -661,12 +604,11 @@ def _once(
 
 def _mark_done(
     session: Session,
+    dialect: Dialect,
     claims: list[Claim],
     outcomes: dict[int, str | Exception],
     started: datetime,
     now: datetime,
-    *,
-    postgresql: bool,
 ) -> None:
     """Mark the claimed step rows done with their outcomes, in one statement.
 
@@ -676,46 +618,31 @@ def _mark_done(
     Raises:
         StaleDataError: a claimed row is no longer claimable: a concurrent writer
             advanced its fencing token (a failure or dead letter recorded) or
-            (PostgreSQL) finished, skipped or called it off after this unit of
-            work read it, so the unit of work (its effect included) must roll
-            back and rerun; the rerun classifies that run at read time.
+            (where the marking rechecks, ``Dialect.marking_rechecks``) finished,
+            skipped or called it off after this unit of work read it, so the unit
+            of work (its effect included) must roll back and rerun; the rerun
+            classifies that run at read time.
     """
-    if postgresql:
-        marked = session.execute(
-            _MARK_DONE_PG,
-            {
-                "row_ids": [c.step_row_id for c in claims],
-                "outcomes": [str(outcomes[c.step_row_id])[:50] for c in claims],
-                "attempts": [c.run.attempt for c in claims],
-                "job_ids": [c.run.job_id for c in claims],
-                "fencings": [c.run.fencing_token for c in claims],
-                "started": started,
-                "now": now,
-            },
-        ).all()
-        if len(marked) != len(claims):
+    claimed = dialect.bind_rows(
+        "claims",
+        {
+            "row_id": [c.step_row_id for c in claims],
+            "outcome": [str(outcomes[c.step_row_id])[:50] for c in claims],
+            "attempt": [c.run.attempt for c in claims],
+            "job_id": [c.run.job_id for c in claims],
+            "fencing": [c.run.fencing_token for c in claims],
+        },
+    )
+    result = session.execute(_MARK_DONE[dialect], {**claimed, "started": started, "now": now})
+    if dialect.marking_rechecks:
+        marked = len(result.all())
+        if marked != len(claims):
             raise StaleDataError(
-                f"{len(claims) - len(marked)} of {len(claims)} claimed step rows changed "
+                f"{len(claims) - marked} of {len(claims)} claimed step rows changed "
                 "since they were read"
             )
         return
-    marked = session.execute(
-        _MARK_DONE,
-        {
-            "claims": [
-                (
-                    c.step_row_id,
-                    str(outcomes[c.step_row_id])[:50],
-                    c.run.attempt,
-                    c.run.job_id,
-                    c.run.fencing_token,
-                )
-                for c in claims
-            ],
-            "started": started,
-            "now": now,
-        },
-    ).rowcount
+    marked = result.rowcount
     if marked not in (-1, len(claims)):
         raise StaleDataError(
             f"{len(claims) - marked} of {len(claims)} claimed step rows were fenced since "
@@ -729,8 +656,8 @@ def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> s
     Returns:
         Ids of the workflows this call marked done.
     """
-    pg = is_postgresql(session)
-    counts = session.execute(_STEP_COUNTS[pg], {"ids": sorted(set(wf_ids))}).all()
+    dialect = dialect_of(session)
+    counts = session.execute(_STEP_COUNTS[dialect], {"ids": sorted(set(wf_ids))}).all()
     done_ids = {
         wf for wf, status, open_, _ in counts if not open_ and status != WorkflowStatus.DONE
     }
@@ -740,9 +667,9 @@ def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> s
         if open_ and not dead_ and status == WorkflowStatus.BLOCKED
     ]
     if done_ids:
-        session.execute(_MARK_WORKFLOWS_DONE[pg], {"ids": sorted(done_ids), "now": now})
+        session.execute(_MARK_WORKFLOWS_DONE[dialect], {"ids": sorted(done_ids), "now": now})
     if resumable:
-        session.execute(_RESUME[pg], {"ids": resumable})
+        session.execute(_RESUME[dialect], {"ids": resumable})
     return done_ids
 
 

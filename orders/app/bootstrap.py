@@ -14,10 +14,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
+from orders.app.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.app.namespace import DatabaseLabel, bind_namespace, holder
 from orders.app.private_files import private_dir
 from orders.app.settings import Settings
-from orders.domain.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.domain.steps import ALL_STEPS, queue_name
 from orders.observability.urls import mask_url, remember_url
 from reliable_queue import Queue, QueueSettings

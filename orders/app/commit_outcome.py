@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from orders.domain.models import Order
+from workflows.sql import POSTGRESQL, dialect_of_factory
 from workflows.uow import SessionFactory
 
 
@@ -109,6 +110,4 @@ class PostgresStore(Store):
 
 def store_of(session_factory: SessionFactory) -> Store:
     """The room of the database ``session_factory`` writes to (no connection opened)."""
-    with session_factory() as session:
-        name = session.get_bind().dialect.name
-    return PostgresStore() if name == "postgresql" else Store()
+    return PostgresStore() if dialect_of_factory(session_factory) is POSTGRESQL else Store()

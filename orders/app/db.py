@@ -15,8 +15,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from orders.app.errors import SQLiteTooOld
 from orders.app.sqlite_writers import WriterTurns
-from orders.domain.errors import SQLiteTooOld
+from workflows.sql import INFO_KEY, dialect_for
 from workflows.uow import SessionFactory, UnitOfWork
 
 __all__ = [
@@ -40,7 +41,7 @@ def sqlite_problem(version: tuple[int, ...], has_json: bool) -> str | None:
     Args:
         version: the library's version (``sqlite3.sqlite_version_info``).
         has_json: whether it has the JSON functions (``json_each``), which carry a
-            batch's ids and rows as one parameter (``workflows.idlists``).
+            batch's ids and rows as one parameter (``workflows.sql.sqlite``).
 
     Returns:
         One line naming what is missing, or None.
@@ -212,12 +213,17 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     """Return a session factory bound to ``engine``.
 
     Sessions do not expire objects on commit, so values read in a unit of
-    work stay readable after it commits.
+    work stay readable after it commits. The database's dialect is chosen here,
+    once (``workflows.sql.dialect_for``), and carried in the factory's ``info``
+    by every session it makes (``workflows.sql.dialect_of``).
 
     Args:
         engine: the engine from ``make_engine``.
 
     Returns:
         A ``sessionmaker`` usable wherever a ``SessionFactory`` is expected.
+
+    Raises:
+        ValueError: the engine is neither SQLite nor PostgreSQL.
     """
-    return sessionmaker(bind=engine, expire_on_commit=False)
+    return sessionmaker(bind=engine, expire_on_commit=False, info={INFO_KEY: dialect_for(engine)})

@@ -126,7 +126,7 @@ def stranded_orders(
 
     Its dead letter was purged (``--force``) or dropped by the DLQ's size or age
     bound: ``orders outbox retry`` runs its step again, or ``orders cancel`` ends
-    it. The database alone cannot see this (``orders.domain.invariants`` checks
+    it. The database alone cannot see this (``orders.app.invariants`` checks
     only the database), so it is a check across both.
 
     Args:

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from orders.domain.errors import KeyEvictionPossible
+from orders.app.errors import KeyEvictionPossible
 from reliable_queue.cluster import RedisClient, is_cluster
 
 SAFE_POLICY = "noeviction"

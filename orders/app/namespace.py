@@ -16,11 +16,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from orders.domain.errors import NamespaceClaimed
+from orders.app.errors import NamespaceClaimed
 from reliable_queue.cluster import RedisClient
-
-#: keys UNLINKed per round trip by :func:`rebind_namespace`
-_DELETE_BATCH = 500
+from reliable_queue.namespace import delete_namespace
 
 
 @dataclass(frozen=True)
@@ -114,6 +112,10 @@ def namespace_lost(
 def rebind_namespace(client: RedisClient, prefix: str, database: DatabaseLabel) -> int:
     """Delete every key of namespace ``prefix`` and claim it for ``database``.
 
+    The queue library deletes the keys (``reliable_queue.namespace.delete_namespace``:
+    its own and the application's under the prefix); the claim is the application's
+    key (``<prefix>:database``, outside every queue's hash tag).
+
     The previous database's jobs, dead letters and idempotency keys are gone
     afterwards; its steps are that database's business (its sweep re-publishes
     them if it is ever pointed here again, after its own rebind).
@@ -124,25 +126,9 @@ def rebind_namespace(client: RedisClient, prefix: str, database: DatabaseLabel) 
     Raises:
         redis.RedisError: Redis unreachable (some keys may be deleted; run it again).
     """
-    deleted = 0
-    batch: list[bytes] = []
-    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-        batch.append(key)
-        if len(batch) >= _DELETE_BATCH:
-            deleted += _unlink(client, batch)
-            batch.clear()
-    if batch:
-        deleted += _unlink(client, batch)
+    deleted = delete_namespace(client, prefix)
     client.set(claim_key(prefix), json.dumps({"id": database.id, "url": database.url}))
     return deleted
-
-
-def _unlink(client: RedisClient, keys: list[bytes]) -> int:
-    # one key per call keeps a cluster happy (keys of many slots)
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.unlink(key)
-    return sum(int(n or 0) for n in pipe.execute())
 
 
 def _read_claim(raw: bytes | None) -> DatabaseLabel:

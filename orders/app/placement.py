@@ -30,14 +30,13 @@ from orders.domain.errors import OrdersError, UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
-from workflows.bulk import insert_rows
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import StepMessage
 from workflows.models import Workflow, WorkflowStep
 from workflows.outbox import add_workflows, initial_messages
-from workflows.planner_stats import analyze_never_analyzed
 from workflows.relay import Publisher, PublishPolicy, publish_steps
+from workflows.sql import dialect_of, dialect_of_factory
 from workflows.uow import SessionFactory, UnitOfWork
 
 log = logging.getLogger("orders.placement")
@@ -169,42 +168,43 @@ def write_orders(
     if not drafts:
         return [], {}
     now = now or utcnow()
-    # Core multi-row INSERT ... RETURNING on the tables (COPY on PostgreSQL,
-    # ``workflows.bulk``): the ORM's bulk insert spent about as long on per-row
+    # Core bulk loads on the tables (``Dialect.insert_rows``: COPY on PostgreSQL, one
+    # executemany on SQLite): the ORM's bulk insert spent about as long on per-row
     # bookkeeping as the database on the rows.
-    order_ids = insert_rows(
+    dialect = dialect_of(session)
+    order_ids = dialect.insert_rows(
         session,
         _ORDERS,
-        [
-            {
-                "customer_id": draft.customer_id,
-                "total_price": draft.total_price,
-                "order_date": draft.order_date,
-                "status": OrderStatus.PLACED,
-                "source": draft.source,
-                "source_key": draft.source_key,
-                "placed_at": now,
-            }
-            for draft in drafts
-        ],
+        {
+            "customer_id": [draft.customer_id for draft in drafts],
+            "total_price": [draft.total_price for draft in drafts],
+            "order_date": [draft.order_date for draft in drafts],
+            "status": [OrderStatus.PLACED] * len(drafts),
+            "source": [draft.source for draft in drafts],
+            "source_key": [draft.source_key for draft in drafts],
+            "placed_at": [now] * len(drafts),
+        },
+        load=True,
+        ids=True,
     )
-    insert_rows(
+    lines = [
+        (order_id, line)
+        for draft, order_id in zip(drafts, order_ids, strict=True)
+        for line in draft.lines
+    ]
+    dialect.insert_rows(
         session,
         _LINES,
-        [
-            {
-                "order_id": order_id,
-                "line_number": line.line_number,
-                "part_id": line.part_id,
-                "quantity": line.quantity,
-                "extended_price": line.extended_price,
-                "discount": line.discount,
-                "ship_mode": line.ship_mode,
-            }
-            for draft, order_id in zip(drafts, order_ids, strict=True)
-            for line in draft.lines
-        ],
-        ids=False,
+        {
+            "order_id": [order_id for order_id, _ in lines],
+            "line_number": [line.line_number for _, line in lines],
+            "part_id": [line.part_id for _, line in lines],
+            "quantity": [line.quantity for _, line in lines],
+            "extended_price": [line.extended_price for _, line in lines],
+            "discount": [line.discount for _, line in lines],
+            "ship_mode": [line.ship_mode for _, line in lines],
+        },
+        load=True,
     )
     specs = [order_workflow(order_id) for order_id in order_ids]
     created = add_workflows(session, specs, now=now)
@@ -292,7 +292,9 @@ def place(
             # planner their statistics before the step workers plan on guesses
             first_batch = False
             try:
-                analyze_never_analyzed(session_factory, _ANALYZED)
+                dialect_of_factory(session_factory).analyze_never_analyzed(
+                    session_factory, _ANALYZED
+                )
             except Exception as exc:  # statistics are an optimisation: a later run's
                 if not store.dropped(exc):
                     raise

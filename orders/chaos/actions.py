@@ -110,12 +110,12 @@ def lease_holders(app: App) -> set[int]:
     """Pids of the processes holding a lease on any step queue now.
 
     Raises:
-        redis.RedisError: Redis unreachable.
+        QueueError: Redis unreachable.
     """
     pids = set()
     for queue in app.queues.values():
-        for token in app.redis.hvals(queue.keys.key("leases")):
-            pid = lease_holder_pid(token.decode() if isinstance(token, bytes) else token)
+        for token in queue.lease_tokens():
+            pid = lease_holder_pid(token)
             if pid is not None:
                 pids.add(pid)
     return pids
@@ -142,19 +142,18 @@ class KeyEvictor:
     def evict(self) -> int:
         """Delete the ready list of one queue that has jobs waiting (any queue if none).
 
+        ``Queue.evict_key_for_chaos`` does the deleting: the queue's keys are its own.
+
         Returns:
             Jobs stranded (the list's length when deleted).
 
         Raises:
-            redis.RedisError: Redis unreachable.
+            QueueError: Redis unreachable.
         """
-        client = self.queues[0].client
-        lengths = [(q, client.llen(q.keys.key("ready"))) for q in self.queues]
+        lengths = [(q, q.size_of("ready")) for q in self.queues]
         busy = [(q, n) for q, n in lengths if n] or lengths
         queue, _ = self.rng.choice(busy)
-        key = queue.keys.key("ready")
-        stranded = client.llen(key)  # a job pushed in between is stranded too, uncounted
-        client.delete(key)
+        stranded = queue.evict_key_for_chaos("ready")  # a job pushed in between: uncounted
         self.evictions += 1
-        self.jobs_stranded += int(stranded)
-        return int(stranded)
+        self.jobs_stranded += stranded
+        return stranded

@@ -9,7 +9,7 @@ and restarts it, and replays finished jobs; the workers meanwhile fail,
 stall past their lease, or kill themselves as told by the injected handler
 faults. When placing is done the faults stop; the run waits for quiescence,
 optionally redrives the DLQ, and then judges from the database (every
-invariant of ``orders.domain.invariants``), from the queues (drained, no orphaned
+invariant of ``orders.app.invariants``), from the queues (drained, no orphaned
 lease) and from the workers' attempt journal (no fencing number handed out
 twice, no step done by an attempt its process had given up:
 ``orders.chaos.journal``). The report says what was injected, how often, what

@@ -49,7 +49,7 @@ def queue_snapshots(app: App) -> list[QueueSnapshot]:
     out = []
     for step, queue in app.queues.items():
         s = stats(queue)
-        leases = int(app.redis.hlen(queue.keys.key("leases")))
+        leases = queue.size_of("leases")
         out.append(QueueSnapshot(step, s.ready, s.delayed, s.active, leases, s.dead))
     return out
 

@@ -51,7 +51,7 @@ class Finding:
     """One violated invariant.
 
     Attributes:
-        invariant: its name (from ``orders.domain.invariants.INVARIANTS`` or
+        invariant: its name (from ``orders.app.invariants.INVARIANTS`` or
             :data:`QUEUE_INVARIANTS`).
         detail: what is wrong.
         order_id / part_id / queue: what it concerns, when known.

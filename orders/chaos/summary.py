@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from orders.app.bootstrap import App
 from orders.app.dead_letters import stranded_orders
+from orders.app.invariants import INVARIANTS, check_invariants
 from orders.chaos.journal import (
     JOURNAL_INVARIANTS,
     lapsed_commits,
@@ -28,7 +29,6 @@ from orders.chaos.report import (
     queue_findings,
 )
 from orders.chaos.setup import ChaosOptions, journal_dir
-from orders.domain.invariants import INVARIANTS, check_invariants
 from orders.domain.models import OrderStatus
 from orders.domain.queries import BLOCKED, totals
 from orders.domain.steps import ALL_STEPS

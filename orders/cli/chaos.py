@@ -409,13 +409,17 @@ def chaos(
             term_grace=WORKER_GRACE + slow_ms / 1000 + 5,
             freeze_seconds=options.effective_freeze_seconds,
         )
-        run = ChaosRun(services, options, pool, rng=rng)
         if as_json:
-            report = run.run()
+            report = ChaosRun(services, options, pool, rng=rng).run()
         else:
             with Live(console=console, refresh_per_second=4, transient=True) as live:
-                run.on_progress = lambda p: live.update(_progress_table(p))
-                report = run.run()
+                report = ChaosRun(
+                    services,
+                    options,
+                    pool,
+                    rng=rng,
+                    on_progress=lambda p: live.update(_progress_table(p)),
+                ).run()
     finally:
         services.close()
         if keep or not temporary or report is None or not report.ok:

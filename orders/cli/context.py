@@ -20,9 +20,10 @@ from rich.text import Text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from orders.app.bootstrap import App, build
+from orders.app.errors import InvalidRedisUrl
 from orders.app.settings import Settings
 from orders.cli.render import clean, console, err_console
-from orders.domain.errors import InvalidRedisUrl, OrdersError
+from orders.domain.errors import OrdersError
 from orders.observability.urls import mask_url, mask_urls_in, remember_url
 from reliable_queue import (
     JobIdLookupError,
@@ -97,7 +98,14 @@ def load_settings(kind: type[S]) -> S:
         raise  # unreachable
     for name in ("redis_url", "database_url"):  # masked in every text from now on
         remember_url(getattr(settings, name, None))
+    if isinstance(settings, Settings):
+        _loaded.append(settings)  # what an error line says the command used
     return settings
+
+
+#: The application settings this command loaded (the last one counts): an error line
+#: names the setting in use from them, not from a second reading of the environment.
+_loaded: list[Settings] = []
 
 
 def _say_if_starting_redis(settings: Settings) -> None:
@@ -131,8 +139,12 @@ def emit_json(value: Any) -> None:
 
 
 def _setting(variable: str, unset: str) -> str:
-    value = os.environ.get(variable)
-    return f"{variable}={mask_url(value)}" if value else f"{variable} unset: {unset}"
+    """``VARIABLE=value`` (masked) of the loaded settings, or ``VARIABLE unset: ...``."""
+    field = variable.removeprefix("ORDERS_").lower()
+    value = getattr(_loaded[-1], field, None) if _loaded else None
+    if field == "data_dir" and value is not None and "data_dir" not in _loaded[-1].model_fields_set:
+        value = None  # the default, not something the user set
+    return f"{variable}={mask_url(str(value))}" if value else f"{variable} unset: {unset}"
 
 
 def _redis_problem(exc: BaseException) -> str:
@@ -157,7 +169,7 @@ def _os_problem(exc: OSError) -> str:
         root = os.path.normpath(root)
         return path == root or root.startswith(path + os.sep) or path.startswith(root + os.sep)
 
-    database = os.environ.get("ORDERS_DATABASE_URL", "")
+    database = (_loaded[-1].database_url or "") if _loaded else ""
     if database.startswith("sqlite") and "///" in database:
         if within(database.split("///", 1)[1].split("?", 1)[0]):
             return _database_problem(exc)

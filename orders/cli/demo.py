@@ -90,7 +90,7 @@ def violation_lines(violations: list[dict[str, Any]], shown: int = 10) -> list[s
 
 
 def _invariants(app: App) -> list[dict[str, Any]]:
-    from orders.domain.invariants import check_invariants
+    from orders.app.invariants import check_invariants
 
     return [v.as_dict() for v in check_invariants(app.session_factory)]
 

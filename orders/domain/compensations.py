@@ -22,7 +22,6 @@ from sqlalchemy.orm import Session
 from orders.domain.effects import (
     Delivery,
     Effect,
-    insert_rows,
     orders_with_row,
     parts_with_row,
     read_inventory,
@@ -30,7 +29,7 @@ from orders.domain.effects import (
 )
 from orders.domain.models import PointsEntry, Shipment, StockDeduction, StockReturn
 from orders.domain.steps import CANCEL_SHIPMENT, RETURN_STOCK, REVERSE_POINTS
-from workflows.idlists import is_postgresql, one_of
+from workflows.sql import dialect_of, per_dialect
 
 RETURNED = "returned"
 NOTHING_TO_RETURN = "nothing_to_return"
@@ -44,32 +43,31 @@ ALREADY_CANCELLED = "already_cancelled"
 ORDER_CANCELLED = "order_cancelled"
 """``points_ledger.reason`` of the entry reversing a cancelled order's points."""
 
-# built once, as the forward effects' statements, keyed by "runs on PostgreSQL"
-_PG = (False, True)
-_DEDUCTED = {
-    pg: select(StockDeduction.order_id, StockDeduction.part_id, StockDeduction.quantity)
-    .where(one_of(StockDeduction.order_id, "ids", postgresql=pg))
-    .order_by(StockDeduction.order_id, StockDeduction.part_id)
-    for pg in _PG
-}
-_NET_POINTS = {
-    pg: select(PointsEntry.order_id, func.sum(PointsEntry.points))
-    .where(one_of(PointsEntry.order_id, "ids", postgresql=pg))
-    .group_by(PointsEntry.order_id)
-    for pg in _PG
-}
-_SHIPMENTS = {
-    pg: select(Shipment.order_id, Shipment.status).where(
-        one_of(Shipment.order_id, "ids", postgresql=pg)
+# built once per dialect, as the forward effects' statements (workflows.sql)
+_DEDUCTED = per_dialect(
+    lambda d: (
+        select(StockDeduction.order_id, StockDeduction.part_id, StockDeduction.quantity)
+        .where(d.one_of(StockDeduction.order_id, "ids"))
+        .order_by(StockDeduction.order_id, StockDeduction.part_id)
     )
-    for pg in _PG
-}
-_CANCEL = {
-    pg: update(Shipment.__table__)
-    .where(one_of(Shipment.order_id, "ids", postgresql=pg), Shipment.status != SHIPMENT_CANCELLED)
-    .values(status=SHIPMENT_CANCELLED)
-    for pg in _PG
-}
+)
+_NET_POINTS = per_dialect(
+    lambda d: (
+        select(PointsEntry.order_id, func.sum(PointsEntry.points))
+        .where(d.one_of(PointsEntry.order_id, "ids"))
+        .group_by(PointsEntry.order_id)
+    )
+)
+_SHIPMENTS = per_dialect(
+    lambda d: select(Shipment.order_id, Shipment.status).where(d.one_of(Shipment.order_id, "ids"))
+)
+_CANCEL = per_dialect(
+    lambda d: (
+        update(Shipment.__table__)
+        .where(d.one_of(Shipment.order_id, "ids"), Shipment.status != SHIPMENT_CANCELLED)
+        .values(status=SHIPMENT_CANCELLED)
+    )
+)
 
 
 def return_stock(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
@@ -85,7 +83,8 @@ def return_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
     ids = [d.order_id for d in deliveries]
     returned = parts_with_row(session, StockReturn, ids)
     due: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for oid, part, qty in session.execute(_DEDUCTED[is_postgresql(session)], {"ids": ids}):
+    dialect = dialect_of(session)
+    for oid, part, qty in session.execute(_DEDUCTED[dialect], {"ids": ids}):
         if (oid, part) not in returned:
             due[oid].append((part, qty))
     stock = read_inventory(session, {p for lines in due.values() for p, _ in lines})
@@ -104,7 +103,7 @@ def return_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
             rows["quantity"].append(qty)
         out[d.step_row_id] = RETURNED
     write_inventory(session, stock, before)
-    insert_rows(session, StockReturn, rows, created_at=now)
+    dialect.insert_rows(session, StockReturn.__table__, rows, constants={"created_at": now})
     return out
 
 
@@ -119,7 +118,7 @@ def reverse_points(session: Session, deliveries: list[Delivery], now: datetime) 
     done = orders_with_row(session, PointsEntry, ids, reason=ORDER_CANCELLED)
     open_ids = [oid for oid in ids if oid not in done]
     net = (
-        dict(session.execute(_NET_POINTS[is_postgresql(session)], {"ids": open_ids}).all())
+        dict(session.execute(_NET_POINTS[dialect_of(session)], {"ids": open_ids}).all())
         if open_ids
         else {}
     )
@@ -135,7 +134,12 @@ def reverse_points(session: Session, deliveries: list[Delivery], now: datetime) 
             rows["customer_id"].append(d.customer_id)
             rows["points"].append(-int(net[d.order_id]))
             out[d.step_row_id] = REVERSED
-    insert_rows(session, PointsEntry, rows, reason=ORDER_CANCELLED, created_at=now)
+    dialect_of(session).insert_rows(
+        session,
+        PointsEntry.__table__,
+        rows,
+        constants={"reason": ORDER_CANCELLED, "created_at": now},
+    )
     return out
 
 
@@ -145,12 +149,12 @@ def cancel_shipment(session: Session, deliveries: list[Delivery], now: datetime)
     Returns:
         step row id -> ``cancelled``, ``already_cancelled``, or ``no_shipment``.
     """
-    pg = is_postgresql(session)
+    dialect = dialect_of(session)
     ids = [d.order_id for d in deliveries]
-    existing = dict(session.execute(_SHIPMENTS[pg], {"ids": ids}).all())
+    existing = dict(session.execute(_SHIPMENTS[dialect], {"ids": ids}).all())
     to_cancel = {oid for oid, status in existing.items() if status != SHIPMENT_CANCELLED}
     if to_cancel:
-        session.execute(_CANCEL[pg], {"ids": sorted(to_cancel)})
+        session.execute(_CANCEL[dialect], {"ids": sorted(to_cancel)})
     return {
         d.step_row_id: (
             NO_SHIPMENT

@@ -1,13 +1,12 @@
 """The four step effects, set-based: a batch of orders in a few statements, one order
 being a batch of one.
 
-Each effect runs inside the completion tracker's unit of work and commits nothing:
-on SQLite after the batch's workflow rows are locked (a lone delivery: after its
-workflow's version was checked and bumped, the write that takes the database's
-write lock), on PostgreSQL before the tracker locks them for the marking, which
-rolls the effect back with it when a claimed step row was finished meanwhile (ADR
-0014). On PostgreSQL a batch's rows go in one statement each (ADR 0015). It takes
-the batch's deliveries
+Each effect runs inside the completion tracker's unit of work and commits nothing,
+before or after the tracker locks the batch's workflow rows as the dialect's lock
+plan says (``workflows.sql.LockPlan``; ADR 0014): where it runs first, the marking
+rolls the effect back with it when a claimed step row was finished meanwhile. A
+batch's rows go in one statement each (ADR 0015, ADR 0019). It takes the batch's
+deliveries
 (:class:`Delivery`, in claim order) and returns step row id -> outcome word. Each is
 idempotent on its own, on top of the tracker's done-step check: its row is unique per
 order (and kind, reason or part), and an existing one means the effect is already
@@ -27,17 +26,14 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
-    Insert,
     Integer,
     Select,
-    String,
+    Update,
     bindparam,
     func,
-    insert,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -52,7 +48,7 @@ from orders.domain.models import (
     StockDeduction,
 )
 from orders.domain.steps import LOGISTICS, NOTIFICATION, POINTS, STOCK
-from workflows.idlists import is_postgresql, json_rows, one_of
+from workflows.sql import Dialect, dialect_of, per_dialect
 
 DEDUCTED = "deducted"
 OUT_OF_STOCK = "out_of_stock"
@@ -92,178 +88,92 @@ class Delivery(NamedTuple):
 Effect = Callable[[Session, list[Delivery], datetime], dict[int, str]]
 """``effect(session, deliveries, now) -> {step row id: outcome word}``, one per delivery."""
 
-# The statements of the hot path, built once: on a batch of one, building a
-# statement (and its cache key) costs more than running it. Each is keyed by
-# "runs on PostgreSQL": there an id list is one array parameter and a batch's rows
-# go in one statement through unnest; on SQLite an id list is one JSON parameter and
-# a batch's rows one JSON array read by json_each (workflows.idlists). Either way
-# the text does not grow with the batch, and no value is processed in Python.
-_PG = (False, True)
+# The statements of the hot path, built once per dialect (workflows.sql): on a batch of
+# one, building a statement (and its cache key) costs more than running it. An id list
+# is one parameter (an array on PostgreSQL, a JSON text on SQLite) and a batch's rows
+# too (unnest, json_each): the text does not grow with the batch, and no value is
+# processed in Python.
 _LINE = OrderLine.__table__
 _INV = Inventory.__table__
 _ORDER = Order.__table__
 _SHIPMENT = Shipment.__table__
-_NEEDED = {
-    pg: select(_LINE.c.order_id, _LINE.c.part_id, func.sum(_LINE.c.quantity))
-    .where(one_of(_LINE.c.order_id, "ids", postgresql=pg))
-    .group_by(_LINE.c.order_id, _LINE.c.part_id)
-    .order_by(_LINE.c.order_id, _LINE.c.part_id)
-    for pg in _PG
-}
-_MODES = {
-    pg: select(_LINE.c.order_id, _LINE.c.ship_mode).where(
-        one_of(_LINE.c.order_id, "ids", postgresql=pg)
+_DEDUCTION = StockDeduction.__table__
+_NOTIFICATION = Notification.__table__
+_POINTS = PointsEntry.__table__
+_NEEDED = per_dialect(
+    lambda d: (
+        select(_LINE.c.order_id, _LINE.c.part_id, func.sum(_LINE.c.quantity))
+        .where(d.one_of(_LINE.c.order_id, "ids"))
+        .group_by(_LINE.c.order_id, _LINE.c.part_id)
+        .order_by(_LINE.c.order_id, _LINE.c.part_id)
     )
-    for pg in _PG
-}
-_READ_STOCK = select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version).where(
-    one_of(_INV.c.part_id, "parts", postgresql=False)
 )
-_LOCK_STOCK = (
-    select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version)
-    .where(one_of(_INV.c.part_id, "parts", postgresql=True))
-    .order_by(_INV.c.part_id)
-    .with_for_update()
+_MODES = per_dialect(
+    lambda d: select(_LINE.c.order_id, _LINE.c.ship_mode).where(d.one_of(_LINE.c.order_id, "ids"))
 )
-_NEW_STOCK_JSON = json_rows("stock", ("part_id", "on_hand", "version"), alias="new")
-_WRITE_STOCK = (
-    update(_INV)
-    .where(_INV.c.part_id == _NEW_STOCK_JSON.c.part_id, _INV.c.version == _NEW_STOCK_JSON.c.version)
-    .values(on_hand=_NEW_STOCK_JSON.c.on_hand, version=_INV.c.version + 1)
-)
-"""SQLite: every changed inventory row in one ``UPDATE ... FROM json_each(...)``, each
-under its version (the row count says how many versions still matched)."""
-_NEW_STOCK = (
-    func.unnest(*(bindparam(name, type_=ARRAY(Integer)) for name in ("p", "on_hand", "v")))
-    .table_valued("part_id", "on_hand", "version")
-    .render_derived(name="new")
-)
-_WRITE_STOCK_PG = (
-    update(_INV)
-    .where(_INV.c.part_id == _NEW_STOCK.c.part_id, _INV.c.version == _NEW_STOCK.c.version)
-    .values(on_hand=_NEW_STOCK.c.on_hand, version=_INV.c.version + 1)
-)
-"""PostgreSQL: every changed inventory row in one ``UPDATE ... FROM unnest(...)``, each
-under its version (the row count says how many versions still matched)."""
-_SHIPMENTS = {
-    pg: select(_SHIPMENT.c.order_id, _SHIPMENT.c.status).where(
-        one_of(_SHIPMENT.c.order_id, "ids", postgresql=pg)
+_READ_STOCK = per_dialect(
+    lambda d: d.for_update(
+        select(_INV.c.part_id, _INV.c.on_hand, _INV.c.version).where(
+            d.one_of(_INV.c.part_id, "parts")
+        ),
+        _INV.c.part_id,
     )
-    for pg in _PG
-}
-_CANCEL_SHIPMENTS = {
-    pg: update(_SHIPMENT)
-    .where(one_of(_SHIPMENT.c.order_id, "ids", postgresql=pg), _SHIPMENT.c.status != CANCELLED)
-    .values(status=CANCELLED)
-    for pg in _PG
-}
-_OUT_OF_STOCK = {
-    pg: update(_ORDER)
-    .where(one_of(_ORDER.c.id, "ids", postgresql=pg))
-    .values(status=OrderStatus.OUT_OF_STOCK)
-    for pg in _PG
-}
-_COMPLETE = {
-    pg: update(_ORDER)
-    .where(one_of(_ORDER.c.id, "ids", postgresql=pg), _ORDER.c.status == OrderStatus.PLACED)
-    .values(status=OrderStatus.COMPLETED)
-    for pg in _PG
-}
+)
+"""The inventory rows to change, locked in part order where rows are locked."""
+_STOCK_COLUMNS = {"part_id": Integer(), "on_hand": Integer(), "version": Integer()}
+
+
+def _write_stock(d: Dialect) -> Update:
+    new = d.rows("stock", _STOCK_COLUMNS, alias="new")
+    return (
+        update(_INV)
+        .where(_INV.c.part_id == new.c.part_id, _INV.c.version == new.c.version)
+        .values(on_hand=new.c.on_hand, version=_INV.c.version + 1)
+    )
+
+
+_WRITE_STOCK = per_dialect(_write_stock)
+"""Every changed inventory row in one ``UPDATE ... FROM`` the rows bound as one parameter,
+each under its version (the row count says how many versions still matched)."""
+_SHIPMENTS = per_dialect(
+    lambda d: select(_SHIPMENT.c.order_id, _SHIPMENT.c.status).where(
+        d.one_of(_SHIPMENT.c.order_id, "ids")
+    )
+)
+_CANCEL_SHIPMENTS = per_dialect(
+    lambda d: (
+        update(_SHIPMENT)
+        .where(d.one_of(_SHIPMENT.c.order_id, "ids"), _SHIPMENT.c.status != CANCELLED)
+        .values(status=CANCELLED)
+    )
+)
+_OUT_OF_STOCK = per_dialect(
+    lambda d: (
+        update(_ORDER).where(d.one_of(_ORDER.c.id, "ids")).values(status=OrderStatus.OUT_OF_STOCK)
+    )
+)
+_COMPLETE = per_dialect(
+    lambda d: (
+        update(_ORDER)
+        .where(d.one_of(_ORDER.c.id, "ids"), _ORDER.c.status == OrderStatus.PLACED)
+        .values(status=OrderStatus.COMPLETED)
+    )
+)
 
 
 @functools.cache
-def _insert_json(model: Any, columns: tuple[str, ...], constants: tuple[str, ...]) -> Insert:
-    table = model.__table__
-    rows = json_rows("rows", columns, alias="v")
-    values = select(
-        *(rows.c[name] for name in columns),
-        *(bindparam(name, type_=table.c[name].type) for name in constants),
-    )
-    return insert(table).from_select([*columns, *constants], values)
-
-
-def _array_of(column_type: Any) -> ARRAY:
-    # An explicit cast to varchar(n)[] cuts a longer text short without a word; cast to
-    # varchar[] and the column's own length check refuses it, as a plain insert does.
-    if isinstance(column_type, String) and column_type.length is not None:
-        column_type = String()
-    return ARRAY(column_type)
-
-
-@functools.cache
-def _insert_unnest(model: Any, columns: tuple[str, ...], constants: tuple[str, ...]) -> Insert:
-    table = model.__table__
-    rows = (
-        func.unnest(*(bindparam(name, type_=_array_of(table.c[name].type)) for name in columns))
-        .table_valued(*columns)
-        .render_derived(name="v")
-    )
-    values = select(
-        *(rows.c[name] for name in columns),
-        *(bindparam(name, type_=table.c[name].type) for name in constants),
-    )
-    return insert(table).from_select([*columns, *constants], values)
-
-
-def insert_rows(
-    session: Session, model: Any, columns: dict[str, list[Any]], **constants: Any
-) -> int:
-    """Insert rows of ``model`` given column by column, in one statement.
-
-    On PostgreSQL the rows go in one ``INSERT ... SELECT ... FROM unnest(arrays)``,
-    on SQLite in one ``INSERT ... SELECT ... FROM json_each(rows)``; either text
-    does not depend on the row count (PostgreSQL parses it once and prepares it),
-    and no value of a row is processed in Python. All or nothing: a row that
-    breaks a constraint (a unique guard) fails the statement.
-
-    Args:
-        session: the caller's session (nothing committed).
-        model: a mapped class.
-        columns: column name -> its values, one per row, all lists the same length;
-            on SQLite the values must be ints, strings or None (they travel as
-            JSON): bind a ``datetime`` or ``Decimal`` as a constant.
-        constants: column name -> the value every row gets (e.g. ``created_at``),
-            bound once with the column's type.
-
-    Returns:
-        Rows inserted (0 when ``columns`` holds no rows: nothing is sent).
-
-    Raises:
-        sqlalchemy.exc.IntegrityError: a row breaks a constraint (nothing inserted).
-        ValueError: the column lists differ in length.
-        sqlalchemy.exc.StatementError: (SQLite) a per-row value JSON cannot
-            encode (a ``datetime``, a ``Decimal``).
-    """
-    lengths = {len(values) for values in columns.values()}
-    if len(lengths) != 1:
-        raise ValueError(f"columns of different lengths: {sorted(lengths)}")
-    [count] = lengths
-    if not count:
-        return 0
-    if is_postgresql(session):
-        statement = _insert_unnest(model, tuple(columns), tuple(constants))
-        session.execute(statement, {**columns, **constants})
-    else:
-        statement = _insert_json(model, tuple(columns), tuple(constants))
-        session.execute(statement, {"rows": zip(*columns.values(), strict=True), **constants})
-    return count
-
-
-@functools.cache
-def _with_row(model: Any, names: tuple[str, ...], pg: bool) -> Select[Any]:
+def _with_row(model: Any, names: tuple[str, ...], dialect: Dialect) -> Select[Any]:
     table = model.__table__
     return select(table.c.order_id).where(
-        one_of(table.c.order_id, "ids", postgresql=pg),
+        dialect.one_of(table.c.order_id, "ids"),
         *(table.c[name] == bindparam(name) for name in names),
     )
 
 
 @functools.cache
-def _parts_with_row(model: Any, pg: bool) -> Select[Any]:
+def _parts_with_row(model: Any, dialect: Dialect) -> Select[Any]:
     table = model.__table__
-    return select(table.c.order_id, table.c.part_id).where(
-        one_of(table.c.order_id, "ids", postgresql=pg)
-    )
+    return select(table.c.order_id, table.c.part_id).where(dialect.one_of(table.c.order_id, "ids"))
 
 
 def points_for(total_price: Decimal) -> int:
@@ -299,7 +209,7 @@ def orders_with_row(
     """
     if not order_ids:
         return set()
-    statement = _with_row(model, tuple(sorted(match)), is_postgresql(session))
+    statement = _with_row(model, tuple(sorted(match)), dialect_of(session))
     return set(session.scalars(statement, {"ids": list(order_ids), **match}))
 
 
@@ -312,18 +222,18 @@ def parts_with_row(session: Session, model: Any, order_ids: Sequence[int]) -> se
     return {
         (order_id, part_id)
         for order_id, part_id in session.execute(
-            _parts_with_row(model, is_postgresql(session)), {"ids": list(order_ids)}
+            _parts_with_row(model, dialect_of(session)), {"ids": list(order_ids)}
         )
     }
 
 
 def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int]]:
-    """Read inventory rows to change, PostgreSQL: locked ``FOR UPDATE`` in part order.
+    """Read inventory rows to change, locked in part order where rows are locked (PostgreSQL).
 
     Returns:
         part id -> ``[on hand, version]`` (change the first, then :func:`write_inventory`).
     """
-    statement = _LOCK_STOCK if is_postgresql(session) else _READ_STOCK
+    statement = _READ_STOCK[dialect_of(session)]
     return {
         part: [on_hand, version]
         for part, on_hand, version in session.execute(statement, {"parts": sorted(parts)})
@@ -333,9 +243,8 @@ def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int
 def write_inventory(session: Session, stock: dict[int, list[int]], before: dict[int, int]) -> None:
     """Write each changed inventory row once, under its version column.
 
-    One statement for all of them: ``UPDATE ... FROM unnest(parts, on hands,
-    versions)`` on PostgreSQL, ``UPDATE ... FROM json_each(rows)`` on SQLite.
-    Either way every row's version must still
+    One statement for all of them: ``UPDATE ... FROM`` the rows bound as one
+    parameter (``Dialect.rows``). Every row's version must still
     be the one read, or nothing of the unit of work stands: the error makes the
     caller roll back (rows the statement did change go with it) and rerun.
 
@@ -350,19 +259,16 @@ def write_inventory(session: Session, stock: dict[int, list[int]], before: dict[
     changed = [part for part, values in stock.items() if values[0] != before[part]]
     if not changed:
         return
-    if is_postgresql(session):
-        result = session.execute(
-            _WRITE_STOCK_PG,
-            {
-                "p": changed,
-                "on_hand": [stock[part][0] for part in changed],
-                "v": [stock[part][1] for part in changed],
-            },
-        )
-        matched = result.rowcount
-    else:
-        rows = [(part, stock[part][0], stock[part][1]) for part in changed]
-        matched = session.execute(_WRITE_STOCK, {"stock": rows}).rowcount
+    dialect = dialect_of(session)
+    rows = dialect.bind_rows(
+        "stock",
+        {
+            "part_id": changed,
+            "on_hand": [stock[part][0] for part in changed],
+            "version": [stock[part][1] for part in changed],
+        },
+    )
+    matched = session.execute(_WRITE_STOCK[dialect], rows).rowcount
     if matched != len(changed):
         raise StaleDataError(f"inventory changed under the batch ({matched}/{len(changed)})")
 
@@ -378,10 +284,10 @@ def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
     Returns:
         step row id -> ``deducted`` or ``out_of_stock``.
     """
-    pg = is_postgresql(session)
+    dialect = dialect_of(session)
     ids = [d.order_id for d in deliveries]
     needed: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for oid, part, qty in session.execute(_NEEDED[pg], {"ids": ids}):
+    for oid, part, qty in session.execute(_NEEDED[dialect], {"ids": ids}):
         needed[oid].append((part, int(qty)))
     stock = read_inventory(session, {p for lines in needed.values() for p, _ in lines})
     before = {part: values[0] for part, values in stock.items()}
@@ -406,17 +312,17 @@ def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
             quantities.append(qty)
         out[d.step_row_id] = DEDUCTED
     write_inventory(session, stock, before)
-    insert_rows(
+    dialect.insert_rows(
         session,
-        StockDeduction,
+        _DEDUCTION,
         {"order_id": orders, "part_id": parts, "quantity": quantities},
-        created_at=now,
+        constants={"created_at": now},
     )
     if short:
         short_ids = [d.order_id for d in short]
-        session.execute(_OUT_OF_STOCK[pg], {"ids": short_ids})
+        session.execute(_OUT_OF_STOCK[dialect], {"ids": short_ids})
         notify_cancelled(session, [(d.order_id, d.customer_id) for d in short], now)
-        session.execute(_CANCEL_SHIPMENTS[pg], {"ids": short_ids})
+        session.execute(_CANCEL_SHIPMENTS[dialect], {"ids": short_ids})
     return out
 
 
@@ -434,13 +340,13 @@ def notify_cancelled(session: Session, orders: list[tuple[int, int]], now: datet
     customers = dict(orders)
     sent = orders_with_row(session, Notification, list(customers), kind=CANCELLATION)
     new = [oid for oid in customers if oid not in sent]
-    return insert_rows(
+    dialect_of(session).insert_rows(
         session,
-        Notification,
+        _NOTIFICATION,
         {"order_id": new, "customer_id": [customers[oid] for oid in new]},
-        kind=CANCELLATION,
-        created_at=now,
+        constants={"kind": CANCELLATION, "created_at": now},
     )
+    return len(new)
 
 
 def send_confirmation(
@@ -455,12 +361,11 @@ def send_confirmation(
         session, Notification, [d.order_id for d in deliveries], kind=CONFIRMATION
     )
     new = [d for d in deliveries if d.order_id not in sent]
-    insert_rows(
+    dialect_of(session).insert_rows(
         session,
-        Notification,
+        _NOTIFICATION,
         {"order_id": [d.order_id for d in new], "customer_id": [d.customer_id for d in new]},
-        kind=CONFIRMATION,
-        created_at=now,
+        constants={"kind": CONFIRMATION, "created_at": now},
     )
     return {d.step_row_id: ALREADY_SENT if d.order_id in sent else SENT for d in deliveries}
 
@@ -475,16 +380,15 @@ def credit_points(session: Session, deliveries: list[Delivery], now: datetime) -
         session, PointsEntry, [d.order_id for d in deliveries], reason=ORDER_PLACED
     )
     new = [d for d in deliveries if d.order_id not in credited]
-    insert_rows(
+    dialect_of(session).insert_rows(
         session,
-        PointsEntry,
+        _POINTS,
         {
             "order_id": [d.order_id for d in new],
             "customer_id": [d.customer_id for d in new],
             "points": [points_for(d.total_price) for d in new],
         },
-        reason=ORDER_PLACED,
-        created_at=now,
+        constants={"reason": ORDER_PLACED, "created_at": now},
     )
     return {
         d.step_row_id: ALREADY_CREDITED if d.order_id in credited else CREDITED for d in deliveries
@@ -505,11 +409,11 @@ def schedule_shipment(
     Raises:
         ValueError: an order without lines (it has no ship mode).
     """
-    pg = is_postgresql(session)
+    dialect = dialect_of(session)
     ids = [d.order_id for d in deliveries]
-    existing = dict(session.execute(_SHIPMENTS[pg], {"ids": ids}).all())
+    existing = dict(session.execute(_SHIPMENTS[dialect], {"ids": ids}).all())
     modes: dict[int, list[str]] = defaultdict(list)
-    for oid, mode in session.execute(_MODES[pg], {"ids": ids}):
+    for oid, mode in session.execute(_MODES[dialect], {"ids": ids}):
         modes[oid].append(mode)
     out: dict[int, str] = {}
     new: dict[str, list[Any]] = {"order_id": [], "ship_mode": [], "status": []}
@@ -522,7 +426,7 @@ def schedule_shipment(
         new["ship_mode"].append(ship_mode_for(modes[d.order_id]))
         new["status"].append(status)
         out[d.step_row_id] = status
-    insert_rows(session, Shipment, new, created_at=now)
+    dialect.insert_rows(session, _SHIPMENT, new, constants={"created_at": now})
     return out
 
 
@@ -538,4 +442,4 @@ EFFECTS: dict[str, Effect] = {
 def complete_orders(session: Session, order_ids: list[int]) -> None:
     """Orders whose workflow just finished become ``completed`` (other statuses stay)."""
     if order_ids:
-        session.execute(_COMPLETE[is_postgresql(session)], {"ids": order_ids})
+        session.execute(_COMPLETE[dialect_of(session)], {"ids": order_ids})

@@ -51,25 +51,3 @@ class TpchGenerationFailed(OrdersError):
 
 class TpchLoadBusy(OrdersError):
     """Another TPC-H load of the same data dir held its lock for longer than the wait."""
-
-
-class SchemaNotMigrated(OrdersError):
-    """The configured database is not at the newest migration; run ``orders db upgrade``."""
-
-
-class SQLiteTooOld(OrdersError):
-    """The SQLite library Python is linked with lacks what orderflow's statements use
-    (``RETURNING``: 3.35; ``json_each`` / ``json_extract``); use PostgreSQL or a newer
-    Python build."""
-
-
-class InvalidRedisUrl(OrdersError):
-    """``ORDERS_REDIS_URL`` does not parse as a Redis URL."""
-
-
-class NamespaceClaimed(OrdersError):
-    """The Redis namespace (``ORDERS_QUEUE_PREFIX`` on that Redis) belongs to another database."""
-
-
-class KeyEvictionPossible(OrdersError):
-    """Redis may evict keys (``maxmemory-policy`` is not ``noeviction``): jobs would vanish."""

@@ -24,7 +24,7 @@ from orders.domain.steps import ORDER_GRAPH
 from workflows import tracker
 from workflows.columns import utcnow
 from workflows.errors import StepNotFound
-from workflows.idlists import is_postgresql, one_of
+from workflows.sql import dialect_of, per_dialect
 from workflows.tracker import BeforeCommit, Claim, StepResult, StepRun
 from workflows.uow import SessionFactory
 
@@ -162,14 +162,13 @@ def handle_step(
 
 
 _ORDER = Order.__table__
-_ORDERS = {
-    pg: select(_ORDER.c.id, _ORDER.c.customer_id, _ORDER.c.total_price, _ORDER.c.status).where(
-        one_of(_ORDER.c.id, "ids", postgresql=pg)
-    )
-    for pg in (False, True)
-}
-"""The claimed orders' own columns (built once: cheaper than building it per batch), keyed
-by "runs on PostgreSQL" (there the ids are one array parameter: ``workflows.idlists``)."""
+_ORDERS = per_dialect(
+    lambda d: select(
+        _ORDER.c.id, _ORDER.c.customer_id, _ORDER.c.total_price, _ORDER.c.status
+    ).where(d.one_of(_ORDER.c.id, "ids"))
+)
+"""The claimed orders' own columns (built once per dialect: cheaper than building it per
+batch; the ids are one parameter, ``workflows.sql``)."""
 
 
 def _of_orders(effect: effects.Effect) -> tracker.Effect:
@@ -179,7 +178,7 @@ def _of_orders(effect: effects.Effect) -> tracker.Effect:
         found = {
             row[0]: row
             for row in session.execute(
-                _ORDERS[is_postgresql(session)], {"ids": [c.subject_id for c in claims]}
+                _ORDERS[dialect_of(session)], {"ids": [c.subject_id for c in claims]}
             )
         }
         out: dict[int, str | Exception] = {

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import redis
-
-from reliable_queue import DeadLetter, Queue, QueueConnectionError, QueueDataError
-from reliable_queue.raw_ids import id_text
+from reliable_queue import DeadLetter, Queue, QueueDataError
 
 
 def newest_dead_letters(queues: Iterable[Queue], limit: int = 5) -> list[DeadLetter]:
     """The ``limit`` most recently dead-lettered jobs of ``queues``, newest first.
 
-    Reads the ``limit`` highest scores of each queue's ``dead`` sorted set, then
+    Reads the ``limit`` newest ids of each queue's DLQ (``DeadLetters.newest``), then
     the full entries of the overall newest ``limit``. An id that is not UTF-8 comes
     in its ``hex:`` form; a queue whose DLQ key holds another type is passed over
     (its stats name the key).
@@ -26,13 +23,11 @@ def newest_dead_letters(queues: Iterable[Queue], limit: int = 5) -> list[DeadLet
     candidates: list[tuple[float, Queue, str]] = []
     for queue in queues:
         try:
-            top = queue.client.zrange(queue.keys.key("dead"), -limit, -1, withscores=True)
-        except redis.ResponseError:  # WRONGTYPE: not a DLQ to read
+            top = queue.dead_letters.newest(limit)
+        except QueueDataError:  # WRONGTYPE: not a DLQ to read
             continue
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise QueueConnectionError(str(exc)) from exc
-        for member, score in top:
-            candidates.append((float(score), queue, id_text(member)))
+        for at, job_id in reversed(top):  # oldest first, as ties were always kept
+            candidates.append((at, queue, job_id))
     candidates.sort(key=lambda c: c[0], reverse=True)
     out: list[DeadLetter] = []
     for _, queue, job_id in candidates[:limit]:

@@ -37,7 +37,7 @@ from orders.domain.models import (
 from orders.sources.drafts import TPCH
 from orders.sources.load_lock import LOCK_TIMEOUT_SECONDS, exclusive_lock
 from workflows.columns import utcnow
-from workflows.planner_stats import analyze_never_analyzed
+from workflows.sql import dialect_of_factory
 from workflows.uow import SessionFactory, UnitOfWork
 
 TABLES = ("customer", "part", "partsupp", "orders", "lineitem")
@@ -178,8 +178,8 @@ def load_tpch(
         result = _load(session_factory, folder, scale)
     if result.loaded:
         # a bulk load: PostgreSQL's planner gets the tables' statistics now, not when
-        # autovacuum comes round (workflows.planner_stats, ADR 0020)
-        analyze_never_analyzed(session_factory, _LOADED)
+        # autovacuum comes round (ADR 0020)
+        dialect_of_factory(session_factory).analyze_never_analyzed(session_factory, _LOADED)
     return result
 
 

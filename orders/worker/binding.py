@@ -20,8 +20,8 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from orders.app.bootstrap import App
+from orders.app.errors import NamespaceClaimed
 from orders.app.namespace import namespace_lost
-from orders.domain.errors import NamespaceClaimed
 from reliable_queue import Lease, PermanentError, QueueError, RawJob
 from reliable_queue.errors import IsolatedPermanentError
 from reliable_queue.execution import Outcome

@@ -40,6 +40,12 @@ def sweep_once(app: App) -> SweepResult:
     )
 
 
+def relay_lock_key(prefix: str) -> str:
+    """The Redis key that lets one sweeper at a time run (``SET NX PX``), an application key
+    beside the queues of ``prefix``, outside every queue's hash tag."""
+    return f"{prefix}:relay-lock"
+
+
 class SweepLoop(threading.Thread):
     """Runs :func:`sweep_once` every ``relay_sweep_interval_seconds`` while not stopped.
 
@@ -69,7 +75,7 @@ class SweepLoop(threading.Thread):
         self.clock = clock
         self.next_reconcile = clock()
         self.totals = {"published": 0, "republished": 0, "reconciled": 0}
-        self.lock_key = f"{app.settings.queue_prefix}:relay-lock"
+        self.lock_key = relay_lock_key(app.settings.queue_prefix)
         self.counters = Counters(app.redis, app.settings.queue_prefix)
         self.may_sweep = may_sweep
 

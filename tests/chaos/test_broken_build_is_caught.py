@@ -20,9 +20,9 @@ from chaos_helpers import run_chaos
 from sqlalchemy import text
 
 from orders.app.db import make_engine
+from orders.app.invariants import CONSERVATION, ONE_DEDUCTION
 from orders.app.migrate import upgrade_database
 from orders.chaos.journal import LAPSED_COMMIT
-from orders.domain.invariants import CONSERVATION, ONE_DEDUCTION
 
 BROKEN_BUILD = Path(__file__).parent / "broken_build"
 UNIQUE_DEDUCTION = "uq_stock_deductions_order_id_part_id"

@@ -1,4 +1,4 @@
-"""Bulk inserts (COPY on PostgreSQL) write the same rows, ids and defaults as an INSERT."""
+"""Bulk loads (COPY on PostgreSQL) write the same rows, ids and defaults as an INSERT."""
 
 from __future__ import annotations
 
@@ -6,12 +6,18 @@ import pytest
 from sqlalchemy import event, select
 from sqlalchemy.exc import IntegrityError
 
-from workflows.bulk import insert_rows
 from workflows.columns import utcnow
 from workflows.models import StepStatus, Workflow, WorkflowStep
+from workflows.sql import dialect_of
 
 _WORKFLOWS = Workflow.__table__
 _STEPS = WorkflowStep.__table__
+
+
+def insert_rows(session, table, rows) -> list[int]:
+    """A bulk load of ``rows`` (dicts with the same keys), handing back the new ids."""
+    columns = {name: [row[name] for row in rows] for name in (rows[0] if rows else ())}
+    return dialect_of(session).insert_rows(session, table, columns, load=True, ids=True)
 
 
 def test_rows_come_back_with_their_ids_in_order_and_defaults_filled(session_factory):

@@ -11,15 +11,22 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.orm.exc import StaleDataError
 
+from orders.app.invariants import check_stock_conservation
 from orders.app.placement import PlacedOrder, place_orders
 from orders.domain import effects
-from orders.domain.effects import CONFIRMATION, insert_rows, read_inventory, write_inventory
+from orders.domain.effects import CONFIRMATION, read_inventory, write_inventory
 from orders.domain.handlers import handle_steps
-from orders.domain.invariants import check_stock_conservation
 from orders.domain.models import Inventory, Notification, Shipment, StockDeduction
 from orders.domain.steps import STOCK
+from workflows.sql import dialect_of
 from workflows.tracker import StepResult, StepRun
 from workflows.uow import UnitOfWork
+
+
+def insert_rows(session, model, columns, **constants) -> list[int]:
+    """The effects' batch insert: one statement, the rows bound as one parameter."""
+    return dialect_of(session).insert_rows(session, model.__table__, columns, constants=constants)
+
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -160,7 +167,7 @@ def test_inserted_rows_are_all_or_nothing(session_factory, catalog, make_draft):
             )
         session.rollback()
         assert list(session.scalars(select(Notification.order_id))) == ids[1:]
-        assert insert_rows(session, Notification, {"order_id": [], "customer_id": []}) == 0
+        assert insert_rows(session, Notification, {"order_id": [], "customer_id": []}) == []
         with pytest.raises(ValueError, match="different lengths"):
             insert_rows(session, Notification, {"order_id": ids, "customer_id": [1]})
 

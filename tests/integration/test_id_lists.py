@@ -9,8 +9,9 @@ from sqlalchemy.orm import Session
 from orders.app.db import make_engine
 from orders.app.migrate import upgrade_database
 from workflows.columns import utcnow
-from workflows.idlists import JSONList, among, is_postgresql, one_of
 from workflows.models import Workflow
+from workflows.sql import SQLITE, dialect_of
+from workflows.sql.sqlite import JSONList
 
 
 def add_workflows(session, count: int) -> list[int]:
@@ -34,7 +35,7 @@ def test_the_postgresql_text_does_not_grow_with_the_list():
         texts = {
             str(
                 select(Workflow.id)
-                .where(among(session, Workflow.id, range(n)))
+                .where(dialect_of(session).among(Workflow.id, range(n)))
                 .compile(engine, compile_kwargs={"render_postcompile": True})
             )
             for n in (1, 3, 150, 1000)
@@ -50,7 +51,7 @@ def test_among_selects_exactly_the_listed_rows(session_factory):
         wanted = ids[::3]
         for chosen in ([], wanted[:1], wanted):
             got = session.scalars(
-                select(Workflow.id).where(among(session, Workflow.id, iter(chosen)))
+                select(Workflow.id).where(dialect_of(session).among(Workflow.id, iter(chosen)))
             ).all()
             assert sorted(got) == sorted(chosen)
 
@@ -60,7 +61,7 @@ def test_the_sqlite_text_does_not_grow_with_the_list():
     SQLAlchemy rendered the statement again for every list length and converted
     every value in Python, inside the write lock."""
     engine = create_engine("sqlite://")
-    statement = select(Workflow.id).where(one_of(Workflow.id, "ids", postgresql=False))
+    statement = select(Workflow.id).where(SQLITE.one_of(Workflow.id, "ids"))
     with engine.connect() as conn:
         Workflow.__table__.create(conn)
         texts = set()
@@ -76,9 +77,7 @@ def test_the_sqlite_text_does_not_grow_with_the_list():
 def test_one_of_selects_exactly_the_listed_rows(session_factory):
     with session_factory() as session:
         ids = add_workflows(session, 80)
-        statement = select(Workflow.id).where(
-            one_of(Workflow.id, "ids", postgresql=is_postgresql(session))
-        )
+        statement = select(Workflow.id).where(dialect_of(session).one_of(Workflow.id, "ids"))
         wanted = ids[::3]
         for chosen in ([], wanted[:1], wanted, wanted + wanted[:2], [max(ids) + 1]):
             got = session.scalars(statement, {"ids": chosen}).all()
@@ -90,7 +89,7 @@ def test_sqlite_looks_listed_ids_up_through_the_index(tmp_path):
     url = f"sqlite:///{tmp_path / 'plan.db'}"
     upgrade_database(url)
     engine = make_engine(url)
-    statement = select(Workflow.id).where(one_of(Workflow.id, "ids", postgresql=False))
+    statement = select(Workflow.id).where(SQLITE.one_of(Workflow.id, "ids"))
     compiled = statement.compile(engine)
     try:
         with engine.connect() as conn:

@@ -12,9 +12,9 @@ from cli_processes import run_orders, start_orders, stop, wait_until
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import App, build
+from orders.app.invariants import check_invariants
 from orders.app.placement import place_orders
 from orders.app.settings import Settings
-from orders.domain.invariants import check_invariants
 from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import STEPS
 from orders.worker.counters import Counters

@@ -8,9 +8,9 @@ import pytest
 import redis
 from cli_processes import orders_command
 
+from orders.app.errors import KeyEvictionPossible
 from orders.app.eviction import check_key_eviction, key_eviction_problem
 from orders.app.migrate import upgrade_database
-from orders.domain.errors import KeyEvictionPossible
 
 
 def migrated(env: dict[str, str]) -> dict[str, str]:

@@ -9,10 +9,10 @@ from cli_processes import orders_command
 
 from orders.app.bootstrap import build
 from orders.app.db import make_engine
+from orders.app.errors import NamespaceClaimed
 from orders.app.migrate import upgrade_database
 from orders.app.namespace import claim_key, rebind_namespace
 from orders.app.settings import Settings
-from orders.domain.errors import NamespaceClaimed
 from orders.domain.steps import ALL_STEPS
 from reliable_queue import Queue
 from workflows.membership import DONE, READY, UNKNOWN, where_is

@@ -9,9 +9,9 @@ import random
 from sqlalchemy import func, select
 
 from orders.app.db import make_engine, make_session_factory
+from orders.app.invariants import check_deductions, check_invariants, check_stock_conservation
 from orders.app.placement import PlacedOrder, place, place_orders
 from orders.domain.handlers import StepRequest, handle_step, handle_steps
-from orders.domain.invariants import check_deductions, check_invariants, check_stock_conservation
 from orders.domain.models import (
     Inventory,
     Order,

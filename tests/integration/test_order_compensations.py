@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from orders.app.bootstrap import build
 from orders.app.cancellation import cancel, cancel_in_flight
+from orders.app.invariants import check_invariants
 from orders.app.migrate import upgrade_database
 from orders.app.placement import PlacedOrder, place_orders
 from orders.app.settings import Settings
@@ -25,7 +26,6 @@ from orders.domain.handlers import (
     mark_step_dead,
     record_step_failure,
 )
-from orders.domain.invariants import check_invariants
 from orders.domain.models import (
     Inventory,
     Notification,

@@ -9,6 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm.exc import StaleDataError
 
 import workflows.tracker as tracker
+from orders.app.invariants import check_invariants
 from orders.app.placement import PlacedOrder, place_orders
 from orders.domain.cancellation import cancel_order
 from orders.domain.effects import CANCELLATION, CONFIRMATION, EFFECTS, ORDER_PLACED, credit_points
@@ -22,7 +23,6 @@ from orders.domain.handlers import (
     mark_step_dead,
     record_step_failure,
 )
-from orders.domain.invariants import check_invariants
 from orders.domain.models import (
     Inventory,
     Notification,

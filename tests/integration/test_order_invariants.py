@@ -7,11 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import delete, insert, select, text, update
 
-from orders.app.placement import place_orders
-from orders.domain.cancellation import cancel_order
-from orders.domain.compensations import ORDER_CANCELLED
-from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
-from orders.domain.invariants import (
+from orders.app.invariants import (
     COMPENSATED,
     COMPLETION_TIME,
     CONSERVATION,
@@ -26,6 +22,10 @@ from orders.domain.invariants import (
     SETTLED,
     check_invariants,
 )
+from orders.app.placement import place_orders
+from orders.domain.cancellation import cancel_order
+from orders.domain.compensations import ORDER_CANCELLED
+from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.models import (
     Inventory,
     Notification,

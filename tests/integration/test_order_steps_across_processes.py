@@ -9,9 +9,9 @@ import time
 from sqlalchemy import func, select
 
 from orders.app.db import make_engine, make_session_factory
+from orders.app.invariants import check_invariants
 from orders.app.placement import place
 from orders.domain.handlers import StepRequest, handle_step
-from orders.domain.invariants import check_invariants
 from orders.domain.models import Order, OrderStatus
 from orders.domain.queries import totals
 from orders.domain.steps import STEPS

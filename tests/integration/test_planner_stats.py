@@ -15,7 +15,9 @@ from sqlalchemy import event, text
 from orders.app.placement import place
 from workflows import dependencies, tracker
 from workflows.models import Workflow, WorkflowStep
-from workflows.planner_stats import analyze_never_analyzed
+from workflows.sql import POSTGRESQL
+
+analyze_never_analyzed = POSTGRESQL.analyze_never_analyzed
 
 TABLES = ("orders", "order_lines", "workflows", "workflow_steps")
 
@@ -89,22 +91,22 @@ STOCK_ROWS = [(w - 1) * 4 + 1 for w in IDS]  # their first step rows
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 # the tracker's id-list statements, with the parameters of a batch of 50
 STATEMENTS = {
-    "lock": (tracker._LOCK_PG, {"ids": IDS, "now": NOW}),
-    "step rows": (tracker._STEP_ROWS[True], {"ids": IDS, "step": "stock"}),
+    "lock": (tracker._LOCK[POSTGRESQL], {"ids": IDS, "now": NOW}),
+    "step rows": (tracker._STEP_ROWS[POSTGRESQL], {"ids": IDS, "step": "stock"}),
     "mark done": (
-        tracker._MARK_DONE_PG,
+        tracker._MARK_DONE[POSTGRESQL],
         {
-            "row_ids": STOCK_ROWS,
-            "outcomes": ["ok"] * 50,
-            "attempts": [1] * 50,
-            "job_ids": [None] * 50,
-            "fencings": [None] * 50,
+            "claims_row_id": STOCK_ROWS,
+            "claims_outcome": ["ok"] * 50,
+            "claims_attempt": [1] * 50,
+            "claims_job_id": [None] * 50,
+            "claims_fencing": [None] * 50,
             "started": NOW,
             "now": NOW,
         },
     ),
-    "waiting steps": (dependencies._STEPS_OF[True], {"ids": IDS}),
-    "step counts": (tracker._STEP_COUNTS[True], {"ids": IDS}),
+    "waiting steps": (dependencies._STEPS_OF[POSTGRESQL], {"ids": IDS}),
+    "step counts": (tracker._STEP_COUNTS[POSTGRESQL], {"ids": IDS}),
 }
 
 

@@ -16,8 +16,8 @@ from reliable_queue import AttemptLost
 from reliable_queue.attempts import GuardPolicy
 from workflows import tracker
 from workflows.errors import FencedOut
-from workflows.idlists import is_postgresql
 from workflows.models import StepStatus, WorkflowStep
+from workflows.sql import POSTGRESQL, dialect_of
 from workflows.tracker import Claim, StepResult, StepRun, record_step_failure
 from workflows.uow import UnitOfWork
 
@@ -136,11 +136,11 @@ def test_the_marking_compares_the_token_itself_and_its_row_count_is_checked(
         with pytest.raises(StaleDataError):
             tracker._mark_done(
                 session,
+                dialect_of(session),
                 [claim],
                 {row.id: "deducted"},
                 row.created_at,
                 row.created_at,
-                postgresql=is_postgresql(session),
             )
     assert step_row(session_factory, placed).status != StepStatus.DONE
 
@@ -151,7 +151,7 @@ def test_a_concurrent_failure_record_after_the_read_fences_the_claim(
     """PostgreSQL runs the effect before any lock: a failure of a later attempt recorded
     meanwhile (a higher token) makes the marking refuse, and the rerun is fenced out."""
     with session_factory() as session:
-        if not is_postgresql(session):
+        if dialect_of(session) is not POSTGRESQL:
             pytest.skip("SQLite takes its write lock before the effect: nothing can interleave")
     [placed] = place_many(session_factory, [make_draft()])
     from orders.domain import effects

@@ -1,7 +1,7 @@
 """Marking a batch's claimed steps done: what each row keeps, on every database.
 
 On PostgreSQL the marking is one ``UPDATE ... FROM unnest(...)``, on SQLite one
-``UPDATE ... FROM json_each(...)`` (workflows.idlists); both must write what the
+``UPDATE ... FROM json_each(...)`` (workflows.sql.sqlite); both must write what the
 row-by-row marking wrote.
 """
 

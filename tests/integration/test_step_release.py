@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workflows.dependencies import _STEPS_OF
+from workflows.sql import SQLITE
 
 
 def test_the_waiting_steps_read_does_not_walk_every_waiting_row_on_sqlite(engine):
@@ -13,7 +14,7 @@ def test_the_waiting_steps_read_does_not_walk_every_waiting_row_on_sqlite(engine
     database in each batch, while the batch held the write lock."""
     if engine.dialect.name != "sqlite":
         pytest.skip("PostgreSQL plans from its statistics")
-    statement = _STEPS_OF[False].params(ids=list(range(1, 51)))
+    statement = _STEPS_OF[SQLITE].params(ids=list(range(1, 51)))
     sql = str(statement.compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as connection:
         plan = " | ".join(

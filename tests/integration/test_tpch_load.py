@@ -7,9 +7,9 @@ import time
 import pytest
 from sqlalchemy import func, select
 
+from orders.app.invariants import check_invariants, check_stock_conservation
 from orders.app.placement import place
 from orders.domain.handlers import StepRequest, handle_step, handle_steps
-from orders.domain.invariants import check_invariants, check_stock_conservation
 from orders.domain.models import Inventory, Order, OrderLine, OrderStatus, StreamCursor
 from orders.domain.steps import STEPS, STOCK
 from orders.sources.drafts import TPCH

@@ -105,6 +105,33 @@ class DeadLetters:
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
 
+    def newest(self, limit: int) -> list[tuple[float, str]]:
+        """The ``limit`` most recently dead-lettered ids, newest first, without the entries.
+
+        One ZRANGE of the DLQ's top ``limit`` scores; :meth:`show` reads an entry.
+
+        Args:
+            limit: most ids to return (``<= 0``: none, and no round trip).
+
+        Returns:
+            ``(dead-lettered at, job id)`` pairs: epoch seconds on the queue clock, and
+            the id as text (a non-UTF-8 id in its ``hex:`` form).
+
+        Raises:
+            QueueDataError: the DLQ's key holds a value of another type (the note names it).
+            QueueConnectionError: Redis unreachable.
+        """
+        if limit <= 0:
+            return []
+        key = self.queue.keys.key("dead")
+        try:
+            top = self.queue.client.zrange(key, -limit, -1, withscores=True)
+        except redis.ResponseError as exc:
+            raise QueueDataError(_problem(self.queue, exc, key, "zset")) from None
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return [(float(score) / 1000.0, id_text(member)) for member, score in reversed(top)]
+
     def iter(
         self, *, task: str | None = None, reason: str | None = None, limit: int | None = None
     ) -> Iterator[DeadLetter]:

@@ -14,6 +14,7 @@ from .codec import check_text
 from .errors import QueueConnectionError, QueueDataError
 from .key_types import KEY_TYPES, checked
 from .pausing import PauseState, parse_state
+from .places import key_is_trusted
 from .raw_ids import id_member, id_text
 
 if TYPE_CHECKING:
@@ -390,8 +391,9 @@ class KeyedJob:
 
     @property
     def pending(self) -> str | None:
-        """The job id when the job is unfinished (ready, delayed, active, dead), else None."""
-        return self.job_id if self.place in ("ready", "delayed", "active", "dead") else None
+        """The job id when the queue trusts the key (:func:`~reliable_queue.places.key_is_trusted`:
+        the job is ready, delayed, active or dead), else None."""
+        return self.job_id if key_is_trusted(self.place) else None
 
 
 def idempotency_jobs(queue: Queue, keys: Sequence[str]) -> list[KeyedJob]:

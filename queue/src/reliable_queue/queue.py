@@ -22,7 +22,7 @@ from .errors import (
 )
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
-from .key_types import KEY_TYPES, note
+from .key_types import KEY_TYPES, checked, note
 from .keys import QueueKeys
 from .limits import (
     MAX_ATTEMPTS,
@@ -35,6 +35,7 @@ from .limits import (
     chunks,
 )
 from .pausing import MAX_BY_CHARS, MAX_REASON_CHARS, PauseState, bounded_text, parse_state
+from .places import PENDING_PLACES, PLACES, key_is_trusted
 from .raw_ids import id_member, id_text
 from .registry import TaskRegistry
 from .replies import ms as _ms
@@ -43,10 +44,6 @@ from .replies import text as _text
 from .scripts import Call, ScriptRunner
 from .settings import QueueSettings
 
-#: Answers of :meth:`Queue.locate`.
-PLACES = ("ready", "delayed", "active", "dead", "done", "nowhere", "unknown")
-#: Places of a job that has not finished (ready to run, waiting, running, dead-lettered).
-PENDING_PLACES = frozenset({"ready", "delayed", "active", "dead"})
 #: Most ids one ``locate`` script call checks (:meth:`Queue.locate_many` sends more in
 #: one round trip, this many per call): each id may cost an LPOS walk of ``ready``, so
 #: the bound keeps one call from holding Redis for long.
@@ -863,7 +860,8 @@ class Queue:
     def pending_jobs_for(self, idempotency_keys: Sequence[str]) -> list[str | None]:
         """:meth:`pending_job_for` for many keys: two round trips whatever their number.
 
-        One pipelined GET of every key, then :meth:`locate_many` of the jobs found.
+        One pipelined GET of every key, then :meth:`locate_many` of the jobs found;
+        a job counts when :func:`~reliable_queue.places.key_is_trusted` trusts its key.
 
         Args:
             idempotency_keys: the callers' keys (not the Redis key names).
@@ -878,6 +876,47 @@ class Queue:
                 own and names the unreadable ones instead.
             QueueConnectionError: Redis unreachable.
         """
+        return [
+            job_id if key_is_trusted(place) else None
+            for job_id, place in self._jobs_of_keys(idempotency_keys)
+        ]
+
+    def drop_untrusted_keys(self, idempotency_keys: Sequence[str]) -> list[str]:
+        """Delete each idempotency key whose job the queue no longer really holds.
+
+        A key is kept while :func:`~reliable_queue.places.key_is_trusted` trusts it
+        (its job is ready, delayed, active or dead-lettered). A key whose job finished,
+        sits in no structure (a script that failed half-way, an evicted list) or is
+        gone is deleted, so the next enqueue with it makes a new job instead of
+        answering with the old id. Each deletion is a compare-and-delete (WATCH /
+        MULTI on the key's own node): a key that changed meanwhile (another enqueue
+        replaced it) is left alone. Reads are :meth:`pending_jobs_for`'s two round
+        trips; each deletion is one more.
+
+        Args:
+            idempotency_keys: the callers' keys (not the Redis key names); absent
+                keys are passed over.
+
+        Returns:
+            The keys deleted (callers' form, in the order given).
+
+        Raises:
+            InvalidTextError: a key holds a lone surrogate (nothing deleted).
+            QueueDataError: a key holds a value of the wrong type, or a structure's
+                key does (nothing deleted).
+            QueueConnectionError: Redis unreachable (some keys may be deleted; the
+                call may be repeated).
+        """
+        found = self._jobs_of_keys(idempotency_keys)
+        dropped: list[str] = []
+        for key, (job_id, place) in zip(idempotency_keys, found, strict=True):
+            if job_id is not None and not key_is_trusted(place):
+                if self._forget_key_if(key, job_id):
+                    dropped.append(key)
+        return dropped
+
+    def _jobs_of_keys(self, idempotency_keys: Sequence[str]) -> list[tuple[str | None, str | None]]:
+        """Per key: ``(job id, place)`` of the job it maps to, or ``(None, None)``."""
         if not idempotency_keys:
             return []
         names = [
@@ -900,12 +939,30 @@ class Queue:
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
         found = [(i, id_text(r)) for i, r in enumerate(raw) if r is not None]
-        out: list[str | None] = [None] * len(raw)
+        out: list[tuple[str | None, str | None]] = [(None, None)] * len(raw)
         places = self.locate_many([job_id for _, job_id in found])
         for (i, job_id), place in zip(found, places, strict=True):
-            if place in PENDING_PLACES:
-                out[i] = job_id
+            out[i] = (job_id, place)
         return out
+
+    def _forget_key_if(self, idempotency_key: str, job_id: str) -> bool:
+        """Delete an idempotency key while it still maps to ``job_id``; True when deleted."""
+        key = self.keys.idempotency_key(idempotency_key)
+        member = id_member(job_id)
+        want = member if isinstance(member, bytes) else member.encode("utf-8")
+        try:
+            with node_client(self.client, key).pipeline(transaction=True) as pipe:
+                pipe.watch(key)
+                if pipe.get(key) != want:
+                    return False
+                pipe.multi()
+                pipe.delete(key)
+                pipe.execute()
+                return True
+        except redis.WatchError:
+            return False
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
 
     def replay(self, job_ids: Sequence[str]) -> tuple[list[str], list[str]]:
         """Put finished jobs back on the queue to run again (fault injection).
@@ -955,6 +1012,89 @@ class Queue:
         if problem:
             raise QueueDataError(problem)
         return ids
+
+    def size_of(self, kind: str) -> int:
+        """Entries in one of the queue's structures now: one LLEN, ZCARD or HLEN.
+
+        Args:
+            kind: ``ready``, ``wake`` (lists), ``delayed``, ``active``, ``dead``,
+                ``done`` (sorted sets), ``jobs``, ``attempts``, ``leases``, ``info`` or
+                ``stats`` (hashes), as :data:`~reliable_queue.keys.KEY_ORDER` names them.
+
+        Returns:
+            The count (0 when the key does not exist).
+
+        Raises:
+            ValueError: ``kind`` is not one of those structures.
+            QueueDataError: the key holds a value of another type (the note names it).
+            QueueConnectionError: Redis unreachable.
+        """
+        command = _SIZE_COMMANDS.get(KEY_TYPES.get(kind, ""))
+        if command is None:
+            raise ValueError(f"no structure {kind!r} with a size")
+        key = self.keys.key(kind)
+        try:
+            return int(getattr(self.client, command)(key))
+        except redis.ResponseError as exc:
+            _, problem = checked(self.client, exc, key, KEY_TYPES[kind])
+            raise QueueDataError(problem or str(exc)) from None
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+
+    def lease_tokens(self) -> list[str]:
+        """The lease token of every job leased now (``"<seq>:<worker id>"``), in no order.
+
+        One HVALS of the ``leases`` hash: linear in the leases held, for operators and
+        fault injection (which worker process holds work), not for a hot path.
+
+        Returns:
+            The tokens as text (bytes that are not UTF-8 replaced).
+
+        Raises:
+            QueueDataError: the ``leases`` key holds a value of another type.
+            QueueConnectionError: Redis unreachable.
+        """
+        key = self.keys.key("leases")
+        try:
+            raw = self.client.hvals(key)
+        except redis.ResponseError as exc:
+            _, problem = checked(self.client, exc, key, "hash")
+            raise QueueDataError(problem or str(exc)) from None
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in raw]
+
+    def evict_key_for_chaos(self, kind: str = "ready") -> int:
+        """Fault injection: delete one structure's key, as an evicting Redis would.
+
+        Reproduces ``maxmemory-policy allkeys-lru`` dropping a whole key: the jobs that
+        were on it keep their records and idempotency keys but sit in no structure
+        (:meth:`locate` says ``nowhere``) until the audit repairs them or a publisher
+        drops their keys and enqueues again. For chaos runs and tests only: it breaks
+        the queue's closed state machine on purpose. Two commands, not one script (a
+        job added in between is stranded too, and not counted).
+
+        Args:
+            kind: the structure, as in :meth:`size_of` (``ready`` by default).
+
+        Returns:
+            Entries the key held just before it was deleted.
+
+        Raises:
+            ValueError: ``kind`` is not a structure with a size.
+            QueueDataError: the key holds a value of another type (nothing deleted).
+            QueueConnectionError: Redis unreachable.
+        """
+        held = self.size_of(kind)
+        try:
+            self.client.delete(self.keys.key(kind))
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return held
+
+
+#: The command that counts a structure of each Redis type (:meth:`Queue.size_of`).
+_SIZE_COMMANDS = {"list": "llen", "zset": "zcard", "hash": "hlen"}
 
 
 def _check_batch(leases: Sequence[Lease]) -> None:

@@ -88,9 +88,9 @@ if os.environ.get("ORDERFLOW_TEST_BROKEN_BUILD") == "stock_twice":
 
     _mark_done = tracker._mark_done
 
-    def _unchecked_mark_done(session, claims, outcomes, started, now, *, postgresql):  # type: ignore[no-untyped-def]
-        if not postgresql:  # SQLite's marking has no such check
-            return _mark_done(session, claims, outcomes, started, now, postgresql=False)
+    def _unchecked_mark_done(session, dialect, claims, outcomes, started, now):  # type: ignore[no-untyped-def]
+        if not dialect.marking_rechecks:  # SQLite's marking has no such check
+            return _mark_done(session, dialect, claims, outcomes, started, now)
         steps = WorkflowStep.__table__  # Core: an executemany, not the ORM's bulk update
         session.execute(
             update(steps)
