@@ -73,14 +73,15 @@ COMMANDS: tuple[Entry, ...] = (
         "status",
         "orders.cli.status:status",
         "Show ORDER_ID's steps (state, attempts, last error, times, job ids), or the overview: "
-        "orders by status, steps by state, queue depths, DLQ sizes and injected faults.",
+        "orders by status, steps by state, queue depths, DLQ sizes, paused queues (who, why, "
+        "since) and injected faults.",
     ),
     Entry(
         "watch",
         "orders.cli.watch:watch",
         "Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s, "
-        "p50/p95 handler time, retries per minute; orders placed / in progress / completed / "
-        "blocked; the newest dead letters.",
+        "p50/p95 handler time, retries per minute, paused queues; orders placed / in progress / "
+        "completed / blocked; the newest dead letters.",
     ),
     Entry(
         "web",
@@ -110,7 +111,9 @@ COMMANDS: tuple[Entry, ...] = (
         "retry the ones given up.",
     ),
     Entry(
-        "queue", "orders.cli.queue_audit:queue_cli", "Checks of the step queues' Redis structures."
+        "queue",
+        "orders.cli.queue_audit:queue_cli",
+        "Checks and flow control of the step queues: audit, pause, resume.",
     ),
     Entry("services", "orders.cli.services:services", "The embedded Redis server of the data dir."),
     Entry("db", "orders.cli.services:db", "Database schema (Alembic migrations)."),

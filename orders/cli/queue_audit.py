@@ -1,7 +1,10 @@
-"""``orders queue audit``: prove every step job is somewhere, and repair orphans."""
+"""``orders queue``: prove every step job is somewhere and repair orphans (``audit``);
+pause and resume a step's queue (``pause`` / ``resume``, ADR 0031)."""
 
 from __future__ import annotations
 
+import getpass
+import socket
 from typing import Annotated
 
 import typer
@@ -9,10 +12,86 @@ from rich.markup import escape
 from rich.table import Table
 
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.render import say, when
 from orders.domain.steps import ALL_STEPS
 from reliable_queue import audit as run_audit
+from reliable_queue.pausing import MAX_BY_CHARS, MAX_REASON_CHARS
 
-queue_cli = typer.Typer(help="Checks of the step queues' Redis structures.", no_args_is_help=True)
+queue_cli = typer.Typer(
+    help="Checks and flow control of the step queues: audit, pause, resume.",
+    no_args_is_help=True,
+)
+
+
+def _chosen(step: str | None, every: bool) -> list[str]:
+    """The steps a pause or resume acts on; exit 2 for an unknown step, or for both or
+    neither of STEP and --all."""
+    if step is not None and every:
+        fail("give a STEP or --all, not both", code=2)
+    if step is None and not every:
+        fail(f"give a STEP ({', '.join(ALL_STEPS)}) or --all", code=2)
+    if step is not None and step not in ALL_STEPS:
+        fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
+    return list(ALL_STEPS) if every else [step or ""]
+
+
+def _operator() -> str:
+    """``user@host`` of whoever runs the command, cut to the bound of a pause's ``by``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (a container)
+        user = "?"
+    return f"{user}@{socket.gethostname()}"[:MAX_BY_CHARS]
+
+
+@queue_cli.command("pause")
+@handle_errors
+def pause(
+    step: Annotated[str | None, typer.Argument(help="The step whose queue to pause.")] = None,
+    every: Annotated[bool, typer.Option("--all", help="Pause every step's queue.")] = False,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            "--reason",
+            help=f"Why (shown by status, watch and the dashboard; at most"
+            f" {MAX_REASON_CHARS} characters).",
+        ),
+    ] = None,
+) -> None:
+    """Pause STEP's queue (or every queue with --all): from the moment this returns no
+    worker starts a job of it, also one already waiting on the queue. Running jobs finish
+    and settle as usual; delayed jobs come due and wait; orders are still placed and
+    their steps queued. `orders queue resume` ends it. Exit 2 for bad usage."""
+    steps = _chosen(step, every)
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        fail(f"--reason is at most {MAX_REASON_CHARS} characters, not {len(reason)}", code=2)
+    by = _operator()
+    app = make_app()
+    try:
+        for name in steps:
+            state = app.queues[name].pause(reason=reason, by=by)
+            say("paused {} (since {}, by {})", name, when(state.since), state.by)
+    finally:
+        app.close()
+
+
+@queue_cli.command("resume")
+@handle_errors
+def resume(
+    step: Annotated[str | None, typer.Argument(help="The step whose queue to resume.")] = None,
+    every: Annotated[bool, typer.Option("--all", help="Resume every step's queue.")] = False,
+) -> None:
+    """Resume STEP's paused queue (or every queue with --all): idle workers are woken and
+    start its waiting jobs. Resuming a queue that is not paused changes nothing. Exit 2
+    for bad usage."""
+    steps = _chosen(step, every)
+    app = make_app()
+    try:
+        for name in steps:
+            was = app.queues[name].resume()
+            say("resumed {}" if was else "{} was not paused", name)
+    finally:
+        app.close()
 
 
 @queue_cli.command("audit")
@@ -33,7 +112,8 @@ def audit(
 ) -> None:
     """Walk every record and structure of the step queues in bounded steps and report
     orphans (a job record in no structure: nothing would ever run it), doubles (a job
-    in two structures) and members without a record. Exit status 1 when something is
+    in two structures), members without a record and unsound flow-control keys (a
+    paused key of another type). Exit status 1 when something is
     found and left unrepaired, else 0. Workers run the same audit with repair every
     ten minutes."""
     if step is not None and step not in ALL_STEPS:
@@ -63,5 +143,8 @@ def audit(
                 escape(", ".join(shown)),
             )
         console.print(table)
-    if any(r.orphans > r.repaired or r.doubles or r.no_record for r in reports):
+        for r in reports:
+            for problem in r.problems:
+                say("queue {}: {}", r.queue, problem, style="bold red")
+    if any(r.orphans > r.repaired or r.doubles or r.no_record or r.problems for r in reports):
         raise typer.Exit(1)

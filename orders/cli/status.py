@@ -212,6 +212,18 @@ def _overview(app: App, as_json: bool) -> None:
                 " `orders queue audit --repair`",
                 highlight=False,
             )
+    for step in ALL_STEPS:
+        paused = read[step].paused
+        if paused is not None:
+            say(
+                "queue {} is paused since {} by {}: {} — `orders queue resume {}` ends it",
+                step,
+                when(paused.since),
+                paused.by or "-",
+                paused.reason or "(no reason given)",
+                step,
+                style="bold yellow",
+            )
     for step, config in faults.items():
         say("injected fault on {}: {}", step, fault_summary(config))
 
@@ -225,7 +237,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Show ORDER_ID's steps (state, attempts, last error, times, job ids), or the overview:
-    orders by status, steps by state, queue depths, DLQ sizes and injected faults."""
+    orders by status, steps by state, queue depths, DLQ sizes, paused queues (who, why,
+    since) and injected faults."""
     app = make_app()
     try:
         if order_id is None:

@@ -66,6 +66,16 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
             _num(q.retries_per_minute),
         )
     parts: list[Any] = [header, queues]
+    for q in snap.queues:
+        if q.paused is not None:  # who and why are untrusted text: text() escapes them
+            p = q.paused
+            parts.append(
+                text(
+                    f"paused: {q.name} since {when(p.since)} by {p.by or '-'}"
+                    f" — {p.reason or '(no reason given)'}",
+                    style="bold yellow",
+                )
+            )
     orphaned = [q for q in snap.queues if q.orphans]
     if orphaned:
         counts = ", ".join(f"{q.name} {q.orphans}" for q in orphaned)
@@ -132,8 +142,8 @@ def watch(
     ] = False,
 ) -> None:
     """Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s,
-    p50/p95 handler time, retries per minute; orders placed / in progress / completed /
-    blocked; the newest dead letters.
+    p50/p95 handler time, retries per minute, paused queues; orders placed / in progress /
+    completed / blocked; the newest dead letters.
 
     Ctrl-C exits (status 130).
 

@@ -63,8 +63,9 @@ class QueueCollector(Collector):
 
     Exposes ``orderflow_queue_jobs{queue,task,state}`` (gauge), one counter
     per entry of :data:`QUEUE_COUNTERS`, ``orderflow_jobs_dead_lettered_total
-    {queue,task,reason}`` and ``orderflow_queue_audit_findings{queue,task,kind}``
-    (gauge), plus ``orderflow_redis_up``.
+    {queue,task,reason}``, ``orderflow_queue_audit_findings{queue,task,kind}``
+    (gauge) and ``orderflow_queue_paused{queue,task}`` (gauge, 1 while paused), plus
+    ``orderflow_redis_up``.
     The counters live in Redis, bumped by the queue's Lua scripts, so they count
     every process's work exactly once and survive worker restarts.
 
@@ -117,6 +118,11 @@ def queue_families(
         "What the last complete audit found: orphans (left unrepaired), doubles, no_record.",
         labels=["queue", "task", "kind"],
     )
+    paused = GaugeMetricFamily(
+        "orderflow_queue_paused",
+        "1 while the queue is paused (its workers start none of its jobs), else 0.",
+        labels=["queue", "task"],
+    )
     dead = CounterMetricFamily(
         "orderflow_jobs_dead_lettered",
         "Jobs moved to the dead-letter queue, by reason.",
@@ -136,8 +142,10 @@ def queue_families(
             dead.add_metric([s.queue, task, reason], value)
         for kind in ("orphans", "doubles", "no_record"):
             findings.add_metric([s.queue, task, kind], s.audit.get(kind, 0))
+        paused.add_metric([s.queue, task], 1 if s.paused is not None else 0)
     yield depth
     yield findings
+    yield paused
     yield from counters.values()
     yield dead
 

@@ -13,7 +13,7 @@ from orders.observability.order_counts import OrderCounts, order_counts
 from orders.observability.recent_dead import newest_dead_letters
 from orders.observability.sampler import Sample, Sampler
 from orders.observability.urls import mask_urls_in
-from reliable_queue import DeadLetter, QueueStats, stats
+from reliable_queue import DeadLetter, PauseState, QueueStats, stats
 
 THROUGHPUT_WINDOW = 10.0
 """Seconds over which jobs/s is measured."""
@@ -36,6 +36,7 @@ class QueueView:
         p50_seconds / p95_seconds: handler time over the last minute (None: no runs
             recorded on this machine).
         orphans: job records in no structure, as the last audit left them (0: none).
+        paused: who paused the queue, why and since when (None: not paused).
     """
 
     name: str
@@ -52,6 +53,7 @@ class QueueView:
     p95_seconds: float | None
     orphans: int = 0
     timed_out: int = 0
+    paused: PauseState | None = None
 
 
 @dataclass(frozen=True)
@@ -164,4 +166,5 @@ class SystemView:
             p95_seconds=p95,
             orphans=s.orphans,
             timed_out=s.counters.get("timed_out", 0),
+            paused=s.paused,
         )

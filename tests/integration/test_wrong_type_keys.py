@@ -29,14 +29,14 @@ from reliable_queue import QueueError, explain, find_job, stats
 KEY_TYPES = {"ready": "list", "delayed": "zset", "active": "zset", "jobs": "hash",
              "attempts": "hash", "leases": "hash", "dead": "zset", "info": "hash",
              "done": "zset", "stats": "hash", "seq": "string", "wake": "list",
-             "idem": "string"}  # fmt: skip
+             "paused": "hash", "idem": "string"}  # fmt: skip
 KINDS = sorted(KEY_TYPES)
 
 
 def test_the_kinds_are_every_key_of_a_queue() -> None:
-    from reliable_queue.keys import KEY_ORDER
+    from reliable_queue.keys import FLOW_KEYS, KEY_ORDER
 
-    assert set(KEY_TYPES) == {*KEY_ORDER, "idem"}
+    assert set(KEY_TYPES) == {*KEY_ORDER, *FLOW_KEYS, "idem"}
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_a_wrong_type_key_never_breaks_a_library_view(world: World, kind: str) -
     library_views(world)  # no redis.ResponseError, no UnicodeDecodeError
 
     counts = stats(world.app.queues[STOCK])
-    if kind in ("ready", "delayed", "active", "dead", "done", "stats"):
+    if kind in ("ready", "delayed", "active", "dead", "done", "stats", "paused"):
         assert set(counts.corrupt) == {kind} and "expected a" in counts.corrupt[kind]
 
 
@@ -136,7 +136,7 @@ def test_a_wrong_type_key_never_breaks_a_cli_view(world: World, kind: str) -> No
         no_traceback(result)
         if result.exit_code == 1:  # a view that could not answer says which key, in a line
             assert "holds a" in result.output and len(result.output.splitlines()) <= 3
-    if kind in ("idem", "ready", "stats", "dead"):
+    if kind in ("idem", "ready", "stats", "dead", "paused"):
         shown = (
             orders(world, "status")
             if kind != "idem"
@@ -178,7 +178,7 @@ def test_a_wrong_type_key_never_makes_a_dashboard_page_fail(
             assert page.status_code < 500, (kind, path, page.text[-1500:])
         if kind == "idem":
             assert "its job id is unreadable" in client.get(f"/orders/{world.order_id}").text
-        if kind in ("ready", "delayed", "active", "dead", "done", "stats"):
+        if kind in ("ready", "delayed", "active", "dead", "done", "stats", "paused"):
             assert f"key {stock_key} holds a" in client.get("/queues/stock").text
             assert f"key {stock_key} holds a" in client.get("/").text
 

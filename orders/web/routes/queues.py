@@ -1,9 +1,11 @@
-"""A queue's page: jobs by state, and "explain" for one job."""
+"""A queue's page: jobs by state, its pause state with the pause / resume actions, and
+"explain" for one job."""
 
 from __future__ import annotations
 
 from urllib.parse import quote
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -15,6 +17,10 @@ from orders.web.render import page, shown_payload
 from orders.web.state import web_state
 from reliable_queue import Queue, explain, stats
 from reliable_queue.inspection import ids_in
+from reliable_queue.pausing import MAX_REASON_CHARS
+
+#: Who a pause made from the dashboard names (its sessions carry no user name).
+DASHBOARD = "dashboard"
 
 STATES = ("ready", "delayed", "active", "dead", "done")
 
@@ -66,8 +72,41 @@ def queue_page(request: Request) -> Response:
             "jobs": jobs,
             "limit": limit,
             "notes": notes,
+            "max_reason": MAX_REASON_CHARS,
         },
     )
+
+
+async def pause_queue(request: Request) -> Response:
+    """POST /queues/{queue}/pause (form: ``reason``, the CSRF token) : pause the queue,
+    then back to its page (303). Token-protected like every action.
+
+    Raises:
+        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        BadParam(400): a reason longer than ``MAX_REASON_CHARS`` characters.
+    """
+    queue = known_queue(request)
+    form = await request.form()
+    web_state(request).guard.check_action(request, form)
+    reason = str(form.get("reason") or "").strip()
+    if len(reason) > MAX_REASON_CHARS:
+        raise BadParam(f"a reason is at most {MAX_REASON_CHARS} characters, not {len(reason)}")
+    await run_in_threadpool(queue.pause, reason=reason, by=DASHBOARD)
+    return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+
+
+async def resume_queue(request: Request) -> Response:
+    """POST /queues/{queue}/resume (form: the CSRF token) : resume the queue, then back to
+    its page (303).
+
+    Raises:
+        Refused: as for :func:`pause_queue`.
+    """
+    queue = known_queue(request)
+    form = await request.form()
+    web_state(request).guard.check_action(request, form)
+    await run_in_threadpool(queue.resume)
+    return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 
 def job_path(queue: str, job: str) -> str:
@@ -122,6 +161,8 @@ def explain_page(request: Request) -> Response:
 
 routes = [
     Route("/queues/{queue}", queue_page, methods=["GET"]),
+    Route("/queues/{queue}/pause", pause_queue, methods=["POST"]),
+    Route("/queues/{queue}/resume", resume_queue, methods=["POST"]),
     Route("/queues/{queue}/jobs", explain_lookup, methods=["GET"]),
     Route("/queues/{queue}/jobs/{job_id:job_id}", explain_page, methods=["GET"]),
 ]

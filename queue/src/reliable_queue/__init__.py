@@ -32,6 +32,7 @@ from .lookup import (
     JobIdTooShortError,
     find_job,
 )
+from .pausing import PauseState
 from .policy import RetryPolicy
 from .queue import DEAD_REASONS, Queue
 from .registry import TaskDefinition, TaskRegistry
@@ -58,6 +59,7 @@ __all__ = [
     "PartialRoundTripError",
     "PayloadTooLargeError",
     "PayloadValidationError",
+    "PauseState",
     "PermanentError",
     "Queue",
     "QueueConnectionError",

@@ -12,6 +12,10 @@ steps (one read-only script per step, at most ``step`` entries each) and finds:
 - members without a record: reported; the queue drops them by itself when they
   come up (fetch counts them as ``orphaned``, redrive and retention remove them).
 
+- flow-control keys that hold another type than theirs (the ``paused`` hash, ADR 0031)
+  or a pause without a readable ``since``: reported in ``problems``, never repaired
+  (``Queue.resume`` removes a paused key of any type: the operator's decision).
+
 Because jobs move while the audit walks, a record seen in no sorted set is only a
 candidate; a final script re-checks each candidate atomically (including an LPOS
 of ``ready``) before calling it an orphan, so a job that merely moved is never
@@ -26,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 from . import codec
 from .cluster import UNAVAILABLE
 from .errors import QueueConnectionError
+from .key_types import KEY_TYPES
 from .limits import SCRIPT_BATCH
+from .pausing import parse_state
 from .replies import text as _text
 
 if TYPE_CHECKING:
@@ -51,6 +57,8 @@ class AuditReport:
         repaired: orphans put back on ready (0 without ``repair``).
         examples: up to :data:`LISTED` ids of each kind
             (``{"orphans": [...], "doubles": [...], "no_record": [...]}``).
+        problems: one line per flow-control key found unsound (a paused key of
+            another type, a pause without a readable ``since``); never repaired.
         steps: script calls made.
         complete: False when ``max_steps`` ended the walk early (counts are then
             lower bounds, orphans are not looked for, and nothing is stored as the
@@ -67,11 +75,12 @@ class AuditReport:
     )
     steps: int = 0
     complete: bool = True
+    problems: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         """True when nothing was found."""
-        return not (self.orphans or self.doubles or self.no_record)
+        return not (self.orphans or self.doubles or self.no_record or self.problems)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -84,6 +93,7 @@ class AuditReport:
             "examples": {k: list(v) for k, v in self.examples.items()},
             "steps": self.steps,
             "complete": self.complete,
+            "problems": list(self.problems),
         }
 
 
@@ -134,6 +144,7 @@ def audit(
     ready: set[bytes | str] = set()
     doubles: set[bytes | str] = set()
     no_record: set[bytes | str] = set()
+    report.problems = flow_problems(queue)
     keys = queue.keys.script_keys()
     for kind in _KINDS:
         cursor = "0"
@@ -191,4 +202,35 @@ def audit(
     return report
 
 
-__all__ = ["AUDIT_FIELDS", "AuditReport", "audit"]
+def flow_problems(queue: Queue) -> list[str]:
+    """What is unsound in the flow-control keys of ``queue``: one line each, [] when none.
+
+    The ``paused`` key must be absent or a hash with an integer ``since`` (what
+    ``Queue.pause`` writes). One round trip.
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+    """
+    key = queue.keys.paused
+    try:
+        pipe = queue.client.pipeline(transaction=True)
+        pipe.type(key)
+        pipe.hget(key, "since")
+        kind, since = pipe.execute(raise_on_error=False)
+    except UNAVAILABLE as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    kind = _text(kind)
+    if kind == "none":
+        return []
+    if kind != KEY_TYPES["paused"]:
+        return [
+            f"key {key} holds a {kind}, expected a {KEY_TYPES['paused']}: fetch refuses to"
+            " lease until it is removed (`resume` removes it)"
+        ]
+    state = parse_state({b"since": since}) if since is not None else None
+    if state is None or state.since is None:
+        return [f"key {key}: the queue is paused, but since when is not readable"]
+    return []
+
+
+__all__ = ["AUDIT_FIELDS", "AuditReport", "audit", "flow_problems"]

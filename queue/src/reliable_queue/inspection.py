@@ -13,6 +13,7 @@ from .cluster import UNAVAILABLE, snapshot
 from .codec import check_text
 from .errors import QueueConnectionError, QueueDataError
 from .key_types import KEY_TYPES, checked
+from .pausing import PauseState, parse_state
 from .places import key_is_trusted
 from .raw_ids import id_member, id_text
 
@@ -58,6 +59,8 @@ class QueueStats:
         corrupt: structures whose key holds a value of the wrong type, kind -> a note
             naming the key and both types (their depth is then shown as 0); empty
             when every key is sound.
+        paused: who paused the queue, why and since when (ADR 0031); None when it
+            is not paused (or its key holds another type: then ``corrupt`` says so).
     """
 
     queue: str
@@ -70,6 +73,7 @@ class QueueStats:
     audit: dict[str, int] = field(default_factory=dict)
     clock: dict[str, int] = field(default_factory=dict)
     corrupt: dict[str, str] = field(default_factory=dict)
+    paused: PauseState | None = None
 
     @property
     def orphans(self) -> int:
@@ -89,11 +93,12 @@ class QueueStats:
             "audit": dict(self.audit),
             "clock": dict(self.clock),
             "corrupt": dict(self.corrupt),
+            "paused": self.paused.as_dict() if self.paused else None,
         }
 
 
 def stats(queue: Queue) -> QueueStats:
-    """Counters and depths of ``queue`` in one round trip (a MULTI snapshot).
+    """Counters, depths and pause state of ``queue`` in one round trip (a MULTI snapshot).
 
     On Redis Cluster the MULTI runs on the master owning the queue's slot (every
     key of a queue shares it); a view of all queues asks each queue in turn. A key
@@ -104,13 +109,14 @@ def stats(queue: Queue) -> QueueStats:
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
-    kinds = ("ready", "delayed", "active", "dead", "done", "stats")
+    kinds = ("ready", "delayed", "active", "dead", "done", "stats", "paused")
 
     def fill(pipe: redis.client.Pipeline) -> None:
         pipe.llen(k.key("ready"))
         for kind in ("delayed", "active", "dead", "done"):
             pipe.zcard(k.key(kind))
         pipe.hgetall(k.key("stats"))
+        pipe.hgetall(k.paused)
 
     try:
         replies = snapshot(queue.client, k.key("ready"), fill, raise_on_error=False)
@@ -139,7 +145,13 @@ def stats(queue: Queue) -> QueueStats:
             counters[name] = value
     depth = {kind: int(values[kind] or 0) for kind in kinds[:5]}
     return QueueStats(
-        queue.name, counters=counters, audit=audit, clock=times, corrupt=corrupt, **depth
+        queue.name,
+        counters=counters,
+        audit=audit,
+        clock=times,
+        corrupt=corrupt,
+        paused=parse_state(values["paused"]),
+        **depth,
     )
 
 

@@ -251,6 +251,8 @@ class FetchResult:
         reap_more: True if reaping hit ``reap_limit`` and more expired leases remain.
         suspect_waiting: True if nothing was leased because the head of the line is a
             suspect that this fetch could not lease (it was not ``alone``, ADR 0021).
+        paused: True if nothing was leased because jobs wait but the queue is paused
+            (ADR 0031).
     """
 
     jobs: list[RawJob]
@@ -258,6 +260,7 @@ class FetchResult:
     reaped: int
     reap_more: bool
     suspect_waiting: bool = False
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ KEY_TYPES = {
     "stats": "hash",
     "seq": "string",
     "wake": "list",
+    "paused": "hash",
     "idem": "string",
 }
 

@@ -25,6 +25,12 @@ KEY_ORDER = (
     "wake",  # LIST of wake-up tokens idle workers block on (BLPOP)
 )
 
+#: Keys of flow control, outside :data:`KEY_ORDER`: absent while the control is not
+#: in use, and passed only to the scripts that read or set them (after KEYS[1..12]).
+FLOW_KEYS = (
+    "paused",  # HASH {since (ms, queue clock), by, reason} while the queue is paused (ADR 0031)
+)
+
 
 def validate_name(name: str) -> str:
     """Check a queue name or prefix: non-empty, no braces or whitespace.
@@ -71,6 +77,11 @@ class QueueKeys:
     def script_keys(self) -> list[str]:
         """KEYS[1..12] in :data:`KEY_ORDER`, as every state-changing script expects."""
         return [self.key(kind) for kind in KEY_ORDER]
+
+    @property
+    def paused(self) -> str:
+        """The HASH that exists while the queue is paused (``since``, ``by``, ``reason``)."""
+        return self.key("paused")
 
     def idempotency_key(self, key: str) -> str:
         """The STRING key that maps an idempotency key to the first job id."""

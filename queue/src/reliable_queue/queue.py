@@ -22,7 +22,7 @@ from .errors import (
 )
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
-from .key_types import KEY_TYPES, checked
+from .key_types import KEY_TYPES, checked, note
 from .keys import QueueKeys
 from .limits import (
     MAX_ATTEMPTS,
@@ -34,6 +34,7 @@ from .limits import (
     SCRIPT_BATCH,
     chunks,
 )
+from .pausing import MAX_BY_CHARS, MAX_REASON_CHARS, PauseState, bounded_text, parse_state
 from .places import PENDING_PLACES, PLACES, key_is_trusted
 from .raw_ids import id_member, id_text
 from .registry import TaskRegistry
@@ -114,6 +115,7 @@ class Queue:
             replica_timeout_ms=max(_ms(self.settings.replica_timeout_seconds), 1),
         )
         self._keys = self.keys.script_keys()
+        self._fetch_keys = [*self._keys, self.keys.paused]
         self._registered = False
 
     # ------------------------------------------------------------------ enqueue
@@ -297,7 +299,7 @@ class Queue:
         s = self.settings
         return Call(
             "fetch",
-            self._keys,
+            self._fetch_keys,
             (
                 count,
                 _ms(lease_seconds),
@@ -364,7 +366,8 @@ class Queue:
                 for job_id, token, attempt, record in zip(items, items, items, items, strict=True)
             ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
-        return FetchResult(jobs, wait, reaped, more, not jobs and int(reply[3]) == 1)
+        held = int(reply[3])
+        return FetchResult(jobs, wait, reaped, more, not jobs and held == 1, held == 2)
 
     def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
         """Merge the replies of :meth:`fetch_calls` into one :class:`FetchResult`."""
@@ -384,6 +387,7 @@ class Queue:
             sum(p.reaped for p in parts),
             any(p.reap_more for p in parts),
             not jobs and any(p.suspect_waiting for p in parts),
+            not jobs and any(p.paused for p in parts),
         )
 
     def fetch(
@@ -465,6 +469,73 @@ class Queue:
             raise
         finally:
             pool.release(conn)
+
+    # ------------------------------------------------------------ flow control
+    def pause(self, reason: str | None = None, by: str | None = None) -> PauseState:
+        """Pause the queue: from the moment this returns, no fetch leases a job of it.
+
+        The fetch script reads the paused flag atomically with its pop, so a worker that
+        was already blocked waiting on the queue may wake but gets nothing. Jobs leased
+        before run on and settle (ack, nack, dead) as usual; due delayed jobs are still
+        promoted to ``ready``, where they wait; enqueue goes on. Idle workers of a paused
+        queue sleep up to ``settings.max_block_seconds`` between fetches (ADR 0031).
+        Pausing a paused queue keeps its ``since`` and replaces ``by`` and ``reason``.
+
+        Args:
+            reason: why, shown by the views (at most
+                :data:`~reliable_queue.pausing.MAX_REASON_CHARS` characters; None: "").
+            by: who (at most :data:`~reliable_queue.pausing.MAX_BY_CHARS`; None: "").
+
+        Returns:
+            The :class:`~reliable_queue.pausing.PauseState` now in force.
+
+        Raises:
+            QueueLimitError: ``reason`` or ``by`` not text, or too long (nothing sent).
+            InvalidTextError: a text UTF-8 cannot encode (nothing sent).
+            QueueDataError: the paused key (or stats) holds another type (nothing changed;
+                :meth:`resume` removes a paused key of any type).
+            QueueConnectionError: Redis unreachable (the pause may or may not be set).
+        """
+        why = bounded_text("reason", reason, MAX_REASON_CHARS)
+        who = bounded_text("by", by, MAX_BY_CHARS)
+        self._register_name()
+        _, since = self.scripts.run("pause", self._fetch_keys, ["pause", who, why, 0])
+        return PauseState(int(since) / 1000.0, who, why)
+
+    def resume(self) -> bool:
+        """Resume a paused queue: the next fetch leases again, and idle workers are woken.
+
+        Returns:
+            True when the queue was paused (a paused key of another type, a foreign
+            writer's, is removed too), False when it was not.
+
+        Raises:
+            QueueDataError: ``ready`` or ``wake`` holds another type (nothing changed).
+            QueueConnectionError: Redis unreachable (the resume may or may not be done).
+        """
+        args = ["resume", "", "", self.settings.wake_tokens]
+        was, _ = self.scripts.run("pause", self._fetch_keys, args)
+        return bool(int(was))
+
+    def paused(self) -> PauseState | None:
+        """Who paused the queue, why and since when; None when it is not paused.
+
+        Raises:
+            QueueDataError: the paused key holds another type than a hash (fetch then
+                refuses to lease; :meth:`resume` removes it).
+            QueueConnectionError: Redis unreachable.
+        """
+        try:
+            raw = self.client.hgetall(self.keys.paused)
+        except redis.ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                raise QueueDataError(
+                    note(self.client, self.keys.paused, KEY_TYPES["paused"])
+                ) from exc
+            raise
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return parse_state(raw)
 
     # ------------------------------------------------------------- settlements
     def ack_call(self, leases: Sequence[Lease]) -> Call:

@@ -509,6 +509,12 @@ class Worker:
                 if alone or result.reap_more or pending:
                     continue
                 limit = self.settings.max_block_seconds
+                if result.paused:
+                    # jobs wait but the queue is paused: the wake-up list would wake this
+                    # lane at every enqueue, so it sleeps its usual bound instead and
+                    # fetches again (the fetch reaps and promotes meanwhile, ADR 0031)
+                    self.stopping.wait(limit)
+                    continue
                 wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
                 try:
                     queue.wait_for_work(wait)

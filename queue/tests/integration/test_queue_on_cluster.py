@@ -142,3 +142,17 @@ def test_a_fencing_floor_on_cluster_lifts_the_next_tokens(cq):
     queue.enqueue("t", {})
     token = queue.fetch(1).jobs[0].token
     assert int(token.split(":")[0]) == floor + 1
+
+
+def test_pause_and_resume_on_cluster(cq, cluster_client):
+    queue = cq()
+    job = queue.enqueue("t", {})
+    assert key_slot(queue.keys.paused.encode()) == key_slot(queue.keys.key("ready").encode())
+
+    state = queue.pause(reason="on a cluster", by="test")
+    result = queue.fetch(5)
+    assert result.jobs == [] and result.paused
+    assert stats(queue).paused == state == queue.paused()
+
+    assert queue.resume() is True
+    assert [j.job_id for j in queue.fetch(5).jobs] == [job]

@@ -2,8 +2,8 @@
 
 Hypothesis drives random sequences of enqueue / enqueue_many (with and without
 idempotency keys, delays) / fetch (counts up to 10,000) / ack / nack / dead / release /
-redrive / purge / replay / extend / reap / stale settlements / lease expiry (a lost
-worker) / SCRIPT FLUSH / a wrong-type key planted in the way of a write / a data loss
+redrive / purge / replay / extend / reap / pause / resume / stale settlements / lease
+expiry (a lost worker) / SCRIPT FLUSH / a wrong-type key planted in the way of a write / a data loss
 (the queue's keys DUMPed, later RESTOREd, as an AOF rollback or a failover to a
 lagging replica does); after every step the audit finds nothing, each job sits in
 exactly the structure the model says, the counters agree, and every fencing number
@@ -17,7 +17,9 @@ becomes a suspect. A run that timed out makes a suspect too (a nack with reason
 0005). Any other nack, a dead letter, redrive or replay ends suspicion; a release
 keeps it. A fetch leases a suspect only as its one job, and only when it is ``alone``
 (its caller runs nothing else in its process, ADR 0021); one that is not says so when
-a suspect at the head leaves it empty (see ``expected_fetch``).
+a suspect at the head leaves it empty (see ``expected_fetch``). A paused queue's fetch
+leases nothing and says so when jobs wait; reaping, settlements and promotion go on, and
+a resume restores fetching as it was (ADR 0031).
 
 CI runs a fixed, small example budget. A longer run:
 
@@ -105,6 +107,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             self.fences_checked = 0
             self.max_fence = 0
             self.issued: list[tuple[str, str]] = []  # (job id, lease token), as fenced
+            self.paused = False
 
         def teardown(self) -> None:
             keys = list(client.scan_iter(match=f"{self.queue.keys.base}:*"))
@@ -209,9 +212,13 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             ready = client.lrange(self.queue.keys.key("ready"), 0, -1)
             line = [r.decode() for r in reversed(ready)]  # the head (next to pop) first
             result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG, alone=alone)
-            expected, waiting = self.expected_fetch(line, count, alone)
+            if self.paused:  # nothing is leased; the reply says so when jobs wait
+                expected, waiting = [], False
+            else:
+                expected, waiting = self.expected_fetch(line, count, alone)
             assert [raw.job_id for raw in result.jobs] == expected
             assert result.suspect_waiting == waiting
+            assert result.paused == (self.paused and bool(line))
             for raw in result.jobs:
                 job = self.jobs[raw.job_id]
                 job.attempts += 1
@@ -321,11 +328,11 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 for i, key in enumerate(keys)
                 if replies[2 * i] is not None
             ]
-            model = copy.deepcopy((self.jobs, self.keyed, self.stale, self.counters))
+            model = copy.deepcopy((self.jobs, self.keyed, self.stale, self.counters, self.paused))
             leased = len(self.fences)
             self.enqueue(n=1, delayed=False, max_attempts=3)
             self.fetch(count=count, tiny=False, alone=True)
-            if data.draw(st.booleans()):
+            if self.in_state("active") and data.draw(st.booleans()):  # (none while paused)
                 self.ack(data)
             lost = [Lease(*pair) for pair in self.issued[leased:]]
             keys = list(client.scan_iter(match=f"{self.queue.keys.base}:*"))
@@ -335,22 +342,36 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             for key, ttl, value in dumped:
                 pipe.restore(key, ttl, value)
             pipe.execute()
-            self.jobs, self.keyed, self.stale, self.counters = model
+            self.jobs, self.keyed, self.stale, self.counters, self.paused = model
             self.stale += lost  # the leases of the lost steps are stale now
             # a restart takes longer than the numbers ran ahead of the clock (they do
             # only past 1,000 leases per ms): wait for the Redis clock to pass them
             give_up = time.monotonic() + 1.0
-            while max(self.fences) >= redis_ms(client) * 1000 and time.monotonic() < give_up:
+            while (
+                max(self.fences, default=0) >= redis_ms(client) * 1000
+                and time.monotonic() < give_up
+            ):
                 time.sleep(0.001)
             self.enqueue(n=1, delayed=False, max_attempts=3)
             self.fetch(count=count, tiny=False, alone=True)  # leases again, with fresh numbers
+
+        @rule(reason=st.sampled_from([None, "", "maintenance", "\x1b[2J"]))
+        def pause(self, reason):
+            state = self.queue.pause(reason=reason, by="model")
+            assert state.reason == (reason or "") and state.by == "model"
+            self.paused = True
+
+        @rule()
+        def resume(self):
+            assert self.queue.resume() is self.paused
+            self.paused = False
 
         @rule()
         def script_flush(self):
             client.script_flush()  # as after a restart or failover: scripts reload
 
         @rule(
-            where=st.sampled_from(["idempotency", "done", "delayed", "stats", "dead"]),
+            where=st.sampled_from(["idempotency", "done", "delayed", "stats", "dead", "paused"]),
             data=st.data(),
         )
         def wrong_type_key_in_the_way(self, where, data):
@@ -382,6 +403,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                         self.queue.dead(Lease(job_id, self.jobs[job_id].token), "error")
                     elif where in ("done", "dead"):
                         self.queue.maintain()  # the bounded trims touch both
+                    elif where == "paused":
+                        self.queue.pause()
                     else:
                         self.queue.enqueue("t", {}, delay=LONG)
             finally:
@@ -431,6 +454,12 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 assert number > self.max_fence, (number, self.max_fence)
                 self.max_fence = number
             self.fences_checked = len(self.fences)
+
+        @invariant()
+        def the_pause_state_is_the_models(self):
+            state = self.queue.paused()
+            assert (state is not None) == self.paused
+            assert (stats(self.queue).paused is not None) == self.paused
 
         @invariant()
         def the_audit_finds_nothing(self):

@@ -1,5 +1,5 @@
 -- fetch: reap expired leases, promote due delayed jobs, then lease up to N ready jobs.
--- KEYS[1..12]: see _common.lua
+-- KEYS[1..12]: see _common.lua; KEYS[13] paused (HASH while the queue is paused, ADR 0031)
 -- ARGV[1] count            jobs to lease at most (0..MAX_BATCH)
 -- ARGV[2] lease ms         lease length
 -- ARGV[3] worker id        recorded in the lease token
@@ -12,17 +12,18 @@
 -- ARGV[8] suspect mode     0: lease no suspect; 1: the caller runs nothing else in its
 --                          process while it runs this fetch's jobs, so a suspect at the
 --                          head is leased alone and marked so (ADR 0021)
--- Returns: {wait_ms, reaped, reap_more, suspect_waiting, id1, token1, attempt1, record1,
---           id2, ...}
+-- Returns: {wait_ms, reaped, reap_more, held, id1, token1, attempt1, record1, id2, ...}
 --   wait_ms: -1 when jobs were returned or nothing is pending; otherwise ms until
---   the next delayed job is due or the next lease expires. suspect_waiting: 1 when
---   nothing was leased because the head of the line is a suspect this call may not
---   lease (mode 0, or a later call of a split fetch), else 0. A 'QUEUE_CORRUPT' /
+--   the next delayed job is due or the next lease expires. held: 1 (suspect waiting)
+--   when nothing was leased because the head of the line is a suspect this call may not
+--   lease (mode 0, or a later call of a split fetch); 2 (paused) when jobs wait but the
+--   queue is paused; else 0. A 'QUEUE_CORRUPT' /
 --   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type, a bad count, a
 --   bad mode, or a seq that is not an integer up to FENCE_MAX (2^53 - 501: exact in a
 --   Lua number).
 -- A suspect (a job lost with its worker or timed out, not run since) is leased only
--- alone in its process (ADR 0002, ADR 0021).
+-- alone in its process (ADR 0002, ADR 0021). A paused queue leases nothing; it still
+-- reaps and promotes (ADR 0031).
 -- Changes: active/leases (reaped out, fetched in), ready, delayed, dead (worker lost;
 --          an id that is not valid UTF-8 or too long: invalid_record), attempts (+1 per
 --          delivery, -1 for a reaped job not charged), info (a reaped job's lease
@@ -34,6 +35,7 @@ local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local dlq_size, dlq_age = tonumber(ARGV[6]), tonumber(ARGV[7])
 local mode = tonumber(ARGV[8])
+local K_PAUSED = KEYS[13]
 local bad = check_count(count) or check_count(reap_limit)
 if bad then return redis.error_reply(bad) end
 if mode ~= 0 and mode ~= 1 then
@@ -81,7 +83,7 @@ if due['err'] then return redis.error_reply(corrupt(K_DELAYED, 'zset')) end
 local moved = #expired > 0 or #due > 0
 if moved then
   helpers()
-  local keys = {K_READY, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS}
+  local keys = {K_READY, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS, K_PAUSED}
   if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
   bad = H.check(keys, {'reaped', 'orphaned', 'dead', 'dead:worker_lost',
                         'dead:invalid_record', 'dlq_dropped'})
@@ -149,6 +151,19 @@ if count > 0 then
   if err then return redis.error_reply(err) end
   local m = #tail
   for i = m, 1, -1 do ids[m + 1 - i] = tail[i] end  -- in RPOP order
+end
+-- flow control, decided here with the pop (ADR 0031): a paused queue leases nothing,
+-- also to a worker that was blocked on it before the pause. Read only when there is
+-- something to lease: an idle fetch does not pay for it, nor one of a queue never paused
+-- more than one HLEN of an absent key.
+if #ids > 0 then
+  local paused
+  paused, err = read('hash', 'HLEN', K_PAUSED)
+  if err then return redis.error_reply(err) end
+  if paused > 0 then
+    ids = {}
+    out[4] = 2
+  end
 end
 if #ids == 0 then
   if dead_any then H.trim_dead(now, dlq_size, dlq_age) end

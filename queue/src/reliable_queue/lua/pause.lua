@@ -1,0 +1,45 @@
+-- pause: pause or resume a queue (ADR 0031). While the paused hash exists, fetch leases
+-- nothing (it still reaps and promotes); the decision is fetch's, atomically with its pop.
+-- KEYS[1..12]: see _common.lua; KEYS[13] paused  HASH {since, by, reason} while paused
+-- ARGV[1] action   'pause' or 'resume'
+-- ARGV[2] by       who pauses (text, already bounded by the caller; pause only)
+-- ARGV[3] reason   why (text, already bounded by the caller; pause only)
+-- ARGV[4] wake-token cap (resume: idle workers are woken for the jobs waiting)
+-- Returns: pause: {1 when the queue was already paused else 0, since ms}; a second pause
+--   keeps the first `since` and replaces `by` and `reason`. resume: {1 when the queue was
+--   paused (a paused key of any type is removed: resume is also the repair of a foreign
+--   value there) else 0, 0}. A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written)
+--   for a key of the wrong type (pause: paused; resume: ready, wake) or a bad action.
+-- Changes: paused; wake (resume); the queue clock's stats fields (see _common.lua).
+-- @include _common.lua
+helpers()  -- off the drain's hot path: every helper, made up front
+local K_PAUSED = KEYS[13]
+local action = ARGV[1]
+if action == 'pause' then
+  local since = redis.pcall('HGET', K_PAUSED, 'since')  -- also the type check of paused
+  if type(since) == 'table' then return redis.error_reply(corrupt(K_PAUSED, 'hash')) end
+  local now, bad = queue_now()  -- also the type check of stats
+  if not now then return redis.error_reply(bad) end
+  local was = 0
+  if since and string.match(since, '^%d+$') and #since <= 16 then
+    was = 1
+  else
+    since = string.format('%d', now)
+  end
+  redis.call('HSET', K_PAUSED, 'since', since, 'by', ARGV[2], 'reason', ARGV[3])
+  save_clock()
+  return {was, tonumber(since)}
+elseif action == 'resume' then
+  local cap = tonumber(ARGV[4])
+  if not cap or cap < 1 then
+    return redis.error_reply('QUEUE_LIMIT wake-token cap ' .. tostring(ARGV[4]) .. ' is not >= 1')
+  end
+  local waiting, err = read('list', 'LLEN', K_READY)
+  if err then return redis.error_reply(err) end
+  local bad = H.check({K_WAKE})
+  if bad then return redis.error_reply(bad) end
+  local was = redis.call('DEL', K_PAUSED)
+  if was > 0 then H.wake(waiting, cap) end
+  return {was, 0}
+end
+return redis.error_reply('QUEUE_LIMIT unknown pause action ' .. tostring(action))
