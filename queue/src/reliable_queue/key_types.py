@@ -39,8 +39,16 @@ KEY_TYPES = {
 
 
 def wrong_type(reply: Any) -> bool:
-    """True when a pipelined reply is Redis's ``WRONGTYPE`` error."""
-    return isinstance(reply, redis.ResponseError) and str(reply).startswith("WRONGTYPE")
+    """True when a pipelined reply (or a raised error) is Redis's ``WRONGTYPE`` error.
+
+    A pipeline that raises words it ``Command # 2 (GET ...) of pipeline caused error:
+    WRONGTYPE ...`` (redis-py): that form counts too; the command's arguments (key
+    names) do not.
+    """
+    if not isinstance(reply, redis.ResponseError):
+        return False
+    text = str(reply)
+    return text.startswith("WRONGTYPE") or "of pipeline caused error: WRONGTYPE" in text
 
 
 def note(client: RedisClient, key: str, want: str) -> str:

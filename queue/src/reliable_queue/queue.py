@@ -22,7 +22,7 @@ from .errors import (
 )
 from .ids import new_job_id
 from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
-from .key_types import KEY_TYPES, checked, note
+from .key_types import KEY_TYPES, checked, note, wrong_type
 from .keys import QueueKeys
 from .limits import (
     MAX_ATTEMPTS,
@@ -932,7 +932,7 @@ class Queue:
                     pipe.get(name)
                 raw = pipe.execute()
         except redis.ResponseError as exc:
-            if not str(exc).startswith("WRONGTYPE"):
+            if not wrong_type(exc):
                 raise
             problem = f"an idempotency key holds a value of the wrong type: {exc}"
             raise QueueDataError(problem) from exc
