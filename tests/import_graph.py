@@ -46,6 +46,9 @@ Graph = dict[str, list[Edge]]
 def module_files(roots: Mapping[str, Path]) -> dict[str, Path]:
     """Every module of the given packages.
 
+    A package's ``tests/`` folder (``workflows/tests/``) holds its tests, not its
+    modules: they are left out (a test may import any layer to build its world).
+
     Args:
         roots: top-level package name -> its folder (the one holding ``__init__.py``).
 
@@ -55,7 +58,10 @@ def module_files(roots: Mapping[str, Path]) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for top, folder in roots.items():
         for path in sorted(folder.rglob("*.py")):
-            parts = [top, *path.relative_to(folder).with_suffix("").parts]
+            relative = path.relative_to(folder)
+            if "tests" in relative.parts[:-1]:
+                continue
+            parts = [top, *relative.with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             files[".".join(parts)] = path

@@ -1,6 +1,6 @@
 """A leaked socket or file fails the test module that leaked it (a pytest plugin).
 
-Loaded beside ``orderflow_fixtures`` by both test trees' ``conftest.py``. After
+Loaded beside ``orderflow_fixtures`` by each test tree's ``conftest.py``. After
 each module's last test one autouse fixture runs a full garbage collection, so
 a socket or file that a test left open and that only the cyclic collector
 reclaims raises its ResourceWarning inside that module's teardown: an error

@@ -1,6 +1,6 @@
-"""Shared pytest fixtures for every test tree (``tests/`` and ``queue/tests/``).
+"""Shared pytest fixtures for every test tree (``tests/``, ``workflows/tests/``, ``queue/tests/``).
 
-Loaded as a plugin by ``pytest_plugins`` in both trees' ``conftest.py``; importable
+Loaded as a plugin by ``pytest_plugins`` in each tree's ``conftest.py``; importable
 as ``orderflow_fixtures`` because ``tests/`` is on pytest's ``pythonpath``.
 
 Real services only. By default an embedded redis-server (one per test session)

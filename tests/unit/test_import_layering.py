@@ -68,6 +68,7 @@ def graph() -> Graph:
 PLANTED = {
     "low/__init__.py": "",
     "low/a.py": "import top.loop.x\n",  # upward: low is below top
+    "low/tests/unit/test_a.py": "import top.loop.x\n",  # a package's tests: not scanned
     "top/__init__.py": "",
     "top/loop/__init__.py": "",
     "top/loop/x.py": "from top.loop.y import f\n",

@@ -254,35 +254,10 @@ class ScriptRunner:
             sent = [commands[i] for i in todo]
             if waits:
                 sent.append(("WAIT", self.min_replicas, self.replica_timeout_ms))
-            try:
-                out = round_trip(target, sent)
-            except UNAVAILABLE as exc:
-                refresh(self._client)
-                raise QueueConnectionError(f"Redis command failed: {exc}") from exc
-            lost = next((r for r in out if isinstance(r, UNAVAILABLE)), None)
-            if lost is not None:  # the connection died mid-pipeline: some may have run
-                refresh(self._client)
-                raise QueueConnectionError(f"Redis command failed: {lost}") from lost
+            out = self._send(target, sent)
             got = out.pop() if waits else None
-            again, missing, moved = [], set(), False
-            for i, reply in zip(todo, out, strict=True):
-                replies[i] = reply
-                if isinstance(reply, NoScriptError) and i < len(calls):
-                    again.append(i)
-                    missing.add(calls[i].script)
-                elif self._cluster and is_redirect(reply):
-                    again.append(i)
-                    moved = True
-                else:
-                    ran[i] = True
-            if isinstance(got, Exception):
-                # "WAIT cannot be used with replica instances": the node was demoted, and
-                # the redirected commands are re-sent with a WAIT of their own
-                if not moved:
-                    refresh(self._client)
-                    raise QueueConnectionError(f"WAIT failed: {got}") from got
-            elif got is not None:
-                acked = int(got) if acked is None else min(acked, int(got))
+            again, missing, moved = self._sort_replies(calls, todo, out, replies, ran)
+            acked = self._acked(got, acked, moved)
             if not again:
                 break
             kept = [r if ran[i] else None for i, r in enumerate(replies)]
@@ -294,13 +269,7 @@ class ScriptRunner:
                     raise ScriptUnavailableError(
                         f"scripts {sorted(missing)}: NOSCRIPT after {sends} sends", kept
                     )
-                # send the source itself (EVAL caches it): a cache flushed again between
-                # a SCRIPT LOAD and the EVALSHA cannot make the re-send fail
-                for i in again:
-                    if i < len(calls) and isinstance(replies[i], NoScriptError):
-                        c = calls[i]
-                        source = script_source(c.script)
-                        commands[i] = ("EVAL", source, len(c.keys), *c.keys, *c.args)
+                _send_sources_next(calls, again, replies, commands)
             if moved:
                 redirects += 1
                 if redirects >= REDIRECT_ATTEMPTS:
@@ -316,14 +285,104 @@ class ScriptRunner:
             todo = again
         else:  # pragma: no cover - each kind of re-send raises at its own bound first
             raise PartialRoundTripError("round trip re-sent too often", kept)
-        if partial:
-            replies = [translate(r) if isinstance(r, redis.ResponseError) else r for r in replies]
-        else:
-            for reply in replies:
-                if isinstance(reply, redis.ResponseError):
-                    raise translate(reply)
-                if isinstance(reply, Exception):
-                    raise reply
+        replies = _finished(replies, partial=partial)
         if acked is not None and acked < self.min_replicas:
             raise ReplicationTimeoutError(acked, self.min_replicas, replies)
         return replies
+
+    def _send(self, target: redis.Redis, sent: list[tuple[Any, ...]]) -> list[Any]:
+        """One round of :meth:`run_many`: the replies to ``sent``, in order.
+
+        Raises:
+            QueueConnectionError: the round trip failed, or the connection died in the
+                middle of the pipeline (some commands may have run); the cluster's
+                view of its nodes is refreshed first.
+        """
+        try:
+            out = round_trip(target, sent)
+        except UNAVAILABLE as exc:
+            refresh(self._client)
+            raise QueueConnectionError(f"Redis command failed: {exc}") from exc
+        lost = next((r for r in out if isinstance(r, UNAVAILABLE)), None)
+        if lost is not None:  # the connection died mid-pipeline: some may have run
+            refresh(self._client)
+            raise QueueConnectionError(f"Redis command failed: {lost}") from lost
+        return out
+
+    def _sort_replies(
+        self,
+        calls: Sequence[Call],
+        todo: list[int],
+        out: list[Any],
+        replies: list[Any],
+        ran: list[bool],
+    ) -> tuple[list[int], set[str], bool]:
+        """Store one round's replies (``out``, for the commands ``todo``) in ``replies``.
+
+        Marks in ``ran`` the commands that ran. Returns the commands to send again,
+        the scripts that met NOSCRIPT, and whether any command was redirected.
+        """
+        again: list[int] = []
+        missing: set[str] = set()
+        moved = False
+        for i, reply in zip(todo, out, strict=True):
+            replies[i] = reply
+            if isinstance(reply, NoScriptError) and i < len(calls):
+                again.append(i)
+                missing.add(calls[i].script)
+            elif self._cluster and is_redirect(reply):
+                again.append(i)
+                moved = True
+            else:
+                ran[i] = True
+        return again, missing, moved
+
+    def _acked(self, got: Any, acked: int | None, moved: bool) -> int | None:
+        """The fewest replicas acknowledging so far, after a round's WAIT reply ``got``.
+
+        ``got`` is None when the round sent no WAIT.
+
+        Raises:
+            QueueConnectionError: the WAIT failed and no command was redirected.
+        """
+        if isinstance(got, Exception):
+            # "WAIT cannot be used with replica instances": the node was demoted, and
+            # the redirected commands are re-sent with a WAIT of their own
+            if not moved:
+                refresh(self._client)
+                raise QueueConnectionError(f"WAIT failed: {got}") from got
+            return acked
+        if got is not None:
+            return int(got) if acked is None else min(acked, int(got))
+        return acked
+
+
+def _send_sources_next(
+    calls: Sequence[Call], again: list[int], replies: list[Any], commands: list[tuple[Any, ...]]
+) -> None:
+    """Replace, in ``commands``, the EVALSHA of each call that met NOSCRIPT by an EVAL.
+
+    Sending the source itself (EVAL caches it): a cache flushed again between a
+    SCRIPT LOAD and the EVALSHA cannot make the re-send fail.
+    """
+    for i in again:
+        if i < len(calls) and isinstance(replies[i], NoScriptError):
+            c = calls[i]
+            source = script_source(c.script)
+            commands[i] = ("EVAL", source, len(c.keys), *c.keys, *c.args)
+
+
+def _finished(replies: list[Any], *, partial: bool) -> list[Any]:
+    """The replies :meth:`ScriptRunner.run_many` returns once every command ran.
+
+    With ``partial`` a script's refusal is translated in its place; without it the
+    first error reply is raised (translated, see :func:`translate`).
+    """
+    if partial:
+        return [translate(r) if isinstance(r, redis.ResponseError) else r for r in replies]
+    for reply in replies:
+        if isinstance(reply, redis.ResponseError):
+            raise translate(reply)
+        if isinstance(reply, Exception):
+            raise reply
+    return replies

@@ -461,24 +461,8 @@ class Worker:
             if pending and self.hooks.before_settle:
                 self.hooks.before_settle(pending)
             sent = self.clock()  # the leases fetched now end one lease after this, or later
-            try:
-                # partial: a call that ran keeps its reply even if another one failed or
-                # the round trip gave up on re-sends; a call that did not run is None
-                replies = queue.scripts.run_many(calls, partial=True)
-            except ReplicationTimeoutError as exc:
-                # the scripts ran on the master; only the replica acknowledgement is
-                # missing (counted): go on with their replies rather than re-send them
-                log.warning("queue %s: %s", queue.name, exc)
-                self.counters.add("replication_timeouts")
-                replies = exc.replies
-            except (QueueConnectionError, redis.RedisError) as exc:
-                # unreachable, or refusing for now (READONLY after a failover, OOM, ...):
-                # keep the settlements and try again; a lane never dies of Redis trouble
-                gate.leave(ticket)
-                log.warning(
-                    "queue %s: Redis unavailable (%s); retrying in %.2fs", queue.name, exc, backoff
-                )
-                self.stopping.wait(backoff) if not self.stopping.is_set() else time.sleep(backoff)
+            replies = self._lane_round_trip(queue, calls, ticket, backoff)
+            if replies is None:  # Redis unavailable: the settlements are kept for the retry
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.05
@@ -488,12 +472,7 @@ class Worker:
                 if not pending:
                     return
                 continue
-            fetched = []
-            for reply in replies[settled:]:
-                if isinstance(reply, Exception):
-                    log.warning("queue %s: fetch failed: %s", queue.name, reply)
-                elif reply is not None:
-                    fetched.append(reply)
+            fetched = self._fetched(queue, replies[settled:])
             if not fetched:
                 gate.leave(ticket)
                 self.stopping.wait(backoff)
@@ -508,38 +487,102 @@ class Worker:
                 alone = result.suspect_waiting and not alone
                 if alone or result.reap_more or pending:
                     continue
-                limit = self.settings.max_block_seconds
                 if result.paused:
                     # jobs wait but the queue is paused: the wake-up list would wake this
                     # lane at every enqueue, so it sleeps its usual bound instead and
                     # fetches again (the fetch reaps and promotes meanwhile, ADR 0031)
-                    self.stopping.wait(limit)
+                    self.stopping.wait(self.settings.max_block_seconds)
                     continue
-                wait = limit if result.wait_seconds is None else min(result.wait_seconds, limit)
-                try:
-                    queue.wait_for_work(wait)
-                except (QueueConnectionError, redis.RedisError) as exc:
-                    log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
-                    self.stopping.wait(backoff)
+                self._wait_for_work(queue, result.wait_seconds, backoff)
                 continue
             pending += self._run_batch(queue, result.jobs, run, sent)
-            if alone:  # settled before the exclusive hold ends: nothing else ran meanwhile
-                pending = self._send_settlements(queue, pending)
-                alone = False
-                gate.leave(ticket)
-            elif gate.waiting:  # read unlocked, a hint: a lane waits to run alone
-                gate.leave(ticket)
+            pending = self._after_batch(queue, pending, ticket, alone=alone)
+            alone = False
             if run.abandoned.is_set():
                 # a run overstayed its time limit and a fresh lane took over: settle
                 # what finished (once; a refused ack is harmless) and stop
                 gate.leave(ticket)
                 log.warning("lane %s: abandoned after a time limit; exiting", queue.name)
-                if pending:
-                    try:
-                        queue.scripts.run_many(pending, partial=True)
-                    except (QueueConnectionError, redis.RedisError, ReplicationTimeoutError):
-                        pass  # their leases expire and are reaped
+                self._settle_once(queue, pending)
                 return
+
+    def _after_batch(
+        self, queue: Queue, pending: list[Call], ticket: Ticket, *, alone: bool
+    ) -> list[Call]:
+        """Settle or keep a batch's settlements; return those the lane keeps.
+
+        A batch run alone is settled before the exclusive hold ends (nothing else ran
+        meanwhile); the gate is left then, and also when a lane waits to run alone
+        (``gate.waiting``, read unlocked: a hint).
+        """
+        if alone:
+            pending = self._send_settlements(queue, pending)
+            self.gate.leave(ticket)
+        elif self.gate.waiting:
+            self.gate.leave(ticket)
+        return pending
+
+    def _lane_round_trip(
+        self, queue: Queue, calls: list[Call], ticket: Ticket, backoff: float
+    ) -> list[Any] | None:
+        """Send a lane's settlements and fetch in one round trip; their replies, in order.
+
+        ``partial``: a call that ran keeps its reply even if another one failed or the
+        round trip gave up on re-sends; a call that did not run is None. A replication
+        timeout is counted and its replies are used (the scripts ran on the master;
+        only the replica acknowledgement is missing), rather than re-sent.
+
+        Returns:
+            The replies; None when Redis is unreachable or refusing for now (READONLY
+            after a failover, OOM, ...): the lane's gate hold is then left and the lane
+            has slept ``backoff`` seconds, to try again (a lane never dies of Redis
+            trouble).
+        """
+        try:
+            return queue.scripts.run_many(calls, partial=True)
+        except ReplicationTimeoutError as exc:
+            log.warning("queue %s: %s", queue.name, exc)
+            self.counters.add("replication_timeouts")
+            return exc.replies
+        except (QueueConnectionError, redis.RedisError) as exc:
+            self.gate.leave(ticket)
+            log.warning(
+                "queue %s: Redis unavailable (%s); retrying in %.2fs", queue.name, exc, backoff
+            )
+            self.stopping.wait(backoff) if not self.stopping.is_set() else time.sleep(backoff)
+            return None
+
+    @staticmethod
+    def _fetched(queue: Queue, replies: list[Any]) -> list[Any]:
+        """The fetch calls' replies that hold a fetch (a failed call is logged, skipped)."""
+        fetched = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                log.warning("queue %s: fetch failed: %s", queue.name, reply)
+            elif reply is not None:
+                fetched.append(reply)
+        return fetched
+
+    def _wait_for_work(self, queue: Queue, wait_seconds: float | None, backoff: float) -> None:
+        """Block until work may be due: ``wait_seconds`` (None: none due), at most
+        ``max_block_seconds``; a failed wait is logged and followed by ``backoff`` s."""
+        limit = self.settings.max_block_seconds
+        wait = limit if wait_seconds is None else min(wait_seconds, limit)
+        try:
+            queue.wait_for_work(wait)
+        except (QueueConnectionError, redis.RedisError) as exc:
+            log.warning("queue %s: blocking wait failed (%s)", queue.name, exc)
+            self.stopping.wait(backoff)
+
+    @staticmethod
+    def _settle_once(queue: Queue, pending: list[Call]) -> None:
+        """Send the settlements of an abandoned lane once; on failure their leases expire
+        and are reaped."""
+        if pending:
+            try:
+                queue.scripts.run_many(pending, partial=True)
+            except (QueueConnectionError, redis.RedisError, ReplicationTimeoutError):
+                pass  # their leases expire and are reaped
 
     def _wait_at_gate(
         self, queue: Queue, ticket: Ticket, pending: list[Call], *, exclusive: bool

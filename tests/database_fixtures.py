@@ -1,8 +1,16 @@
-"""Fixtures for the database-backed integration tests of ``workflows`` and ``orders``.
+"""Fixtures for the database-backed tests of ``workflows`` and ``orders`` (a pytest plugin).
 
-Each test gets a fresh database from the shared ``database_url`` fixture
-(SQLite file by default, PostgreSQL with ``TEST_DATABASE_URL``), migrated to
-the newest revision.
+Loaded by ``pytest_plugins`` in ``tests/conftest.py`` and ``workflows/tests/conftest.py``
+(the queue's tests need no database). Each test gets a fresh database from the shared
+``database_url`` fixture (SQLite file by default, PostgreSQL with ``TEST_DATABASE_URL``),
+migrated to the newest revision.
+
+Fixtures:
+    engine (function) -> sqlalchemy.Engine on that database, disposed after the test
+    session_factory (function) -> sessionmaker on :func:`engine`
+    catalog (function) -> dict[int, int], a small catalog: part id -> units on hand
+    make_draft (function) -> the :func:`draft` builder of order drafts
+    publisher (function) -> MemoryPublisher, an in-memory step publisher
 """
 
 from __future__ import annotations
