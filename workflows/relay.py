@@ -123,7 +123,8 @@ def dispatch_pending(
     without a queue at hand): commit, then hand the result to
     :func:`publish_dispatched`. On PostgreSQL rows another transaction holds
     locked are left out (``FOR UPDATE SKIP LOCKED``): this never waits for a
-    row lock. Rows held back by a refusal's backoff are not due.
+    row lock. Rows held back by a refusal's backoff are not due. With nothing
+    due it only reads.
 
     Args:
         session: the caller's session (nothing committed here).
@@ -144,12 +145,14 @@ def dispatch_pending(
     candidates = select(WorkflowStep.id).where(*due).order_by(WorkflowStep.id)
     if limit is not None:
         candidates = candidates.limit(limit)
+    # a read first: with nothing pending (the usual case) no write is started, so
+    # a sweep takes no SQLite writer's turn (ADR 0018)
+    found = list(session.scalars(candidates))
+    if not found:
+        return []
     statement = (
         update(_WS)
-        .where(
-            _WS.c.id.in_(dialect_of(session).skip_locked(candidates)),
-            _WS.c.status == StepStatus.PENDING,
-        )
+        .where(_not_held(session, found, WorkflowStep.status == StepStatus.PENDING))
         .values(status=StepStatus.DISPATCHED, dispatched_at=now, next_publish_at=None)
         .returning(
             _WS.c.id,

@@ -475,3 +475,22 @@ def test_a_released_step_a_crash_left_unpublished_is_republished_by_the_sweep(
     old = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
     assert old.republished == 3
     assert sorted(publisher.keys()) == sorted(f"{r.workflow_id}:{r.step}" for r in released)
+
+
+def test_a_sweep_with_nothing_pending_or_old_writes_nothing(
+    session_factory, catalog, publisher, engine
+):
+    """The usual sweep only reads: on SQLite a write would take a writer's turn."""
+    place(session_factory, 2, source=RANDOM, rng=random.Random(26), publisher=publisher)
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(statement.lstrip().split(None, 1)[0].upper())
+
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        swept = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    finally:
+        event.remove(engine, "before_cursor_execute", executed)
+    assert (swept.published, swept.checked) == (0, 0)
+    assert statements and set(statements) == {"SELECT"}

@@ -189,18 +189,6 @@ class Dialect(ABC):
         """
 
     @abstractmethod
-    def skip_locked(self, candidates: Select[Any]) -> Select[Any]:
-        """The rows a query selects, leaving out those another transaction holds locked.
-
-        Args:
-            candidates: a query of primary keys (ordered, maybe limited).
-
-        Returns:
-            The query for the ``IN`` of an ``UPDATE`` that must never wait for a
-            row lock (``FOR UPDATE SKIP LOCKED`` where rows are locked, else unchanged).
-        """
-
-    @abstractmethod
     def not_locked(self, column: Any, ids: Sequence[Any], *criteria: Any) -> ColumnElement[bool]:
         """Rows ``ids`` meeting ``criteria``, leaving out those another transaction holds locked.
 

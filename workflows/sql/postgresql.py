@@ -151,10 +151,6 @@ class PostgreSQLDialect(Dialect):
         """See :meth:`Dialect.for_update`: ``ORDER BY order FOR UPDATE``."""
         return statement.order_by(*order).with_for_update()
 
-    def skip_locked(self, candidates: Select[Any]) -> Select[Any]:
-        """See :meth:`Dialect.skip_locked`: ``FOR UPDATE SKIP LOCKED``."""
-        return candidates.with_for_update(skip_locked=True)
-
     def not_locked(self, column: Any, ids: Sequence[Any], *criteria: Any) -> ColumnElement[bool]:
         """See :meth:`Dialect.not_locked`: ``IN (... ORDER BY column FOR UPDATE SKIP LOCKED)``."""
         free = (

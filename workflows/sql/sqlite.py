@@ -135,10 +135,6 @@ class SQLiteDialect(Dialect):
         """See :meth:`Dialect.for_update`: unchanged (no row locks)."""
         return statement
 
-    def skip_locked(self, candidates: Select[Any]) -> Select[Any]:
-        """See :meth:`Dialect.skip_locked`: unchanged (the write locks the database)."""
-        return candidates
-
     def not_locked(self, column: Any, ids: Sequence[Any], *criteria: Any) -> ColumnElement[bool]:
         """See :meth:`Dialect.not_locked`: every row (no row locks)."""
         return and_(self.among(column, ids), *criteria)
