@@ -59,7 +59,7 @@ def queries(last_ids: int, total: int) -> dict[str, object]:
     cutoff = datetime.now(UTC) - timedelta(seconds=30)
     open_states = (StepStatus.DISPATCHED, StepStatus.FAILED)
     return {
-        "relay: pending steps, oldest first (publish_pending)": select(WorkflowStep)
+        "relay sweep: pending steps, oldest first (dispatch_pending)": select(WorkflowStep)
         .where(WorkflowStep.status == StepStatus.PENDING)
         .order_by(WorkflowStep.id)
         .limit(1000),

@@ -9,14 +9,16 @@ caller's unit of work and, in one transaction:
   failed, dead, unpublishable) becomes ``skipped`` — final, it never runs; a
   delivery still in the queue is absorbed like a duplicate;
 - every forward step that finished with a non-halting outcome and has a
-  compensation gets ONE compensating step row (``pending``, ``compensates`` =
-  the forward step), unique per (workflow, step) like any step row, so
-  calling off twice adds nothing;
+  compensation gets ONE compensating step row (``pending``, or ``dispatched``
+  for the caller to publish after its commit; ``compensates`` = the forward
+  step), unique per (workflow, step) like any step row, so calling off twice
+  adds nothing;
 - the workflow row is touched (its version column makes a forward step
   finishing at the same moment conflict: one of the two reruns and sees the
   other), and is done at once when nothing is left to run.
 
-The compensating rows are then published by the relay like any outbox row:
+The compensating rows are then published like any outbox row
+(``workflows.relay.publish_dispatched``, docs/adr/0028):
 at-least-once, idempotency key ``<workflow id>:<step>``, retried with backoff,
 dead-lettered with a reason (the workflow shows blocked), and completed by the
 completion tracker — a compensation is a step like any other. Its handler must
@@ -34,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from workflows.dependencies import StepGraph
 from workflows.errors import StepNotFound
+from workflows.messages import DispatchedStep
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 Route = Callable[[str], tuple[str, str]]
@@ -70,12 +73,14 @@ class Compensation:
 
     Attributes:
         workflow_id: the workflow called off.
-        added: ids of the compensating step rows written now (publish them
-            after the commit; the relay sweep is the backstop).
+        added: ids of the compensating step rows written now.
         compensations: names of every compensating step of the workflow
             (written now or earlier).
         skipped: forward steps moved to ``skipped`` now.
         workflow_done: True when nothing is left to run (the workflow is done).
+        dispatched: the rows written now as ``dispatched`` (``dispatch=True``),
+            with their message columns, for ``workflows.relay.publish_dispatched``
+            after the commit; empty otherwise.
     """
 
     workflow_id: int
@@ -83,6 +88,7 @@ class Compensation:
     compensations: tuple[str, ...]
     skipped: tuple[str, ...]
     workflow_done: bool
+    dispatched: tuple[DispatchedStep, ...] = ()
 
 
 def compensate_workflow(
@@ -93,6 +99,7 @@ def compensate_workflow(
     reason: str,
     route: Route,
     now: datetime,
+    dispatch: bool = False,
 ) -> Compensation:
     """Call off a workflow: skip its unfinished steps, add compensations for finished ones.
 
@@ -110,7 +117,10 @@ def compensate_workflow(
         workflow_id: the workflow to call off.
         reason: short word written into skipped steps' outcome (``skipped: <reason>``).
         route: compensating step name -> (queue, task name).
-        now: time written as the skipped steps' finish time (timezone-aware).
+        now: time written as the skipped steps' finish time (timezone-aware),
+            and as the compensating rows' dispatch time with ``dispatch``.
+        dispatch: write the compensating rows ``dispatched`` (the caller publishes
+            them after its commit); False writes them ``pending`` for the relay sweep.
 
     Returns:
         A :class:`Compensation`.
@@ -156,7 +166,8 @@ def compensate_workflow(
                 queue=queue,
                 task=task,
                 payload={**row.payload, "workflow_id": workflow_id, "step": undo},
-                status=StepStatus.PENDING,
+                status=StepStatus.DISPATCHED if dispatch else StepStatus.PENDING,
+                dispatched_at=now if dispatch else None,
                 attempts=0,
                 created_at=now,
                 publish_attempts=0,
@@ -186,4 +197,9 @@ def compensate_workflow(
         compensations,
         tuple(skipped),
         workflow.status == WorkflowStatus.DONE,
+        tuple(
+            DispatchedStep(r.id, workflow_id, r.step, r.queue, r.task, r.payload)
+            for r in new_rows
+            if dispatch
+        ),
     )

@@ -11,12 +11,13 @@ becomes ``skipped`` (final; it never runs, and the workflow completes without
 it).
 
 A released step becomes ``dispatched`` at once, with its dispatch time: the
-caller publishes it right after its commit (``workflows.relay.publish_released``,
-with the message columns this read returns, so nothing is read back and no
-second transaction marks it). A crash between that commit and the publish
-leaves a dispatched step the queue does not know, which the relay sweep
-re-publishes after ``republish_after``, as for a step Redis lost; a refusal or
-an unreachable queue puts the row back to ``pending`` (docs/adr/0017).
+caller publishes it right after its commit (``workflows.relay.publish_dispatched``,
+with the message columns this statement returns, so nothing is read back and no
+second transaction marks it), as every writer of step rows does (docs/adr/0017,
+docs/adr/0028). A crash between that commit and the publish leaves a dispatched
+step the queue does not know, which the relay sweep re-publishes after
+``republish_after``, as for a step Redis lost; a refusal or an unreachable queue
+puts the row back to ``pending``.
 
 The graph lives in code, beside the definition, not in the database: rows
 carry only their state. A step with no entry in ``after`` is never waiting.
@@ -28,11 +29,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
 
 from sqlalchemy import Text, bindparam, cast, select, update
 from sqlalchemy.orm import Session
 
+from workflows.messages import DispatchedStep
 from workflows.models import StepStatus, WorkflowStep
 from workflows.sql import dialect_of, per_dialect
 
@@ -157,37 +158,15 @@ _SKIP = (
 )
 
 
-class Released(NamedTuple):
-    """A step row that :func:`release_waiting` moved from ``waiting`` to ``dispatched``,
-    with what its queue message is built from (``workflows.relay.publish_released``).
-
-    Attributes:
-        row_id: the step row's id.
-        workflow_id: its workflow's id.
-        step: the step name.
-        queue: the queue name of its message.
-        task: the task name of its message.
-        payload: the message body as stored: JSON text, not decoded yet (it may
-            not decode; the relay then refuses this row alone).
-    """
-
-    row_id: int
-    workflow_id: int
-    step: str
-    queue: str
-    task: str
-    payload: str
-
-
 def release_waiting(
     session: Session, graph: StepGraph, workflow_ids: Sequence[int], now: datetime
-) -> dict[int, tuple[Released, ...]]:
+) -> dict[int, tuple[DispatchedStep, ...]]:
     """Release decidable waiting steps of some workflows (to ``dispatched``) or skip them.
 
     Runs inside the caller's unit of work (after the finishing step's row was
     flushed as done); commits nothing. Three set-based statements at most. The
     caller must publish the released rows right after its commit
-    (``workflows.relay.publish_released``): they are marked dispatched already,
+    (``workflows.relay.publish_dispatched``): they are marked dispatched already,
     so only the sweep's check of dispatched steps would publish them otherwise.
 
     Args:
@@ -199,7 +178,7 @@ def release_waiting(
 
     Returns:
         Workflow id -> its step rows released (for the publish after the
-        commit, ``workflows.relay.publish_released``), in row id order;
+        commit, ``workflows.relay.publish_dispatched``), in row id order;
         workflows with none released are absent. A row another transaction
         released first is not in it.
     """
@@ -224,13 +203,13 @@ def release_waiting(
                 skipped.append(
                     {"row_id": row_id, "outcome": (SKIPPED_PREFIX + ",".join(blockers))[:50]}
                 )
-    moved: dict[int, list[Released]] = defaultdict(list)
+    moved: dict[int, list[DispatchedStep]] = defaultdict(list)
     if released:
         for row in session.execute(
             _RELEASE[dialect_of(session)],
             {"ids": sorted(r for ids in released.values() for r in ids), "now": now},
         ):
-            moved[row[1]].append(Released(*row))
+            moved[row[1]].append(DispatchedStep(*row))
     if skipped:
         session.execute(_SKIP, [{**row, "now": now} for row in skipped])
     return {wf_id: tuple(sorted(rows)) for wf_id, rows in moved.items()}

@@ -1,10 +1,10 @@
-"""The step message and the Publisher protocol the relay publishes through."""
+"""The step message, the dispatched row it is built from, and the Publisher protocol."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,29 @@ class StepMessage:
     task: str
     payload: dict[str, Any]
     idempotency_key: str
+
+
+class DispatchedStep(NamedTuple):
+    """A step row its writer marked ``dispatched`` in its own commit, with what its
+    queue message is built from (``workflows.relay.publish_dispatched``, docs/adr/0028).
+
+    Attributes:
+        row_id: the step row's id.
+        workflow_id: its workflow's id.
+        step: the step name.
+        queue: the queue name of its message.
+        task: the task name of its message.
+        payload: the message body: the mapping the writer wrote, or the JSON text
+            as stored when read back by a statement (not decoded yet: it may not
+            decode; the relay then refuses this row alone).
+    """
+
+    row_id: int
+    workflow_id: int
+    step: str
+    queue: str
+    task: str
+    payload: str | Mapping[str, Any]
 
 
 class Publisher(Protocol):

@@ -2,8 +2,10 @@
 
 The caller writes its own records (for example an order and its lines) and
 then calls ``add_workflows`` in the same session before committing, so the
-business records and the step messages commit or vanish together. The relay
-publishes the step rows afterwards.
+business records and the step messages commit or vanish together. With
+``dispatch=True`` the rows to run first are written ``dispatched``, and the
+caller publishes them right after its commit (``workflows.relay.publish_dispatched``,
+docs/adr/0028); otherwise they are written ``pending`` for the relay sweep.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from workflows.columns import utcnow
-from workflows.messages import StepMessage
+from workflows.messages import DispatchedStep
 from workflows.models import (
     StepStatus,
     Workflow,
     WorkflowStatus,
     WorkflowStep,
-    idempotency_key,
 )
 from workflows.sql import dialect_of
 
@@ -63,20 +64,36 @@ class WorkflowSpec:
 
 @dataclass(frozen=True)
 class CreatedWorkflow:
-    """Ids of a workflow written by ``add_workflows`` and of its step rows."""
+    """A workflow written by ``add_workflows``.
+
+    Attributes:
+        workflow_id: the workflow row's id.
+        subject_id: its subject.
+        step_ids: ids of its step rows, in the spec's order.
+        dispatched: the step rows written ``dispatched`` (``dispatch=True``: the
+            steps without prerequisites), with their message columns, for
+            ``workflows.relay.publish_dispatched`` after the commit; empty otherwise.
+    """
 
     workflow_id: int
     subject_id: int
     step_ids: tuple[int, ...]
+    dispatched: tuple[DispatchedStep, ...] = ()
 
 
 def add_workflows(
-    session: Session, specs: Sequence[WorkflowSpec], *, now: datetime | None = None
+    session: Session,
+    specs: Sequence[WorkflowSpec],
+    *,
+    now: datetime | None = None,
+    dispatch: bool = False,
 ) -> list[CreatedWorkflow]:
     """Insert workflow rows and their step rows in the session's transaction.
 
-    A step row starts ``pending`` (the relay publishes it), or ``waiting`` when
-    its spec names prerequisites in ``after``.
+    A step row starts ``waiting`` when its spec names prerequisites in ``after``;
+    otherwise ``dispatched`` at ``now`` with ``dispatch`` (the caller publishes it
+    after its commit: ``workflows.relay.publish_dispatched`` with
+    ``CreatedWorkflow.dispatched``), else ``pending`` (the relay sweep publishes it).
 
     Uses a few multi-row INSERT statements whatever the number of workflows;
     nothing is committed here.
@@ -85,6 +102,7 @@ def add_workflows(
         session: the caller's session, inside its transaction.
         specs: workflows to create; each subject at most once per kind.
         now: creation time (timezone-aware); default the current UTC time.
+        dispatch: write the first steps ``dispatched`` for the caller to publish.
 
     Returns:
         One ``CreatedWorkflow`` per spec, in the same order.
@@ -119,6 +137,12 @@ def add_workflows(
         for spec, workflow_id in zip(specs, workflow_ids, strict=True)
         for step in spec.steps
     ]
+    first = StepStatus.DISPATCHED if dispatch else StepStatus.PENDING
+    payloads = [
+        {**step.payload, "workflow_id": workflow_id, "step": step.name}
+        for workflow_id, step in steps
+    ]
+    statuses = [StepStatus.WAITING if step.after else first for _, step in steps]
     step_ids = dialect.insert_rows(
         session,
         _STEPS,
@@ -127,15 +151,13 @@ def add_workflows(
             "step": [step.name for _, step in steps],
             "queue": [step.queue for _, step in steps],
             "task": [step.task for _, step in steps],
-            "payload": [
-                {**step.payload, "workflow_id": workflow_id, "step": step.name}
-                for workflow_id, step in steps
-            ],
-            "status": [
-                StepStatus.WAITING if step.after else StepStatus.PENDING for _, step in steps
-            ],
+            "payload": payloads,
+            "status": statuses,
             "attempts": [0] * len(steps),
             "created_at": [now] * len(steps),
+            "dispatched_at": [
+                now if status == StepStatus.DISPATCHED else None for status in statuses
+            ],
         },
         load=True,
         ids=True,
@@ -143,41 +165,14 @@ def add_workflows(
     created: list[CreatedWorkflow] = []
     position = 0
     for spec, workflow_id in zip(specs, workflow_ids, strict=True):
-        count = len(spec.steps)
-        created.append(
-            CreatedWorkflow(
-                workflow_id, spec.subject_id, tuple(step_ids[position : position + count])
+        ids = tuple(step_ids[position : position + len(spec.steps)])
+        dispatched = tuple(
+            DispatchedStep(
+                row_id, workflow_id, step.name, step.queue, step.task, payloads[position + i]
             )
+            for i, (step, row_id) in enumerate(zip(spec.steps, ids, strict=True))
+            if statuses[position + i] == StepStatus.DISPATCHED
         )
-        position += count
+        created.append(CreatedWorkflow(workflow_id, spec.subject_id, ids, dispatched))
+        position += len(spec.steps)
     return created
-
-
-def initial_messages(
-    specs: Sequence[WorkflowSpec], created: Sequence[CreatedWorkflow]
-) -> dict[int, StepMessage]:
-    """The queue messages of the step rows ``add_workflows`` wrote as ``pending``.
-
-    The same messages the relay would read back from those rows, built from the
-    specs instead, so publishing right after the commit needs no second read.
-
-    Args:
-        specs: the specs given to ``add_workflows``.
-        created: what it returned for them (same order).
-
-    Returns:
-        Step row id -> message, for every step without prerequisites (the
-        ``waiting`` rows are left out: they are published when released).
-    """
-    messages: dict[int, StepMessage] = {}
-    for spec, made in zip(specs, created, strict=True):
-        for step, step_id in zip(spec.steps, made.step_ids, strict=True):
-            if step.after:
-                continue
-            messages[step_id] = StepMessage(
-                queue=step.queue,
-                task=step.task,
-                payload={**step.payload, "workflow_id": made.workflow_id, "step": step.name},
-                idempotency_key=idempotency_key(made.workflow_id, step.name),
-            )
-    return messages

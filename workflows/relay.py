@@ -1,38 +1,36 @@
-"""Outbox relay: publish step rows to the queue and mark them dispatched.
+"""Outbox relay: publish the step rows their writer marked dispatched; sweep up the rest.
 
-Publishing happens before marking, so a crash in between publishes the step
-again later; the queue's idempotency key ``<workflow id>:<step>`` absorbs the
-duplicate. Marking only touches rows still pending, so a step that a fast
-worker already finished keeps its state (only its dispatch time is recorded).
+Every writer of step rows follows one protocol (docs/adr/0028): it writes or marks
+its rows ``dispatched`` in its own commit, with their dispatch time, and calls
+:func:`publish_dispatched` right after that commit, with the rows' message
+columns, so nothing is read back. Rows the queue refuses go back to ``pending``
+and are charged an attempt (a batch is split until the refused rows stand alone,
+``workflows.isolation``; after ``max_attempts`` a row becomes ``unpublishable``
+and its workflow blocked, with the reason); when the queue cannot be reached,
+the rows not published go back to ``pending`` uncharged.
 
-Rows are published independently: a batch the queue refuses is split until
-the refused rows stand alone (``workflows.isolation``), and only those rows are
-charged an attempt and held back by a backoff; after ``max_attempts`` refusals
-a row becomes ``unpublishable`` and its workflow blocked, with the reason. A
-queue that cannot be reached charges no row: everything stays pending.
-
-Steps a finished step released are the exception to publish-then-mark: the
-commit that releases them marks them dispatched, and its worker publishes
-them right after (:func:`publish_released`, docs/adr/0017); a crash in
-between is caught by the sweep's check of dispatched steps.
+The periodic :func:`sweep` publishes pending rows the same way (it marks them
+dispatched in its own transaction first) and re-publishes dispatched rows the
+queue does not hold ``republish_after`` seconds after their dispatch: a crash
+between a writer's commit and its publish, or a job Redis lost. The queue's
+idempotency key ``<workflow id>:<step>`` makes a second publish of a step a no-op.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, Select, case, func, or_, select, update
+from sqlalchemy import Row, Text, cast, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
-from workflows.dependencies import Released
 from workflows.isolation import IsolatedPublish, describe, publish_isolated
-from workflows.messages import Publisher, StepMessage
+from workflows.messages import DispatchedStep, Publisher, StepMessage
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, idempotency_key
 from workflows.sql import dialect_of
 from workflows.uow import SessionFactory, UnitOfWork
@@ -42,10 +40,9 @@ __all__ = [
     "Publisher",
     "StepMessage",
     "SweepResult",
+    "dispatch_pending",
     "message_for",
-    "publish_pending",
-    "publish_released",
-    "publish_steps",
+    "publish_dispatched",
     "sweep",
 ]
 
@@ -80,8 +77,10 @@ class SweepResult:
     """What one relay sweep did.
 
     Attributes:
-        published: pending steps published (never published before, or a
-            crash came between commit and publish).
+        published: pending steps published: rows put back to ``pending`` (their
+            writer's publish was refused or found the queue unreachable), rows
+            made pending again (``orders outbox retry``), rows written with no
+            queue at hand.
         republished: dispatched steps the queue no longer knew, published again.
         checked: dispatched steps whose presence in the queue was checked.
         refused: rows the queue refused in this sweep (charged one attempt each).
@@ -108,82 +107,99 @@ def message_for(step: WorkflowStep | Row[Any]) -> StepMessage:
     )
 
 
-def publish_steps(
-    session_factory: SessionFactory,
-    publisher: Publisher,
-    step_ids: Sequence[int],
-    *,
-    clock: Callable[[], datetime] = utcnow,
-    policy: PublishPolicy | None = None,
-    known: Mapping[int, StepMessage] | None = None,
-) -> int:
-    """Publish the given step rows that are still pending; mark them dispatched.
+_WS = WorkflowStep.__table__
 
-    Call right after the transaction that wrote the steps has committed. Rows
-    the queue refuses are charged an attempt and left to the sweep.
+
+def dispatch_pending(
+    session: Session,
+    now: datetime,
+    *,
+    ids: Sequence[int] | None = None,
+    limit: int | None = None,
+) -> list[DispatchedStep]:
+    """Mark pending step rows due for publishing ``dispatched``, in the caller's transaction.
+
+    For a writer whose rows are already ``pending`` (the sweep, or rows written
+    without a queue at hand): commit, then hand the result to
+    :func:`publish_dispatched`. On PostgreSQL rows another transaction holds
+    locked are left out (``FOR UPDATE SKIP LOCKED``): this never waits for a
+    row lock. Rows held back by a refusal's backoff are not due. With nothing
+    due it only reads.
 
     Args:
-        session_factory: makes the sessions of the units of work.
-        publisher: the queue adapter.
-        step_ids: ids returned by ``workflows.outbox.add_workflows``.
-        clock: current time (timezone-aware).
-        policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
-        known: row id -> message for rows whose message the caller already
-            holds (``workflows.outbox.initial_messages``); those rows are not
-            read back. Which rows are still pending is read either way.
+        session: the caller's session (nothing committed here).
+        now: the dispatch time written (timezone-aware); also decides which
+            refused rows are due again.
+        ids: only these rows; None: any pending row, oldest first.
+        limit: most rows marked; None: no limit.
 
     Returns:
-        Number of steps published.
-
-    Raises:
-        PublisherUnavailable: the queue cannot be reached; the rows not yet
-            published stay pending for the sweep.
+        The rows marked, in id order, with their message columns (the payload
+        as stored JSON text).
     """
-    published = 0
-    for start in range(0, len(step_ids), _CHUNK):
-        chunk = step_ids[start : start + _CHUNK]
-        published += _publish_where(
-            session_factory,
-            publisher,
-            lambda s, now, chunk=chunk: _pending(
-                s, now, dialect_of(s).among(WorkflowStep.id, chunk), writer=True
-            ),
-            clock,
-            policy or PublishPolicy(),
-            known,
-        ).published
-    return published
+    if ids is not None and not ids:
+        return []
+    due = [WorkflowStep.status == StepStatus.PENDING, _due(now)]
+    if ids is not None:
+        due.append(dialect_of(session).among(WorkflowStep.id, ids))
+    candidates = select(WorkflowStep.id).where(*due).order_by(WorkflowStep.id)
+    if limit is not None:
+        candidates = candidates.limit(limit)
+    # a read first: with nothing pending (the usual case) no write is started, so
+    # a sweep takes no SQLite writer's turn (ADR 0018)
+    found = list(session.scalars(candidates))
+    if not found:
+        return []
+    statement = (
+        update(_WS)
+        .where(_not_held(session, found, WorkflowStep.status == StepStatus.PENDING))
+        .values(status=StepStatus.DISPATCHED, dispatched_at=now, next_publish_at=None)
+        .returning(
+            _WS.c.id,
+            _WS.c.workflow_id,
+            _WS.c.step,
+            _WS.c.queue,
+            _WS.c.task,
+            cast(_WS.c.payload, Text),
+        )
+    )
+    return sorted((DispatchedStep(*row) for row in session.execute(statement)), key=_row_id)
 
 
-def publish_released(
+def _row_id(row: DispatchedStep) -> int:
+    return row.row_id
+
+
+def publish_dispatched(
     session_factory: SessionFactory,
     publisher: Publisher,
-    released: Sequence[Released],
+    rows: Sequence[DispatchedStep],
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
 ) -> int:
-    """Publish the step rows the caller's own commit just released.
+    """Publish the step rows the caller's own commit marked ``dispatched``.
 
-    The worker's fast path after a finished step (``StepResult.released_steps``):
-    ``workflows.dependencies.release_waiting`` marked the rows dispatched in
-    that commit, with their message columns, so a publish that goes through
-    costs no database work at all: nothing is read back and no transaction
-    marks them. Call it right after that commit. No other writer publishes
-    these rows: the sweep's pending pass never sees them, and its check of
-    dispatched steps only takes a row ``republish_after`` seconds after its
-    dispatch, when the queue does not hold it (a crash before this publish).
+    The one way a step row reaches the queue (docs/adr/0028): placement and
+    cancellation write their rows dispatched (``workflows.outbox.add_workflows``,
+    ``workflows.compensation.compensate_workflow`` with ``dispatch=True``), a
+    finished step's commit releases them dispatched
+    (``workflows.dependencies.release_waiting``), the sweep marks pending rows
+    (:func:`dispatch_pending`). Call it right after that commit. A publish that
+    goes through costs no database work at all. No other writer publishes these
+    rows: the sweep's pending pass never sees them, and its check of dispatched
+    steps only takes a row ``republish_after`` seconds after its dispatch, when
+    the queue does not hold it (a crash before this publish).
 
     Rows the queue refuses (or whose payload does not decode) go back to
-    ``pending`` and are charged an attempt, as in :func:`publish_steps`; when
-    the queue cannot be reached, the rows not published go back to ``pending``
-    uncharged, for the sweep (docs/adr/0017).
+    ``pending`` and are charged an attempt; when the queue cannot be reached,
+    the rows not published go back to ``pending`` uncharged, for the sweep.
 
     Args:
         session_factory: makes the sessions of the units of work (used only
             when some row is refused or the queue is unreachable).
         publisher: the queue adapter.
-        released: the rows (``workflows.dependencies.release_waiting``).
+        rows: the rows, with their message columns.
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
 
@@ -196,34 +212,52 @@ def publish_released(
         SQLAlchemyError: putting a refused or unpublished row back failed; it
             stays dispatched, and the sweep re-publishes it after ``republish_after``.
     """
-    policy = policy or PublishPolicy()
-    published = 0
-    for start in range(0, len(released), _CHUNK):
+    return _publish(session_factory, publisher, rows, clock, policy or PublishPolicy()).published
+
+
+@dataclass
+class _Published:
+    published: int = 0
+    refused: int = 0
+    unpublishable: int = 0
+
+
+def _publish(
+    session_factory: SessionFactory,
+    publisher: Publisher,
+    rows: Sequence[DispatchedStep],
+    clock: Callable[[], datetime],
+    policy: PublishPolicy,
+) -> _Published:
+    """:func:`publish_dispatched`, with the refusals counted."""
+    done = _Published()
+    for start in range(0, len(rows), _CHUNK):
         steps: list[tuple[int, StepMessage]] = []
         unreadable: dict[int, str] = {}
-        for row in sorted(released[start : start + _CHUNK]):
+        for row in sorted(rows[start : start + _CHUNK], key=_row_id):
             try:
-                steps.append((row.row_id, _released_message(row)))
+                steps.append((row.row_id, _dispatched_message(row)))
             except Exception as exc:  # noqa: BLE001 - this row's payload is unreadable
                 unreadable[row.row_id] = f"payload cannot be read: {describe(exc)}"
         outcome = publish_isolated(publisher, steps) if steps else IsolatedPublish()
         outcome.refused.update(unreadable)
-        published += len(outcome.published)
+        done.published += len(outcome.published)
         if outcome.unavailable is None:
             back = list(outcome.refused)
         else:  # this chunk's rows not published, and every later chunk's
             sent = set(outcome.published)
-            back = [r.row_id for r in released[start:] if r.row_id not in sent]
+            back = [r.row_id for r in rows[start:] if r.row_id not in sent]
         if back:
             _undispatch(session_factory, back)
-        _charge_refusals(session_factory, outcome.refused, clock(), policy)
+        done.refused += len(outcome.refused)
+        done.unpublishable += _charge_refusals(session_factory, outcome.refused, clock(), policy)
         if outcome.unavailable is not None:
             raise outcome.unavailable
-    return published
+    return done
 
 
 def _undispatch(session_factory: SessionFactory, ids: Sequence[int]) -> None:
-    """Put released rows that were not published back to ``pending`` (no dispatch time)."""
+    """Put dispatched rows that were not published back to ``pending`` (no dispatch time)."""
     with UnitOfWork(session_factory) as uow:
         uow.session.execute(
             update(WorkflowStep)
@@ -234,9 +268,9 @@ def _undispatch(session_factory: SessionFactory, ids: Sequence[int]) -> None:
         uow.commit()
 
 
-def _released_message(row: Released) -> StepMessage:
-    """The queue message of a released row; raises when its payload is not a JSON object."""
-    payload = json.loads(row.payload)
+def _dispatched_message(row: DispatchedStep) -> StepMessage:
+    """The queue message of a dispatched row; raises when its payload is not a JSON object."""
+    payload = json.loads(row.payload) if isinstance(row.payload, str) else dict(row.payload)
     if not isinstance(payload, dict):
         raise TypeError(f"payload is a JSON {type(payload).__name__}, not an object")
     return StepMessage(
@@ -245,31 +279,6 @@ def _released_message(row: Released) -> StepMessage:
         payload=payload,
         idempotency_key=idempotency_key(row.workflow_id, row.step),
     )
-
-
-def publish_pending(
-    session_factory: SessionFactory,
-    publisher: Publisher,
-    *,
-    limit: int = 1000,
-    clock: Callable[[], datetime] = utcnow,
-    policy: PublishPolicy | None = None,
-) -> int:
-    """Publish up to ``limit`` pending step rows whose backoff has passed, oldest first.
-
-    Returns:
-        Number of steps published.
-
-    Raises:
-        PublisherUnavailable: the queue cannot be reached.
-    """
-    return _publish_where(
-        session_factory,
-        publisher,
-        lambda s, now: _pending(s, now, limit=limit),
-        clock,
-        policy or PublishPolicy(),
-    ).published
 
 
 def sweep(
@@ -282,19 +291,13 @@ def sweep(
     limit: int = 1000,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
-    settle_seconds: float = 0.0,
 ) -> SweepResult:
     """One periodic relay pass: publish pending steps, re-publish lost ones.
 
-    With ``settle_seconds`` above 0, a pending row the sweep sees for the first
-    time is left to the process that wrote it (placement, or the worker that
-    released it publishes it right after its commit): the sweep only notes it
-    (``next_publish_at`` = now + ``settle_seconds``) and publishes it on a later
-    pass if it is still pending then. Publishing a fresh row at once races its
-    writer: when the writer's job has already finished, the sweep's copy runs
-    the step a second time (absorbed, but paid for; under load a tenth of the
-    step runs). The writer's own publish (:func:`publish_steps`) is not held
-    back by the note.
+    Pending rows due for publishing are marked dispatched in the sweep's own
+    transaction (:func:`dispatch_pending`) and published as any writer's
+    (:func:`publish_dispatched`). A writer's fresh rows are never pending (it
+    writes them dispatched), so the sweep does not race their writer.
 
     A step counts as lost when it was dispatched (or, never marked dispatched,
     last started) more than ``republish_after`` seconds ago, is not done or dead, and the
@@ -318,40 +321,30 @@ def sweep(
         limit: most rows handled per category in one pass.
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
-        settle_seconds: how long a fresh pending row is left to its writer, seconds
-            (0: publish it at once).
 
     Returns:
         A ``SweepResult`` with the counts.
 
     Raises:
         ValueError: neither ``is_known`` nor ``known_keys`` given.
-        PublisherUnavailable: the queue cannot be reached (published rows are marked first).
+        PublisherUnavailable: the queue cannot be reached (the pending rows not
+            published are put back to ``pending`` first).
         Exception: whatever ``is_known`` / ``known_keys`` raises.
     """
     held_by_queue = known_keys or _one_by_one(is_known)
     policy = policy or PublishPolicy()
     result = SweepResult()
-    noted_only: tuple[Any, ...] = ()
-    if settle_seconds > 0:
-        _note_fresh(session_factory, clock(), settle_seconds, limit)
-        # A row committed after the noting pass has no note yet: it is its
-        # writer's for now (the next pass notes it), not due.
-        noted_only = (WorkflowStep.next_publish_at.is_not(None),)
-    first = _publish_where(
-        session_factory,
-        publisher,
-        lambda s, now: _pending(s, now, *noted_only, limit=limit),
-        clock,
-        policy,
-    )
+    with UnitOfWork(session_factory) as uow:
+        claimed = dispatch_pending(uow.session, clock(), limit=limit)
+        uow.commit()
+    first = _publish(session_factory, publisher, claimed, clock, policy)
     result.published = first.published
     result.refused, result.unpublishable = first.refused, first.unpublishable
     now = clock()
     cutoff = now - timedelta(seconds=republish_after)
-    # A writer that published a row and died before marking it leaves no dispatch
-    # time; a worker that ran it since and failed made it ``failed``, which the
-    # pending pass no longer takes: its attempt's start time dates it instead.
+    # A row dispatched under the old publish-then-mark protocol by a writer that
+    # died before marking it has no dispatch time; a worker that ran it since and
+    # failed made it ``failed``: its attempt's start time dates it instead.
     sent_at = func.coalesce(WorkflowStep.dispatched_at, WorkflowStep.started_at)
     with UnitOfWork(session_factory) as uow:
         stale_ids = list(
@@ -427,13 +420,6 @@ def _one_by_one(
     return lambda keys: {key for key in keys if is_known(key)}
 
 
-@dataclass
-class _Published:
-    published: int = 0
-    refused: int = 0
-    unpublishable: int = 0
-
-
 def _not_held(session: Session, ids: Sequence[int], *criteria: Any) -> Any:
     """Rows ``ids`` meeting ``criteria``, leaving out on PostgreSQL those another
     transaction holds locked (``FOR UPDATE SKIP LOCKED``, in id order).
@@ -452,60 +438,6 @@ def _due(now: datetime) -> Any:
     return or_(WorkflowStep.next_publish_at.is_(None), WorkflowStep.next_publish_at <= now)
 
 
-def _note_fresh(
-    session_factory: SessionFactory, now: datetime, settle_seconds: float, limit: int
-) -> None:
-    """Give fresh pending rows (never refused, never noted) ``settle_seconds`` to their writer."""
-    fresh = (
-        select(WorkflowStep.id)
-        .where(
-            WorkflowStep.status == StepStatus.PENDING,
-            WorkflowStep.next_publish_at.is_(None),
-            WorkflowStep.publish_attempts == 0,
-        )
-        .order_by(WorkflowStep.id)
-        .limit(limit)
-    )
-    with UnitOfWork(session_factory) as uow:
-        ids = list(uow.session.scalars(fresh))
-        if not ids:
-            return
-        uow.session.execute(
-            update(WorkflowStep)
-            .where(
-                _not_held(
-                    uow.session,
-                    ids,
-                    WorkflowStep.status == StepStatus.PENDING,
-                    WorkflowStep.next_publish_at.is_(None),
-                )
-            )
-            .values(next_publish_at=now + timedelta(seconds=settle_seconds)),
-            execution_options={"synchronize_session": False},
-        )
-        uow.commit()
-
-
-def _pending(
-    session: Session,
-    now: datetime,
-    *criteria: Any,
-    limit: int | None = None,
-    writer: bool = False,
-) -> Select[tuple[int]]:
-    """The ids of pending rows due for publishing, oldest first; ``writer``: also those
-    only noted by a sweep (never refused), which their writer publishes at once."""
-    due = or_(_due(now), WorkflowStep.publish_attempts == 0) if writer else _due(now)
-    query = (
-        select(WorkflowStep.id)
-        .where(WorkflowStep.status == StepStatus.PENDING, due, *criteria)
-        .order_by(WorkflowStep.id)
-    )
-    if limit is not None:
-        query = query.limit(limit)
-    return query
-
-
 #: what a row's message is built from (:func:`message_for`)
 _MESSAGE_COLUMNS = (
     WorkflowStep.id,
@@ -515,43 +447,6 @@ _MESSAGE_COLUMNS = (
     WorkflowStep.task,
     WorkflowStep.payload,
 )
-
-
-def _read_pending(
-    session_factory: SessionFactory,
-    pending: Callable[[Session, datetime], Select[tuple[int]]],
-    now: datetime,
-    known: Mapping[int, StepMessage],
-) -> tuple[list[tuple[int, StepMessage]], dict[int, str]]:
-    """The pending rows to publish with their messages, in id order.
-
-    Rows whose message the caller holds (``known``) are not read back. Otherwise
-    the rows and their messages come in one read; when some payload does not
-    decode, the ids are read first and the rows then one by one, so only the bad
-    rows are refused.
-
-    Returns:
-        ``(messages, refused)`` as :func:`_load_messages`.
-    """
-    if not known:
-        try:
-            with UnitOfWork(session_factory) as uow:
-                rows = uow.session.execute(  # plain rows: no ORM objects to build and track
-                    pending(uow.session, now).with_only_columns(*_MESSAGE_COLUMNS)
-                ).all()
-                return [(row.id, message_for(row)) for row in rows], {}
-        except Exception:  # noqa: BLE001 - some row does not decode: isolate it below
-            pass
-    with UnitOfWork(session_factory) as uow:
-        ids = list(uow.session.scalars(pending(uow.session, now)))
-    unknown = [row_id for row_id in ids if row_id not in known]
-    steps, unreadable = _load_messages(session_factory, unknown) if unknown else ([], {})
-    if len(unknown) < len(ids):
-        steps = sorted(
-            [*steps, *((row_id, known[row_id]) for row_id in ids if row_id in known)],
-            key=lambda item: item[0],
-        )
-    return steps, unreadable
 
 
 def _load_messages(
@@ -584,64 +479,6 @@ def _load_messages(
         except Exception as exc:  # noqa: BLE001 - this row's payload is unreadable
             refused[row_id] = f"payload cannot be read: {describe(exc)}"
     return messages, refused
-
-
-def _publish_where(
-    session_factory: SessionFactory,
-    publisher: Publisher,
-    pending: Callable[[Session, datetime], Select[tuple[int]]],
-    clock: Callable[[], datetime],
-    policy: PublishPolicy,
-    known: Mapping[int, StepMessage] | None = None,
-) -> _Published:
-    now = clock()
-    steps, unreadable = _read_pending(session_factory, pending, now, known or {})
-    return _publish_and_mark(session_factory, publisher, steps, unreadable, now, clock, policy)
-
-
-def _publish_and_mark(
-    session_factory: SessionFactory,
-    publisher: Publisher,
-    steps: list[tuple[int, StepMessage]],
-    unreadable: dict[int, str],
-    now: datetime,
-    clock: Callable[[], datetime],
-    policy: PublishPolicy,
-) -> _Published:
-    """Publish ``steps``, mark the published rows dispatched, charge the refused
-    and ``unreadable`` rows an attempt each; raise an unreachable queue at the end."""
-    if not steps and not unreadable:
-        return _Published()
-    outcome = publish_isolated(publisher, steps)
-    outcome.refused.update(unreadable)
-    _mark_dispatched(session_factory, outcome, clock)
-    given_up = _charge_refusals(session_factory, outcome.refused, now, policy)
-    if outcome.unavailable is not None:
-        raise outcome.unavailable
-    return _Published(len(outcome.published), len(outcome.refused), given_up)
-
-
-def _mark_dispatched(
-    session_factory: SessionFactory, outcome: IsolatedPublish, clock: Callable[[], datetime]
-) -> None:
-    if not outcome.published:
-        return
-    with UnitOfWork(session_factory) as uow:
-        uow.session.execute(
-            update(WorkflowStep)
-            .where(_not_held(uow.session, outcome.published, WorkflowStep.dispatched_at.is_(None)))
-            .values(
-                # A worker may have moved the row on already: keep its state.
-                status=case(
-                    (WorkflowStep.status == StepStatus.PENDING, StepStatus.DISPATCHED),
-                    else_=WorkflowStep.status,
-                ),
-                dispatched_at=clock(),
-                next_publish_at=None,
-            ),
-            execution_options={"synchronize_session": False},
-        )
-        uow.commit()
 
 
 def _charge_refusals(

@@ -53,8 +53,9 @@ from sqlalchemy.types import TypeEngine
 
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
-from workflows.dependencies import NO_DEPENDENCIES, Released, StepGraph, release_waiting
+from workflows.dependencies import NO_DEPENDENCIES, StepGraph, release_waiting
 from workflows.errors import FencedOut, StepNotFound, StepNotReady, SubjectMismatch
+from workflows.messages import DispatchedStep
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.sql import Dialect, LockPlan, dialect_of, per_dialect
 from workflows.uow import SessionFactory, UnitOfWork
@@ -107,7 +108,7 @@ class StepResult:
             succeeded): moved from ``waiting`` to ``dispatched``, to be published
             right after the commit.
         released_steps: the same rows with their message columns, for that
-            publish (``workflows.relay.publish_released``).
+            publish (``workflows.relay.publish_dispatched``).
     """
 
     workflow_id: int
@@ -117,7 +118,7 @@ class StepResult:
     workflow_done: bool
     conflicts: int = 0
     released: tuple[int, ...] = ()
-    released_steps: tuple[Released, ...] = ()
+    released_steps: tuple[DispatchedStep, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -551,7 +552,7 @@ def _once(
             raise RuntimeError(f"the {step!r} effect gave no outcome for step rows {missing}")
         applied = [c for c in claims if not isinstance(outcomes[c.step_row_id], Exception)]
         now = clock()
-        released: dict[int, tuple[Released, ...]] = {}
+        released: dict[int, tuple[DispatchedStep, ...]] = {}
         done_ids: set[int] = set()
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]

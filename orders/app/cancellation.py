@@ -1,17 +1,18 @@
 """``orders cancel`` and the dashboard's cancel action: one unit of work, then a publish.
 
 The cancellation (order status, cancellation notice, skipped steps and the
-compensating step rows) commits in one transaction, retried when it loses a
-race; it needs the database only. The compensating steps are then published
-at once when the queue can be reached, and otherwise by the relay sweep of a
-running worker (they are ordinary outbox rows).
+compensating step rows, written ``dispatched``) commits in one transaction,
+retried when it loses a race; it needs the database only. The compensating
+steps are then published at once when the queue can be reached
+(``workflows.relay.publish_dispatched``, docs/adr/0028); otherwise they go
+back to ``pending`` and the relay sweep of a running worker publishes them.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,10 +25,11 @@ from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ORDER_GRAPH, WORKFLOW_KIND
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
+from workflows.errors import PublisherUnavailable
 from workflows.isolation import describe
-from workflows.messages import Publisher
+from workflows.messages import Publisher, StepMessage
 from workflows.models import StepStatus, Workflow, WorkflowStep
-from workflows.relay import PublishPolicy, publish_steps
+from workflows.relay import PublishPolicy, publish_dispatched
 from workflows.uow import SessionFactory, UnitOfWork
 
 log = logging.getLogger("orders.cancel")
@@ -63,9 +65,10 @@ def cancel_then_publish(
     can be reached.
 
     The queue is asked for only after the commit: a cancellation never waits for, or
-    fails because of, Redis. Publishing goes through the relay
-    (``workflows.relay.publish_steps``); rows it cannot publish stay pending and the
-    relay sweep of a running worker publishes them.
+    fails because of, Redis. The compensating rows are written dispatched and
+    published through the relay (``workflows.relay.publish_dispatched``); rows it
+    cannot publish (or all of them, when ``publisher`` raises) go back to pending
+    and the relay sweep of a running worker publishes them.
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -88,20 +91,37 @@ def cancel_then_publish(
 
     def once() -> CancelResult:
         with UnitOfWork(session_factory) as uow:
-            result = cancel_order(uow.session, order_id, clock())
+            result = cancel_order(uow.session, order_id, clock(), dispatch=True)
             uow.commit()
             return result
 
     result = retry_on_conflict(once)
-    added = list(result.added)
-    if not added:
+    rows = result.dispatched
+    if not rows:
         return Cancellation(result)
+    queue: Publisher
     try:
-        published = publish_steps(session_factory, publisher(), added, clock=clock, policy=policy)
-    except Exception as exc:  # the rows stay pending: the relay sweep publishes them
-        log.warning("compensations of order %d left to the sweep: %s", order_id, exc)
-        return Cancellation(result, 0, len(added), describe(exc))
-    return Cancellation(result, published, len(added) - published)
+        queue = publisher()
+    except Exception as exc:  # the rows go back to pending through the one publish path
+        queue = _Unreachable(exc)
+    try:
+        published = publish_dispatched(session_factory, queue, rows, clock=clock, policy=policy)
+    except Exception as exc:  # back to pending (or still dispatched): the sweep's
+        why = queue.cause if isinstance(queue, _Unreachable) else exc
+        log.warning("compensations of order %d left to the sweep: %s", order_id, why)
+        return Cancellation(result, 0, len(rows), describe(why))
+    return Cancellation(result, published, len(rows) - published)
+
+
+class _Unreachable:
+    """A publisher standing for a queue that could not even be asked for: every
+    publish raises ``PublisherUnavailable`` (the relay puts the rows back to pending)."""
+
+    def __init__(self, cause: Exception) -> None:
+        self.cause = cause
+
+    def publish(self, messages: Sequence[StepMessage]) -> None:
+        raise PublisherUnavailable(describe(self.cause)) from self.cause
 
 
 def cancel(

@@ -1,11 +1,13 @@
 """Place orders through the transactional outbox.
 
 Each batch is one transaction: the orders, their lines, their workflow rows
-and one step row per step commit together or not at all. After the commit
-the relay publishes the batch's steps; if the process dies first, or the
-queue cannot be reached or refuses a step, the steps stay in the outbox and
-the relay sweep publishes them later: placing never fails because of
-publishing, it reports the steps whose publishing was deferred.
+and one step row per step commit together or not at all, the first steps
+already ``dispatched``. After the commit the batch's first steps are published
+(``workflows.relay.publish_dispatched``, docs/adr/0028); if the queue cannot be
+reached or refuses a step, the step goes back to ``pending`` and the relay sweep
+publishes it later, and if the process dies first the sweep re-publishes it
+after ``republish_after``: placing never fails because of publishing, it
+reports the steps whose publishing was deferred.
 
 A batch whose database connection drops is retried with bounded backoff
 (:class:`Reconnect`), and never placed twice: before a retry the database is
@@ -28,14 +30,14 @@ from sqlalchemy.orm import Session
 from orders.app.commit_outcome import Attempt, Outcome, Store, store_of
 from orders.domain.errors import OrdersError, UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
-from orders.domain.steps import order_workflow
+from orders.domain.steps import ORDER_GRAPH, STEPS, order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
 from workflows.columns import utcnow
 from workflows.isolation import describe
-from workflows.messages import StepMessage
+from workflows.messages import DispatchedStep
 from workflows.models import Workflow, WorkflowStep
-from workflows.outbox import add_workflows, initial_messages
-from workflows.relay import Publisher, PublishPolicy, publish_steps
+from workflows.outbox import add_workflows
+from workflows.relay import Publisher, PublishPolicy, publish_dispatched
 from workflows.sql import dialect_of, dialect_of_factory
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -45,6 +47,8 @@ _ORDERS = Order.__table__
 _LINES = OrderLine.__table__
 #: the tables placement fills in bulk, analyzed after their first load (ADR 0020)
 _ANALYZED = (_ORDERS, _LINES, Workflow.__table__, WorkflowStep.__table__)
+#: steps of an order that wait for no other: published at placement
+_FIRST_STEPS = sum(1 for step in STEPS if not ORDER_GRAPH.after.get(step))
 
 
 @dataclass(frozen=True)
@@ -135,8 +139,9 @@ def place_orders(
 ) -> list[PlacedOrder]:
     """Write orders, lines, workflows and step rows in the caller's transaction.
 
-    Nothing is committed or published here; the caller commits, then hands
-    the step ids to ``workflows.relay.publish_steps``.
+    Nothing is committed or published here; the step rows are ``pending`` (or
+    ``waiting``), for the relay sweep (:func:`write_orders` writes the first
+    steps dispatched, for a publish right after the commit).
 
     Args:
         session: the caller's session, inside its transaction.
@@ -149,24 +154,36 @@ def place_orders(
     Raises:
         sqlalchemy.exc.IntegrityError: a draft names an unknown customer or part.
     """
-    return write_orders(session, drafts, now=now)[0]
+    return write_orders(session, drafts, now=now, dispatch=False)[0]
 
 
 def write_orders(
-    session: Session, drafts: Sequence[OrderDraft], *, now: datetime | None = None
-) -> tuple[list[PlacedOrder], dict[int, StepMessage]]:
-    """``place_orders``, also returning the queue messages of the steps to publish first.
+    session: Session,
+    drafts: Sequence[OrderDraft],
+    *,
+    now: datetime | None = None,
+    dispatch: bool = True,
+) -> tuple[list[PlacedOrder], list[DispatchedStep]]:
+    """``place_orders``, with the first steps written ``dispatched`` (``dispatch``).
+
+    Args:
+        session: the caller's session, inside its transaction.
+        drafts: orders to write.
+        now: placement time (timezone-aware); default the current UTC time.
+        dispatch: write the steps without prerequisites ``dispatched`` (the caller
+            publishes them after its commit); False writes them ``pending``.
 
     Returns:
-        ``(placed, first)``: one ``PlacedOrder`` per draft, and step row id ->
-        message for the steps without prerequisites, to hand to
-        ``workflows.relay.publish_steps(..., known=first)`` after the commit.
+        ``(placed, first)``: one ``PlacedOrder`` per draft, and the step rows
+        written dispatched, with their message columns, to hand to
+        ``workflows.relay.publish_dispatched`` after the commit (empty without
+        ``dispatch``).
 
     Raises:
         sqlalchemy.exc.IntegrityError: a draft names an unknown customer or part.
     """
     if not drafts:
-        return [], {}
+        return [], []
     now = now or utcnow()
     # Core bulk loads on the tables (``Dialect.insert_rows``: COPY on PostgreSQL, one
     # executemany on SQLite): the ORM's bulk insert spent about as long on per-row
@@ -207,9 +224,9 @@ def write_orders(
         load=True,
     )
     specs = [order_workflow(order_id) for order_id in order_ids]
-    created = add_workflows(session, specs, now=now)
+    created = add_workflows(session, specs, now=now, dispatch=dispatch)
     placed = [PlacedOrder(c.subject_id, c.workflow_id, c.step_ids) for c in created]
-    return placed, initial_messages(specs, created)
+    return placed, [row for c in created for row in c.dispatched]
 
 
 def place(
@@ -230,8 +247,9 @@ def place(
     """Place the next ``count`` orders of a source, batch by batch, and publish their steps.
 
     Each batch of up to ``batch_size`` orders is one transaction (every order
-    with its steps is atomic); its steps are published right after it
-    commits when a ``publisher`` is given, else left pending for the relay.
+    with its steps is atomic); with a ``publisher`` its first steps are written
+    dispatched and published right after it commits, else written pending for
+    the relay sweep.
     A batch whose connection drops is run again (``reconnect``) once the
     database says the failed attempt did not commit; one that did commit is
     kept as placed. The TPC-H stream's cursor moves in the batch's transaction,
@@ -283,7 +301,14 @@ def place(
     while remaining > 0:
         size = min(batch_size, remaining)
         placed, first = _place_batch(
-            session_factory, store, size, source, rng, clock, reconnect, sleep, result
+            session_factory,
+            store,
+            _Batch(size, source, publisher is not None),
+            rng,
+            clock,
+            reconnect,
+            sleep,
+            result,
         )
         result.orders.extend(placed)
         remaining -= size
@@ -300,34 +325,44 @@ def place(
                     raise
                 log.warning("planner statistics left for later: %s", describe(exc))
         # the first steps; those that wait are published when a finished step releases them
-        step_ids = list(first)
         published = 0
         if publisher is not None:
             try:
-                published = publish_steps(
-                    session_factory, publisher, step_ids, clock=clock, policy=policy, known=first
+                published = publish_dispatched(
+                    session_factory, publisher, first, clock=clock, policy=policy
                 )
             except Exception as exc:  # the orders are committed: publishing is deferred
-                publisher = None
+                publisher = None  # later batches are written pending, for the sweep
                 result.publish_error = result.publish_error or describe(exc)
+            result.deferred += len(first) - published
+        else:
+            result.deferred += _FIRST_STEPS * len(placed)
         result.published += published
-        result.deferred += len(step_ids) - published
         if on_batch is not None:
             on_batch(placed)
     return result
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """One batch to place: ``size`` orders of ``source``, the first steps written
+    dispatched when ``dispatch`` (a publisher is at hand), else pending."""
+
+    size: int
+    source: str
+    dispatch: bool
+
+
 def _place_batch(
     session_factory: SessionFactory,
     store: Store,
-    size: int,
-    source: str,
+    batch: _Batch,
     rng: random.Random,
     clock: Callable[[], datetime],
     reconnect: Reconnect,
     sleep: Callable[[float], None],
     result: PlaceResult,
-) -> tuple[list[PlacedOrder], dict[int, StepMessage]]:
+) -> tuple[list[PlacedOrder], list[DispatchedStep]]:
     """One batch in one transaction, run again while its connection drops and the
     database says the failed attempt did not commit.
 
@@ -337,16 +372,18 @@ def _place_batch(
     """
     for run in range(reconnect.attempts):
         attempt = Attempt(placed_at=clock())
-        written: tuple[list[PlacedOrder], dict[int, StepMessage]] = ([], {})
+        written: tuple[list[PlacedOrder], list[DispatchedStep]] = ([], [])
         committing = False
         try:
             with UnitOfWork(session_factory) as uow:
                 store.mark(uow.session, attempt)
-                if source == TPCH:
-                    drafts = next_tpch_drafts(uow.session, size)
+                if batch.source == TPCH:
+                    drafts = next_tpch_drafts(uow.session, batch.size)
                 else:
-                    drafts = random_drafts(uow.session, size, rng)
-                written = write_orders(uow.session, drafts, now=attempt.placed_at)
+                    drafts = random_drafts(uow.session, batch.size, rng)
+                written = write_orders(
+                    uow.session, drafts, now=attempt.placed_at, dispatch=batch.dispatch
+                )
                 attempt.order_ids = [p.order_id for p in written[0]]
                 committing = True
                 uow.commit()
@@ -378,7 +415,7 @@ def _place_batch(
             log.warning(
                 "database connection lost while placing %d order(s), nothing of them "
                 "committed: trying again in %.1f s (%s)",
-                size,
+                batch.size,
                 pause,
                 describe(exc),
             )

@@ -18,7 +18,6 @@ from orders.app.placement import place
 from orders.chaos.pool import lease_holder_pid
 from reliable_queue import QueueError
 from workflows.errors import PublisherUnavailable
-from workflows.relay import publish_steps
 
 TRANSIENT = (QueueError, PublisherUnavailable, redis.RedisError, OSError)
 """Errors a driver step may meet while Redis is down; the step is tried again later."""
@@ -26,8 +25,9 @@ TRANSIENT = (QueueError, PublisherUnavailable, redis.RedisError, OSError)
 
 @dataclass
 class PlacerCounts:
-    """Placement under chaos: orders committed, and publishes that failed after the
-    commit (Redis down: the relay sweep publishes those steps later)."""
+    """Placement under chaos: orders committed, and placements whose publish after the
+    commit failed (Redis down: the steps went back to pending, the relay sweep
+    publishes them later)."""
 
     order_ids: list[int] = field(default_factory=list)
     publish_failures: int = 0
@@ -56,17 +56,23 @@ class Placer:
             Orders placed (0 when the transaction failed; it is tried again later).
         """
         try:
+            publisher = self.app.publisher
+        except (*TRANSIENT, SQLAlchemyError):  # no queue at hand: the steps are written pending
+            publisher = None
+        try:
             result = place(
-                self.app.session_factory, n, source=self.source, rng=self.rng, batch_size=n
+                self.app.session_factory,
+                n,
+                source=self.source,
+                rng=self.rng,
+                batch_size=n,
+                publisher=publisher,
             )
         except SQLAlchemyError:
             self.counts.placement_errors += 1
             return 0
         self.counts.order_ids.extend(result.order_ids)
-        step_ids = [s for placed in result.orders for s in placed.step_ids]
-        try:
-            publish_steps(self.app.session_factory, self.app.publisher, step_ids)
-        except (*TRANSIENT, SQLAlchemyError):
+        if result.orders and (publisher is None or result.publish_error is not None):
             self.counts.publish_failures += 1
         return len(result.orders)
 

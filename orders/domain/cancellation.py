@@ -21,6 +21,7 @@ from orders.domain.errors import OrderNotCancellable, OrderNotFound
 from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ORDER_GRAPH, WORKFLOW_KIND, route
 from workflows.compensation import compensate_workflow, hold_workflow
+from workflows.messages import DispatchedStep
 from workflows.models import Workflow, WorkflowStep
 
 CANCELLED_BY_CUSTOMER = "cancelled"
@@ -36,7 +37,9 @@ class CancelResult:
         already: True when the order was already cancelled (nothing changed).
         compensations: every compensating step of the order.
         skipped: forward steps skipped now (they had not run).
-        added: ids of compensating step rows written now (to publish after commit).
+        added: ids of compensating step rows written now.
+        dispatched: those rows when written ``dispatched`` (``dispatch=True``), with
+            their message columns, to publish after the commit.
     """
 
     order_id: int
@@ -44,9 +47,12 @@ class CancelResult:
     compensations: tuple[str, ...]
     skipped: tuple[str, ...] = ()
     added: tuple[int, ...] = ()
+    dispatched: tuple[DispatchedStep, ...] = ()
 
 
-def cancel_order(session: Session, order_id: int, now: datetime) -> CancelResult:
+def cancel_order(
+    session: Session, order_id: int, now: datetime, *, dispatch: bool = False
+) -> CancelResult:
     """Cancel one order in the caller's unit of work (nothing committed).
 
     The order's workflow row is locked first (:func:`hold_workflow`: a write,
@@ -59,6 +65,9 @@ def cancel_order(session: Session, order_id: int, now: datetime) -> CancelResult
         session: the caller's session.
         order_id: the order to cancel.
         now: the cancellation time (timezone-aware).
+        dispatch: write the compensating rows ``dispatched``, for the caller to
+            publish after its commit (``workflows.relay.publish_dispatched``); False
+            writes them ``pending`` for the relay sweep.
 
     Returns:
         A :class:`CancelResult`.
@@ -87,9 +96,17 @@ def cancel_order(session: Session, order_id: int, now: datetime) -> CancelResult
     if order.status != OrderStatus.PLACED:
         raise OrderNotCancellable(order_id, order.status)
     done = compensate_workflow(
-        session, ORDER_GRAPH, workflow_id, reason=CANCELLED_BY_CUSTOMER, route=route, now=now
+        session,
+        ORDER_GRAPH,
+        workflow_id,
+        reason=CANCELLED_BY_CUSTOMER,
+        route=route,
+        now=now,
+        dispatch=dispatch,
     )
     order.status = OrderStatus.CANCELLED
     notify_cancelled(session, [(order.id, order.customer_id)], now)
     session.flush()
-    return CancelResult(order_id, False, done.compensations, done.skipped, done.added)
+    return CancelResult(
+        order_id, False, done.compensations, done.skipped, done.added, done.dispatched
+    )

@@ -35,8 +35,6 @@ def sweep_once(app: App) -> SweepResult:
         known_keys=app.publisher.known_keys,
         republish_after=app.settings.relay_republish_after_seconds,
         policy=app.publish_policy,
-        # a fresh pending step is its writer's to publish for one sweep interval
-        settle_seconds=app.settings.relay_sweep_interval_seconds,
     )
 
 

@@ -20,8 +20,8 @@ from orders.worker.journal import AttemptJournal
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import OnRefused, OnResults, build_registry, outcome_recorder
 from reliable_queue import Worker, WorkerHooks
-from workflows.dependencies import Released
-from workflows.relay import publish_released
+from workflows.messages import DispatchedStep
+from workflows.relay import publish_dispatched
 from workflows.tracker import StepResult
 
 log = logging.getLogger("orders.worker")
@@ -66,10 +66,10 @@ def step_hooks(
             except Exception as exc:  # the refusal stands; the next one tries again
                 log.warning("raising the fencing floor of %s failed: %s", step, exc)
 
-    def release(rows: Sequence[Released]) -> None:
+    def release(rows: Sequence[DispatchedStep]) -> None:
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
         try:
-            publish_released(app.session_factory, app.publisher, rows, policy=app.publish_policy)
+            publish_dispatched(app.session_factory, app.publisher, rows, policy=app.publish_policy)
         except Exception as exc:  # back to pending, or still dispatched: the sweep's
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from publishing import publish_now
 from sqlalchemy import Engine
 from starlette.testclient import TestClient
 from typer.testing import CliRunner, Result
@@ -26,7 +27,6 @@ from orders.domain.steps import STOCK
 from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 TOKEN = "correct horse battery staple"
@@ -67,7 +67,7 @@ def make_world(
     with UnitOfWork(app.session_factory) as uow:
         (order,) = place_orders(uow.session, [make_draft()])
         uow.commit()
-    publish_steps(app.session_factory, app.publisher, list(order.step_ids))
+    publish_now(app.session_factory, app.publisher, list(order.step_ids))
     ready_job = app.queues[STOCK].pending_job_for(f"{order.workflow_id}:{STOCK}")
     assert ready_job is not None
     points = app.queues["points"]

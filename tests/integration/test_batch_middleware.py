@@ -7,6 +7,7 @@ import random
 import time
 
 from prometheus_client import Histogram
+from publishing import publish_now
 from sqlalchemy import select
 
 from orders.app.bootstrap import build
@@ -20,7 +21,6 @@ from orders.worker.faults import FaultConfig, FaultStore
 from orders.worker.runner import build_worker
 from reliable_queue import stats
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 BATCH = 10
@@ -46,7 +46,7 @@ def test_a_batch_of_ten_counts_every_job_and_faults_hit_single_jobs(
             placed = place_orders(uow.session, [make_draft() for _ in range(BATCH)])
             uow.commit()
         stock_ids = [order.step_ids[0] for order in placed]
-        assert publish_steps(app.session_factory, app.publisher, stock_ids) == BATCH
+        assert publish_now(app.session_factory, app.publisher, stock_ids) == BATCH
         FaultStore(app.redis, key_prefix).set(STOCK, FaultConfig(fail_rate=0.5, permanent=True))
         metrics = WorkerMetrics()
         worker = build_worker(

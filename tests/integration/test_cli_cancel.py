@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 
 import pytest
 from cli_processes import app_for, orders_command, start_orders, stop, wait_until
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from orders.app.placement import place_orders
+from orders.app.cancellation import cancel_then_publish
+from orders.app.placement import place, place_orders
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.models import Inventory, Order
 from orders.domain.steps import RETURN_STOCK, STEPS, STOCK
+from orders.sources.drafts import RANDOM
 from reliable_queue.embedded import EmbeddedRedis
+from workflows.errors import PublisherUnavailable
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.relay import sweep
 from workflows.uow import UnitOfWork
 
 
@@ -64,6 +69,7 @@ def test_cancel_an_order_in_flight_publishes_its_compensation_and_repeats_harmle
     with orders.session_factory() as session:
         row = session.scalar(select(WorkflowStep).where(WorkflowStep.step == RETURN_STOCK))
     assert (row.status, row.compensates) == (StepStatus.DISPATCHED, STOCK)
+    assert row.dispatched_at is not None  # marked in the cancellation's own commit
     assert orders.queues[RETURN_STOCK].pending_job_for(f"{row.workflow_id}:{RETURN_STOCK}")
 
     again = run(env, "cancel", "1", "--json")
@@ -162,7 +168,8 @@ def test_cancel_commits_without_redis_and_its_compensation_runs_when_a_worker_co
     assert status_of(orders, 1) == "cancelled"
     with orders.session_factory() as session:
         row = session.scalar(select(WorkflowStep).where(WorkflowStep.step == RETURN_STOCK))
-    assert row.status == StepStatus.PENDING
+    # written dispatched, put back to pending when the queue could not be asked for
+    assert (row.status, row.dispatched_at, row.publish_attempts) == (StepStatus.PENDING, None, 0)
     if down == "embedded_stopped":
         assert not EmbeddedRedis(up["ORDERS_DATA_DIR"]).is_running()  # not started for it
 
@@ -186,3 +193,67 @@ def test_cancel_commits_without_redis_and_its_compensation_runs_when_a_worker_co
         stock = {i.part_id: i.on_hand for i in session.scalars(select(Inventory))}
     taken_by_order_2 = {10: 2, 11: 3, 12: 1}  # the default draft's lines, completed
     assert stock == {p: n - taken_by_order_2.get(p, 0) for p, n in catalog.items()}
+
+
+def test_a_cancelled_order_whose_first_step_was_put_back_to_pending_is_never_published(
+    session_factory, catalog, publisher
+):
+    """Placement found the queue down (its stock step went back to pending); the
+    cancellation skips that step, so the sweep has nothing of the order to publish."""
+    publisher.fail = PublisherUnavailable("queue down")
+    placed = place(session_factory, 1, source=RANDOM, rng=random.Random(1), publisher=publisher)
+    assert placed.deferred == 1
+    publisher.fail = None
+    done = cancel_then_publish(session_factory, lambda: publisher, placed.order_ids[0])
+    assert (done.result.added, done.published, done.deferred) == ((), 0, 0)
+    swept = sweep(session_factory, publisher, is_known=lambda _key: False, republish_after=30)
+    assert (swept.published, swept.republished) == (0, 0)
+    assert publisher.messages == []
+    with session_factory() as session:
+        assert set(session.scalars(select(WorkflowStep.status))) == {StepStatus.SKIPPED}
+
+
+def plenty_of_stock(session_factory) -> None:
+    with session_factory() as session:
+        session.execute(update(Inventory).values(on_hand=10**6, initial_on_hand=10**6))
+        session.commit()
+
+
+def test_compensations_a_cancellation_could_not_publish_go_back_to_pending_for_the_sweep(
+    session_factory, catalog, publisher
+):
+    plenty_of_stock(session_factory)
+    placed = place(session_factory, 1, source=RANDOM, rng=random.Random(2), publisher=publisher)
+    (order,) = placed.orders
+    stocked = handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
+    assert stocked.outcome == "deducted"
+
+    def no_queue():
+        raise ConnectionError("Redis is not running")
+
+    done = cancel_then_publish(session_factory, no_queue, order.order_id)
+    assert (done.published, done.deferred) == (0, 1)
+    assert done.publish_error == "ConnectionError: Redis is not running"
+    with session_factory() as session:
+        row = session.get(WorkflowStep, done.result.added[0])
+    assert (row.status, row.dispatched_at, row.publish_attempts) == (StepStatus.PENDING, None, 0)
+    publisher.messages.clear()
+    swept = sweep(session_factory, publisher, is_known=lambda _key: False, republish_after=30)
+    assert swept.published == 1
+    assert publisher.keys() == [f"{order.workflow_id}:{RETURN_STOCK}"]
+
+
+def test_a_cancellation_publishes_its_compensations_once_from_its_own_commit(
+    session_factory, catalog, publisher
+):
+    plenty_of_stock(session_factory)
+    placed = place(session_factory, 1, source=RANDOM, rng=random.Random(3), publisher=publisher)
+    (order,) = placed.orders
+    handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
+    publisher.messages.clear()
+    done = cancel_then_publish(session_factory, lambda: publisher, order.order_id)
+    assert (done.published, done.deferred, done.publish_error) == (1, 0, None)
+    assert publisher.keys() == [f"{order.workflow_id}:{RETURN_STOCK}"]
+    swept = sweep(session_factory, publisher, is_known=lambda _key: True, republish_after=30)
+    assert (swept.published, swept.republished) == (0, 0)
+    assert len(publisher.messages) == 1

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_processes import app_for, start_orders, stop, wait_until
+from publishing import publish_now
 from sqlalchemy import select
 from test_cli_bad_input import orders_command, run
 
@@ -21,7 +22,7 @@ from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import LOGISTICS
 from orders.sources.drafts import OrderDraft
 from workflows.models import Workflow, WorkflowStatus, WorkflowStep
-from workflows.relay import publish_released, publish_steps
+from workflows.relay import publish_dispatched
 from workflows.uow import UnitOfWork
 
 
@@ -50,11 +51,11 @@ def blocked(
         with UnitOfWork(app.session_factory) as uow:
             (order,) = place_orders(uow.session, [make_draft()])
             uow.commit()
-        publish_steps(app.session_factory, app.publisher, list(order.step_ids))
+        publish_now(app.session_factory, app.publisher, list(order.step_ids))
         stocked = handle_step(
             app.session_factory, StepRequest(order.workflow_id, order.order_id, "stock")
         )
-        publish_released(app.session_factory, app.publisher, stocked.released_steps)
+        publish_dispatched(app.session_factory, app.publisher, stocked.released_steps)
         logistics = app.queues[LOGISTICS]
         job = logistics.fetch(1).jobs[0]
         assert logistics.dead(job.lease, "error", error="PermanentError: boom")

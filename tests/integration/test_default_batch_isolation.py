@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import time
 
+from publishing import publish_now
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import App, build
@@ -21,7 +22,6 @@ from orders.worker.faults import FaultConfig, FaultStore
 from orders.worker.runner import build_worker
 from reliable_queue import stats
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 BATCH = defaults.BATCH_SIZE
@@ -34,7 +34,7 @@ def place_stock_steps(app: App, make_draft, n: int) -> list[int]:
         placed = place_orders(uow.session, [make_draft(lines=[(10, 1, "AIR")]) for _ in range(n)])
         uow.commit()
     step_ids = [order.step_ids[0] for order in placed]
-    assert publish_steps(app.session_factory, app.publisher, step_ids) == n
+    assert publish_now(app.session_factory, app.publisher, step_ids) == n
     return step_ids
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 from cli_processes import app_for, start_orders, stop, wait_until
+from publishing import publish_now
 from sqlalchemy import func, select
 
 from orders.app.placement import place_orders
@@ -17,7 +18,6 @@ from orders.domain.steps import queue_name
 from orders.sources.drafts import OrderDraft
 from reliable_queue import Queue, stats
 from reliable_queue.embedded import EmbeddedRedis
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 pytestmark = pytest.mark.chaos  # SIGKILLs a real redis-server
@@ -71,7 +71,7 @@ def test_workers_restart_a_killed_embedded_redis_once_and_go_on_with_every_job(
                 placed = place_orders(uow.session, [make_draft() for _ in range(20)])
                 uow.commit()
             step_ids = [step for order in placed for step in order.step_ids]
-            assert publish_steps(app.session_factory, app.publisher, step_ids) == 20
+            assert publish_now(app.session_factory, app.publisher, step_ids) == 20
         finally:
             app.close()
         killed = server.kill()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_processes import run_orders, start_orders, stop, wait_until
+from publishing import publish_now
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import App, build
@@ -25,7 +26,6 @@ from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue import explain
 from reliable_queue.execution import fencing_number
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 pytestmark = pytest.mark.chaos  # SIGSTOPs and kills real worker processes
@@ -65,7 +65,7 @@ def place_and_publish(app: App, make_draft, n: int, lines=((10, 1, "AIR"),)) -> 
     with UnitOfWork(app.session_factory) as uow:
         placed = place_orders(uow.session, [make_draft(lines=list(lines)) for _ in range(n)])
         uow.commit()
-    assert publish_steps(app.session_factory, app.publisher, [p.step_ids[0] for p in placed]) == n
+    assert publish_now(app.session_factory, app.publisher, [p.step_ids[0] for p in placed]) == n
     return [p.workflow_id for p in placed]
 
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from cli_processes import start_orders, stop, wait_until
+from publishing import publish_now
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import build
@@ -21,7 +22,6 @@ from orders.domain.models import Inventory, StockDeduction
 from orders.domain.steps import STOCK
 from orders.worker.faults import FaultConfig, FaultStore
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 LEASE = 3.0
@@ -44,7 +44,7 @@ def place(app, make_draft, n: int) -> list[int]:
     with UnitOfWork(app.session_factory) as uow:
         placed = place_orders(uow.session, [make_draft(lines=[(10, 1, "AIR")]) for _ in range(n)])
         uow.commit()
-    assert publish_steps(app.session_factory, app.publisher, [p.step_ids[0] for p in placed]) == n
+    assert publish_now(app.session_factory, app.publisher, [p.step_ids[0] for p in placed]) == n
     return [p.workflow_id for p in placed]
 
 

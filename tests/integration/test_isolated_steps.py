@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from cli_processes import run_orders, start_orders, stop, wait_until
+from publishing import publish_now
 from sqlalchemy import func, select
 
 from orders.app.bootstrap import App, build
@@ -18,7 +19,6 @@ from orders.app.settings import Settings
 from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import STEPS
 from orders.worker.counters import Counters
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 pytestmark = pytest.mark.chaos  # worker processes and their children
@@ -65,7 +65,7 @@ def test_placed_orders_complete_with_every_step_run_in_isolated_children(
     with UnitOfWork(app.session_factory) as uow:
         placed = place_orders(uow.session, [make_draft() for _ in range(ORDERS)])
         uow.commit()
-    assert publish_steps(app.session_factory, app.publisher, [p.step_ids[0] for p in placed])
+    assert publish_now(app.session_factory, app.publisher, [p.step_ids[0] for p in placed])
     log = tmp_path / "worker.log"
     worker = start_orders(
         ["worker", "--all", "--concurrency", "1", "--no-sweep", "--grace", "2"], env, log

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import random
+import re
 import time
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.exc import IntegrityError
 
 from orders.app.placement import place, place_orders, write_orders
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import STEPS, task_name
 from orders.sources.drafts import RANDOM, random_drafts
+from workflows.columns import utcnow
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from workflows.relay import message_for, publish_pending, publish_steps
+from workflows.relay import message_for, publish_dispatched, sweep
 from workflows.uow import UnitOfWork
 
 
@@ -136,15 +139,110 @@ def test_placement_publishes_the_messages_the_relay_would_read_from_the_rows(
     assert publisher.messages == expected
 
 
-def test_a_step_published_before_placement_publishes_it_is_not_published_again(
+def test_placement_publishes_without_reading_or_marking_its_step_rows(
+    session_factory, catalog, publisher, engine
+):
+    """The batch's commit wrote the first steps dispatched, with what their messages
+    need: after it, nothing reads or writes a step row (one unit of work per batch)."""
+    place(session_factory, 1, source=RANDOM, rng=random.Random(2))  # the first-batch ANALYZE
+    statements: list[str] = []
+    published_after: list[int] = []
+
+    def executed(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(statement)
+
+    class Recording:
+        def publish(self, messages):
+            published_after.append(len(statements))
+            publisher.publish(messages)
+
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        result = place(
+            session_factory, 6, source=RANDOM, rng=random.Random(3), batch_size=3,
+            publisher=Recording(),
+        )  # fmt: skip
+    finally:
+        event.remove(engine, "before_cursor_execute", executed)
+    assert (result.published, result.deferred) == (6, 0)
+    assert len(published_after) == 2  # one publish per batch
+    touching_steps = re.compile(r"(FROM|UPDATE|JOIN)\s+workflow_steps\b", re.IGNORECASE)
+    assert [s for s in statements if touching_steps.search(s)] == []
+    # the second batch's statements come right after the first batch's publish
+    assert 0 < published_after[0] < published_after[1]
+    with session_factory() as session:
+        rows = [session.get(WorkflowStep, p.step_ids[0]) for p in result.orders]
+    assert all(r.status == StepStatus.DISPATCHED and r.dispatched_at for r in rows)
+
+
+def test_a_sweep_between_placement_commit_and_publish_leaves_the_steps_to_placement(
     session_factory, catalog, publisher
 ):
-    """The messages placement holds do not skip the check that a row is still pending."""
-    with UnitOfWork(session_factory) as uow:
-        drafts = random_drafts(uow.session, 2, random.Random(5))
-        placed, first = write_orders(uow.session, drafts)
-        uow.commit()
-    assert publish_pending(session_factory, publisher) == 2  # a sweep got there first
-    assert publish_steps(session_factory, publisher, list(first), known=first) == 0
+    """The first steps are never pending: a sweep cannot publish them beside placement."""
+    swept = []
+
+    class SweepFirst:
+        def publish(self, messages):
+            swept.append(
+                sweep(
+                    session_factory,
+                    publisher,
+                    known_keys=lambda keys: set(publisher.keys()) & set(keys),
+                    republish_after=30,
+                )
+            )
+            publisher.publish(messages)
+
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(5), publisher=SweepFirst())
+    assert (result.published, result.deferred) == (2, 0)
+    assert [(s.published, s.checked, s.republished) for s in swept] == [(0, 0, 0)]
     assert len(publisher.messages) == 2
-    assert len(placed) == 2
+
+
+def test_steps_a_crash_left_unpublished_after_placement_commit_are_republished_by_the_sweep(
+    session_factory, catalog, publisher
+):
+    """The process died between the batch's commit and its publish: the first steps
+    are dispatched and the queue holds none of them; the sweep's check of dispatched
+    steps publishes them once they are ``republish_after`` old, once each."""
+    with UnitOfWork(session_factory) as uow:
+        drafts = random_drafts(uow.session, 3, random.Random(6))
+        placed, first = write_orders(uow.session, drafts)
+        uow.commit()  # ... and the process dies: nothing published
+    assert len(first) == 3
+    with session_factory() as session:
+        states = session.execute(select(WorkflowStep.step, WorkflowStep.status)).all()
+    assert {state for step, state in states if step == "stock"} == {StepStatus.DISPATCHED}
+    now = utcnow()
+
+    def sweep_at(seconds: float):
+        return sweep(
+            session_factory,
+            publisher,
+            known_keys=lambda keys: set(publisher.keys()) & set(keys),  # the queue
+            republish_after=30,
+            clock=lambda: now + timedelta(seconds=seconds),
+        )
+
+    young = sweep_at(1)
+    assert (young.published, young.checked, young.republished) == (0, 0, 0)
+    old = sweep_at(31)
+    assert (old.published, old.checked, old.republished) == (0, 3, 3)
+    assert sorted(publisher.keys()) == sorted(f"{p.workflow_id}:stock" for p in placed)
+    again = sweep_at(62)  # the queue holds them now: nothing is published twice
+    assert (again.checked, again.republished) == (3, 0)
+    assert len(publisher.messages) == 3
+
+
+def test_placement_without_a_queue_writes_pending_steps_for_the_sweep(
+    session_factory, catalog, publisher
+):
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(7))
+    assert (result.published, result.deferred) == (0, 2)
+    with session_factory() as session:
+        states = session.execute(select(WorkflowStep.step, WorkflowStep.status)).all()
+    assert {state for step, state in states if step == "stock"} == {StepStatus.PENDING}
+    swept = sweep(session_factory, publisher, known_keys=lambda keys: (), republish_after=30)
+    assert swept.published == 2
+    # the writer's protocol: the rows were marked before the publish
+    assert publish_dispatched(session_factory, publisher, []) == 0

@@ -15,6 +15,7 @@ from orders.domain.steps import STEPS, STOCK
 from orders.sources.drafts import RANDOM
 from reliable_queue import EnqueueRequest, Queue
 from workflows.columns import utcnow
+from workflows.errors import PublisherUnavailable
 from workflows.membership import READY, where_is
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from workflows.publisher import QueuePublisher
@@ -356,3 +357,55 @@ def test_a_dead_step_whose_dead_letter_redis_lost_is_retried_from_the_database(
     assert swept.published == 1
     key = f"{lost.orders[0].workflow_id}:{STOCK}"
     assert real_publisher.known_keys([key]) == {key}
+
+
+class UnreachablePublisher:
+    """The queue cannot be reached at all."""
+
+    def publish(self, messages) -> None:
+        raise PublisherUnavailable("queue down")
+
+
+def test_rows_the_sweep_cannot_publish_go_back_to_pending_charged_only_for_refusals(
+    session_factory, catalog, real_publisher
+):
+    """The sweep marks pending rows dispatched before it publishes them (ADR 0028): a
+    refusal puts the row back charged, an outage puts it back uncharged."""
+    placed = place(session_factory, 1, source=RANDOM, rng=random.Random(4))
+    stock_step = placed.orders[0].step_ids[0]
+    clock = Clock()
+
+    def run(publisher):
+        return sweep(
+            session_factory,
+            publisher,
+            is_known=lambda _key: False,
+            republish_after=30,
+            clock=clock,
+            policy=PublishPolicy(max_attempts=3, backoff_base_seconds=1.0),
+        )
+
+    def row() -> WorkflowStep:
+        with session_factory() as session:
+            return session.get(WorkflowStep, stock_step)
+
+    assert run(RefusingPublisher()).refused == 1
+    refused = row()
+    assert (refused.status, refused.dispatched_at, refused.publish_attempts) == (
+        StepStatus.PENDING,
+        None,
+        1,
+    )
+    clock.advance(1.5)
+    with pytest.raises(PublisherUnavailable):
+        run(UnreachablePublisher())
+    unreached = row()
+    assert (unreached.status, unreached.dispatched_at, unreached.publish_attempts) == (
+        StepStatus.PENDING,
+        None,
+        1,  # an outage is charged to no row
+    )
+    assert run(real_publisher).published == 1
+    sent = row()
+    assert sent.status == StepStatus.DISPATCHED and sent.dispatched_at is not None
+    assert sent.next_publish_at is None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from publishing import publish_now
 from sqlalchemy import Engine, select
 from starlette.testclient import TestClient
 
@@ -24,7 +25,7 @@ from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import publish_released, publish_steps
+from workflows.relay import publish_dispatched
 from workflows.uow import UnitOfWork
 
 TOKEN = "correct horse battery staple"
@@ -60,7 +61,7 @@ def world(
         placed = place_orders(uow.session, [make_draft() for _ in range(3)])
         uow.commit()
     step_ids = [step_id for order in placed for step_id in order.step_ids]
-    publish_steps(app.session_factory, app.publisher, step_ids)
+    publish_now(app.session_factory, app.publisher, step_ids)
     done, blocked, waiting = placed
     for step in STEPS:
         handle_step(app.session_factory, StepRequest(done.workflow_id, done.order_id, step))
@@ -68,7 +69,7 @@ def world(
     stocked = handle_step(
         app.session_factory, StepRequest(blocked.workflow_id, blocked.order_id, "stock")
     )
-    publish_released(app.session_factory, app.publisher, stocked.released_steps)
+    publish_dispatched(app.session_factory, app.publisher, stocked.released_steps)
     logistics = app.queues[LOGISTICS]
     fetched = logistics.fetch(3, worker_id="test-worker").jobs
     dead_key = f"{blocked.workflow_id}:{LOGISTICS}"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_processes import app_for, run_orders, start_orders, stop, wait_until
+from publishing import publish_now
 from sqlalchemy import func, insert, select
 
 from orders.app.bootstrap import App
@@ -23,7 +24,6 @@ from orders.worker.binding import NamespaceGuard
 from orders.worker.runner import build_worker
 from reliable_queue import stats
 from workflows.models import WorkflowStep
-from workflows.relay import publish_steps
 from workflows.uow import UnitOfWork
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def place(app: App, drafts: list[OrderDraft]) -> None:
         placed = place_orders(uow.session, drafts)
         uow.commit()
     ids = [step for order in placed for step in order.step_ids]
-    assert publish_steps(app.session_factory, app.publisher, ids) == len(placed)
+    assert publish_now(app.session_factory, app.publisher, ids) == len(placed)
 
 
 def settled(app: App) -> int:

@@ -1,4 +1,5 @@
-"""Outbox relay: each step published once after commit; the sweep catches the rest."""
+"""Outbox relay: every writer marks its rows dispatched in its commit, then publishes them
+once (ADR 0028); the sweep publishes rows put back to pending and re-publishes lost ones."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from publishing import publish_now
 from sqlalchemy import event, select, update
 
 from orders.app.placement import place
@@ -17,14 +19,9 @@ from orders.sources.drafts import RANDOM
 from workflows.columns import utcnow
 from workflows.errors import PublisherUnavailable
 from workflows.models import StepStatus, WorkflowStep
-from workflows.relay import (
-    message_for,
-    publish_pending,
-    publish_released,
-    publish_steps,
-    sweep,
-)
+from workflows.relay import dispatch_pending, message_for, publish_dispatched, sweep
 from workflows.tracker import StepRun, record_step_failure
+from workflows.uow import UnitOfWork
 
 
 def step_states(session_factory) -> dict[str, int]:
@@ -40,7 +37,7 @@ def never_known(_key: str) -> bool:
 def stock_steps_run(session_factory, publisher, orders) -> int:
     """Run the stock step of each placed order as a worker does: publish what it released."""
     return sum(
-        publish_released(
+        publish_dispatched(
             session_factory,
             publisher,
             handle_step(
@@ -58,10 +55,8 @@ def plenty_of_stock(session_factory) -> None:
         session.commit()
 
 
-def test_steps_left_pending_by_a_crash_before_publish_are_published_by_the_sweep(
-    session_factory, catalog, publisher
-):
-    # Placement committed but the process died before publishing: no publisher.
+def test_steps_written_pending_are_published_by_the_sweep(session_factory, catalog, publisher):
+    # Placement with no queue at hand writes its first steps pending, for the sweep.
     place(session_factory, 3, source=RANDOM, rng=random.Random(3))
     # stock first: the three steps after it wait and are never published yet
     assert step_states(session_factory) == {StepStatus.PENDING: 3, StepStatus.WAITING: 9}
@@ -78,9 +73,10 @@ def test_steps_left_pending_by_a_crash_before_publish_are_published_by_the_sweep
 def test_publish_after_commit_sends_each_step_once(session_factory, catalog, publisher):
     result = place(session_factory, 2, source=RANDOM, rng=random.Random(4))
     step_ids = [s for order in result.orders for s in order.step_ids]
-    assert publish_steps(session_factory, publisher, step_ids) == 2  # the others wait
-    assert publish_steps(session_factory, publisher, step_ids) == 0
-    assert publish_pending(session_factory, publisher) == 0
+    assert publish_now(session_factory, publisher, step_ids) == 2  # the others wait
+    assert publish_now(session_factory, publisher, step_ids) == 0  # dispatched already
+    swept = sweep(session_factory, publisher, is_known=lambda _key: True, republish_after=30)
+    assert (swept.published, swept.republished) == (0, 0)
     released = [
         s
         for order in result.orders
@@ -88,7 +84,7 @@ def test_publish_after_commit_sends_each_step_once(session_factory, catalog, pub
             session_factory, StepRequest(order.workflow_id, order.order_id, STOCK)
         ).released_steps
     ]
-    assert publish_released(session_factory, publisher, released) == 6
+    assert publish_dispatched(session_factory, publisher, released) == 6
     keys = publisher.keys()
     assert sorted(keys) == sorted(
         f"{order.workflow_id}:{step}"
@@ -104,7 +100,9 @@ def test_publish_after_commit_sends_each_step_once(session_factory, catalog, pub
     }
 
 
-def test_queue_down_leaves_steps_pending_for_the_next_sweep(session_factory, catalog, publisher):
+def test_queue_down_puts_placed_steps_back_to_pending_for_the_next_sweep(
+    session_factory, catalog, publisher
+):
     publisher.fail = PublisherUnavailable("queue down")
     placed = place(session_factory, 2, source=RANDOM, rng=random.Random(5), publisher=publisher)
     assert (len(placed.orders), placed.published, placed.deferred) == (2, 0, 2)
@@ -121,26 +119,35 @@ def test_queue_down_leaves_steps_pending_for_the_next_sweep(session_factory, cat
     )
 
 
-def test_step_finished_before_the_relay_marks_it_keeps_its_state(
+def test_a_step_a_fast_worker_finishes_during_its_publish_keeps_its_state(
     session_factory, catalog, publisher
 ):
-    """A fast worker finishes a step between the relay's publish and its marking."""
+    """Nothing marks a row after its publish: a step done before the publish returns
+    stays done."""
     plenty_of_stock(session_factory)
-    result = place(session_factory, 1, source=RANDOM, rng=random.Random(6))
-    order = result.orders[0]
+    ran = []
 
     class FastWorkerPublisher:
         def publish(self, messages):
             publisher.publish(messages)
-            handle_step(session_factory, StepRequest(order.workflow_id, order.order_id, STOCK))
+            for m in messages:
+                ran.append(
+                    handle_step(
+                        session_factory,
+                        StepRequest(m.payload["workflow_id"], m.payload["order_id"], STOCK),
+                    )
+                )
 
-    assert publish_steps(session_factory, FastWorkerPublisher(), list(order.step_ids)) == 1
+    result = place(
+        session_factory, 1, source=RANDOM, rng=random.Random(6), publisher=FastWorkerPublisher()
+    )
+    assert result.published == 1 and len(ran) == 1
     with session_factory() as session:
         rows = {r.step: r for r in session.scalars(select(WorkflowStep))}
     assert rows[STOCK].status == StepStatus.DONE
     assert rows[STOCK].dispatched_at is not None
     assert {rows[s].status for s in ("notification", "points", "logistics")} == {
-        StepStatus.DISPATCHED  # released by the stock step's commit, published right after
+        StepStatus.DISPATCHED  # released by the stock step's commit
     }
 
 
@@ -232,47 +239,12 @@ def test_sweep_does_not_republish_a_step_that_finished_while_it_was_checking(
     assert publisher.messages == []
 
 
-def test_a_settling_sweep_leaves_a_fresh_step_to_its_writer_then_publishes_it(
-    session_factory, catalog, publisher
-):
-    """Publishing a step its writer is about to publish races the writer (a step
-    already run would run again): the sweep takes over only after the settle time."""
-    place(session_factory, 2, source=RANDOM, rng=random.Random(6))  # writer "died"
-    now = utcnow()
-
-    def sweep_at(seconds: float):
-        return sweep(
-            session_factory,
-            publisher,
-            is_known=never_known,
-            republish_after=30,
-            clock=lambda: now + timedelta(seconds=seconds),
-            settle_seconds=2.0,
-        )
-
-    assert sweep_at(0).published == 0
-    assert sweep_at(1.0).published == 0  # still the writer's
-    assert publisher.keys() == []
-    assert sweep_at(2.5).published == 2
-    assert step_states(session_factory)[StepStatus.DISPATCHED] == 2
-
-
-def test_the_writer_publishes_a_step_a_settling_sweep_has_noted(
-    session_factory, catalog, publisher
-):
-    result = place(session_factory, 2, source=RANDOM, rng=random.Random(8))
-    sweep(session_factory, publisher, is_known=never_known, republish_after=30, settle_seconds=5)
-    step_ids = [s for order in result.orders for s in order.step_ids]
-    assert publish_steps(session_factory, publisher, step_ids) == 2  # not held back
-    assert len(publisher.keys()) == 2
-
-
 def test_a_failed_step_its_writer_never_marked_is_republished_when_the_queue_lost_it(
     session_factory, catalog, publisher
 ):
-    """A writer that published a step but died before marking it dispatched leaves
-    it pending; a worker may then run it and fail (the row says failed, no dispatch
-    time). A settling sweep no longer publishes it (not pending), so the lost-step
+    """A row from before ADR 0028: a writer published it but died before marking it
+    dispatched; a worker then ran it and failed (the row says failed, no dispatch
+    time). The sweep's pending pass does not take it (not pending), so the lost-step
     check must take it up when Redis loses the retry, or the order never settles."""
     result = place(session_factory, 1, source=RANDOM, rng=random.Random(9))
     order = result.orders[0]
@@ -297,7 +269,6 @@ def test_a_failed_step_its_writer_never_marked_is_republished_when_the_queue_los
             is_known=never_known,  # Redis lost the retry
             republish_after=30,
             clock=lambda: started + timedelta(seconds=seconds),
-            settle_seconds=1.0,
         )
 
     assert sweep_at(1).republished == 0  # a recent failure: its retry is not checked yet
@@ -306,45 +277,16 @@ def test_a_failed_step_its_writer_never_marked_is_republished_when_the_queue_los
     assert publisher.keys() == swept.republished_keys
 
 
-def test_a_row_written_while_a_settling_sweep_runs_is_left_to_its_writer(
-    session_factory, catalog, publisher
-):
-    """A row committed after the sweep noted the fresh rows but before it read the
-    due ones has no note yet: the sweep must not take it for due, or it publishes
-    beside the writer, and a writer's job already done makes a second job."""
-    now = utcnow()
-    calls = 0
-
-    def clock():
-        nonlocal calls
-        calls += 1
-        if calls == 2:  # after the noting pass, before the due rows are read
-            place(session_factory, 1, source=RANDOM, rng=random.Random(10))
-        return now
-
-    swept = sweep(
-        session_factory,
-        publisher,
-        is_known=never_known,
-        republish_after=30,
-        clock=clock,
-        settle_seconds=2.0,
-    )
-    assert calls >= 2
-    assert swept.published == 0
-    assert publisher.keys() == []
-    assert step_states(session_factory)[StepStatus.PENDING] == 1
-
-
-def test_marking_published_steps_never_waits_for_a_row_a_worker_holds(
+def test_the_sweep_never_waits_for_a_row_a_worker_holds(
     session_factory, catalog, publisher, engine
 ):
     """Regression: the relay's UPDATE waited for row locks that a completing step
     batch held, while that batch waited for the relay's rows: PostgreSQL broke the
-    deadlock after deadlock_timeout (1 s), a stall of every worker behind it."""
+    deadlock after deadlock_timeout (1 s), a stall of every worker behind it. The
+    sweep's marking of pending rows skips a locked row."""
     if engine.dialect.name != "postgresql":
         pytest.skip("row locks: SQLite has one writer and no row locks")
-    result = place(session_factory, 2, source=RANDOM, rng=random.Random(11))
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(11))  # pending
     held, free = (order.step_ids[0] for order in result.orders)  # the two stock rows
     worker = engine.connect()
     worker.execute(  # a step batch completing ``held``, not committed yet
@@ -352,7 +294,9 @@ def test_marking_published_steps_never_waits_for_a_row_a_worker_holds(
     )
     outcome: list[int] = []
     relay = threading.Thread(
-        target=lambda: outcome.append(publish_steps(session_factory, publisher, [held, free]))
+        target=lambda: outcome.append(
+            sweep(session_factory, publisher, is_known=never_known, republish_after=30).published
+        )
     )
     try:
         relay.start()
@@ -362,12 +306,53 @@ def test_marking_published_steps_never_waits_for_a_row_a_worker_holds(
         worker.rollback()
         worker.close()
         relay.join(10)
-    assert outcome == [2]
+    assert outcome == [1]
     with session_factory() as session:
         rows = {r.id: r for r in session.scalars(select(WorkflowStep))}
     assert rows[free].status == StepStatus.DISPATCHED and rows[free].dispatched_at is not None
-    # the held row was skipped, not lost: still pending, the sweep publishes it again
+    # the held row was skipped, not lost: still pending, the next sweep publishes it
     assert rows[held].status == StepStatus.PENDING and rows[held].dispatched_at is None
+    assert (
+        sweep(session_factory, publisher, is_known=never_known, republish_after=30).published == 1
+    )
+
+
+def test_putting_unpublished_rows_back_never_waits_for_a_row_a_worker_holds(
+    session_factory, catalog, publisher, engine
+):
+    """The same for the put-back after an unreachable queue: a held row is skipped
+    (it stays dispatched; the sweep's check re-publishes it after ``republish_after``)."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("row locks: SQLite has one writer and no row locks")
+    result = place(session_factory, 2, source=RANDOM, rng=random.Random(12))
+    with UnitOfWork(session_factory) as uow:
+        rows = dispatch_pending(uow.session, utcnow(), ids=[o.step_ids[0] for o in result.orders])
+        uow.commit()
+    held, free = (r.row_id for r in rows)
+    worker = engine.connect()
+    worker.execute(update(WorkflowStep).where(WorkflowStep.id == held).values(outcome="running"))
+    publisher.fail = PublisherUnavailable("queue down")
+    raised: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            publish_dispatched(session_factory, publisher, rows)
+        except PublisherUnavailable as exc:
+            raised.append(exc)
+
+    relay = threading.Thread(target=publish)
+    try:
+        relay.start()
+        relay.join(5)
+        assert not relay.is_alive(), "the put-back waited for the worker's row lock"
+    finally:
+        worker.rollback()
+        worker.close()
+        relay.join(10)
+    assert len(raised) == 1
+    with session_factory() as session:
+        assert session.get(WorkflowStep, free).status == StepStatus.PENDING
+        assert session.get(WorkflowStep, held).status == StepStatus.DISPATCHED
 
 
 def _released_by_stock(session_factory, n: int, seed: int):
@@ -402,7 +387,7 @@ def test_released_steps_come_back_with_their_messages_and_are_published_as_is(
 
     event.listen(engine, "begin", began)
     try:
-        assert publish_released(session_factory, publisher, released) == 6
+        assert publish_dispatched(session_factory, publisher, released) == 6
     finally:
         event.remove(engine, "begin", began)
     assert transactions == []  # no read back, no marking
@@ -416,23 +401,17 @@ def test_released_steps_come_back_with_their_messages_and_are_published_as_is(
     assert len(publisher.messages) == 6
 
 
-def test_a_settling_sweep_never_publishes_a_released_step_before_its_writer(
+def test_the_sweep_never_publishes_a_released_step_before_its_writer(
     session_factory, catalog, publisher
 ):
     """The writer and the sweep never both publish a released step: the sweep
     sees it only as dispatched, and checks it after ``republish_after``."""
     released = _released_by_stock(session_factory, 1, seed=25)
-    for _ in range(2):  # the settle note, then the pass that would publish
-        swept = sweep(
-            session_factory,
-            publisher,
-            is_known=never_known,
-            republish_after=30,
-            settle_seconds=0.001,
-        )
+    for _ in range(2):
+        swept = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
         assert (swept.published, swept.checked) == (0, 0)
     assert publisher.messages == []
-    assert publish_released(session_factory, publisher, released) == 3
+    assert publish_dispatched(session_factory, publisher, released) == 3
 
 
 def test_a_released_row_whose_payload_does_not_decode_is_refused_alone(
@@ -454,7 +433,7 @@ def test_a_released_row_whose_payload_does_not_decode_is_refused_alone(
         ).released_steps
     ]
     assert poisoned in {r.row_id for r in released}
-    assert publish_released(session_factory, publisher, released) == 5
+    assert publish_dispatched(session_factory, publisher, released) == 5
     with session_factory() as session:
         row = session.get(WorkflowStep, poisoned)
     assert row.status == StepStatus.PENDING and row.publish_attempts == 1
@@ -469,7 +448,7 @@ def test_released_steps_stay_pending_for_the_sweep_when_the_queue_is_down(
     released = _released_by_stock(session_factory, 2, seed=23)
     publisher.fail = PublisherUnavailable("queue down")
     with pytest.raises(PublisherUnavailable):
-        publish_released(session_factory, publisher, released)
+        publish_dispatched(session_factory, publisher, released)
     assert step_states(session_factory) == {StepStatus.DONE: 2, StepStatus.PENDING: 6}
     with session_factory() as session:  # an outage is charged to no row
         assert set(session.scalars(select(WorkflowStep.publish_attempts))) == {0}
@@ -496,3 +475,22 @@ def test_a_released_step_a_crash_left_unpublished_is_republished_by_the_sweep(
     old = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
     assert old.republished == 3
     assert sorted(publisher.keys()) == sorted(f"{r.workflow_id}:{r.step}" for r in released)
+
+
+def test_a_sweep_with_nothing_pending_or_old_writes_nothing(
+    session_factory, catalog, publisher, engine
+):
+    """The usual sweep only reads: on SQLite a write would take a writer's turn."""
+    place(session_factory, 2, source=RANDOM, rng=random.Random(26), publisher=publisher)
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(statement.lstrip().split(None, 1)[0].upper())
+
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        swept = sweep(session_factory, publisher, is_known=never_known, republish_after=30)
+    finally:
+        event.remove(engine, "before_cursor_execute", executed)
+    assert (swept.published, swept.checked) == (0, 0)
+    assert statements and set(statements) == {"SELECT"}
