@@ -28,6 +28,13 @@ BROKEN_BUILD = Path(__file__).parent / "broken_build"
 UNIQUE_DEDUCTION = "uq_stock_deductions_order_id_part_id"
 
 
+def broken_build_env(chaos_env: dict[str, str], build: str) -> dict[str, str]:
+    """The chaos run's environment with the broken build ``build`` loaded in every
+    process (``broken_build/sitecustomize.py``)."""
+    path = os.pathsep.join(p for p in (str(BROKEN_BUILD), chaos_env.get("PYTHONPATH", "")) if p)
+    return dict(chaos_env, ORDERFLOW_TEST_BROKEN_BUILD=build, PYTHONPATH=path)
+
+
 def drop_unique_deduction_index(database_url: str) -> None:
     upgrade_database(database_url)
     engine = make_engine(database_url)
@@ -44,13 +51,7 @@ def test_double_deductions_from_a_broken_build_fail_the_run_naming_the_orders(
     chaos_env: dict[str, str], data_dir: Path, database_url: str
 ) -> None:
     drop_unique_deduction_index(database_url)
-    env = dict(
-        chaos_env,
-        ORDERFLOW_TEST_BROKEN_BUILD="stock_twice",
-        PYTHONPATH=os.pathsep.join(
-            p for p in (str(BROKEN_BUILD), chaos_env.get("PYTHONPATH", "")) if p
-        ),
-    )
+    env = broken_build_env(chaos_env, "stock_twice")
 
     code, report, _ = run_chaos(
         env,
@@ -88,13 +89,7 @@ def test_double_deductions_from_a_broken_build_fail_the_run_naming_the_orders(
 def test_a_compensation_that_returns_stock_twice_fails_the_run_naming_the_parts(
     chaos_env: dict[str, str], data_dir: Path, database_url: str
 ) -> None:
-    env = dict(
-        chaos_env,
-        ORDERFLOW_TEST_BROKEN_BUILD="return_twice",
-        PYTHONPATH=os.pathsep.join(
-            p for p in (str(BROKEN_BUILD), chaos_env.get("PYTHONPATH", "")) if p
-        ),
-    )
+    env = broken_build_env(chaos_env, "return_twice")
 
     code, report, _ = run_chaos(
         env,
@@ -154,13 +149,7 @@ UNFENCED_RUN = (
 def test_a_timed_out_run_that_commits_in_an_unfenced_build_fails_the_run(
     chaos_env: dict[str, str], data_dir: Path
 ) -> None:
-    env = dict(
-        chaos_env,
-        ORDERFLOW_TEST_BROKEN_BUILD="unfenced",
-        PYTHONPATH=os.pathsep.join(
-            p for p in (str(BROKEN_BUILD), chaos_env.get("PYTHONPATH", "")) if p
-        ),
-    )
+    env = broken_build_env(chaos_env, "unfenced")
 
     code, report, _ = run_chaos(env, data_dir, *UNFENCED_RUN)
 
