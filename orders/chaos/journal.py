@@ -41,11 +41,14 @@ class Journal:
         leases: ``(queue, fencing number)`` -> job ids it was handed out for, one
             entry per lease line (a number handed out twice has two).
         lost: ``(queue, fencing number)`` -> why its process gave that attempt up.
+        injected: counter field ``injected:<kind>:<step>`` -> faults journaled (the
+            same names as ``orders.worker.counters``).
         unreadable: lines that were not JSON events (a torn last line).
     """
 
     leases: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     lost: dict[tuple[str, int], str] = field(default_factory=dict)
+    injected: dict[str, int] = field(default_factory=dict)
     unreadable: int = 0
 
     def lost_by_reason(self) -> dict[str, int]:
@@ -62,6 +65,10 @@ def parse_lines(lines: Iterable[str], into: Journal | None = None) -> Journal:
     for line in lines:
         try:
             r = json.loads(line)
+            if r["e"] == "inj":
+                name = f"injected:{r['k']}:{r['s']}"
+                journal.injected[name] = journal.injected.get(name, 0) + 1
+                continue
             key = (str(r["q"]), int(r["n"]))
             if r["e"] == "lease":
                 journal.leases.setdefault(key, []).append(str(r["job"]))
@@ -72,6 +79,25 @@ def parse_lines(lines: Iterable[str], into: Journal | None = None) -> Journal:
         except (ValueError, KeyError, TypeError):
             journal.unreadable += 1
     return journal
+
+
+def with_journaled_faults(counters: dict[str, int], journal: Journal) -> dict[str, int]:
+    """The run counters with each ``injected:*`` count raised to the journal's.
+
+    Args:
+        counters: counter field -> value, as read from Redis (a lower bound: Redis
+            loses the increments it could not take or dropped in a crash).
+        journal: the run's journal.
+
+    Returns:
+        A new dict: every field of ``counters``; each journaled fault field holds the
+        larger of the two counts (a process killed between its counter write and its
+        journal line, or a journal written by an older worker, keeps Redis's count).
+    """
+    merged = dict(counters)
+    for name, n in journal.injected.items():
+        merged[name] = max(merged.get(name, 0), n)
+    return merged
 
 
 def read_journal(directory: Path) -> Journal:

@@ -13,6 +13,7 @@ from orders.chaos.journal import (
     lapsed_commits,
     read_journal,
     reissued_numbers,
+    with_journaled_faults,
 )
 from orders.chaos.observe import counter_snapshot, done_steps, queue_snapshots
 from orders.chaos.poison import PoisonOutcome
@@ -213,7 +214,7 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
     for group, lost in facts.lost_increments.items():
         for name, n in lost.items():
             snapshot[group][name] = snapshot[group].get(name, 0) + n
-    counters = snapshot.pop("app")
+    counters = with_journaled_faults(snapshot.pop("app"), journal)
 
     def queue_total(name: str) -> int:
         return sum(c.get(name, 0) for c in snapshot.values())
@@ -225,7 +226,8 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
         facts.poison if o.poison_step is not None else None,
         poison_enabled=o.poison_step is not None,
         hangs=hung.count if hung.enabled else 0,
-        timed_out=queue_total("timed_out"),
+        # the queues' count lives in the Redis the run kills; the journal's does not
+        timed_out=max(queue_total("timed_out"), journal.lost_by_reason().get("timed_out", 0)),
     )
     with UnitOfWork(app.session_factory) as uow:
         t = totals(uow.session, first_order_id=facts.first_order_id)

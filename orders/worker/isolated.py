@@ -20,7 +20,8 @@ from orders.observability.multiproc import ENV as METRICS_ENV
 from orders.observability.worker_setup import worker_observability
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
-from orders.worker.runner import step_hooks
+from orders.worker.journal import AttemptJournal
+from orders.worker.runner import injected_recorder, step_hooks
 from orders.worker.tasks import build_registry
 from reliable_queue import TaskRegistry
 
@@ -43,10 +44,13 @@ def registry() -> TaskRegistry:
     # one call at a time: one connection, lease-bound; the worker checked the schema
     app = build_worker_app(settings, lanes=1, schema_checked=True)
     counters = Counters(app.redis, settings.queue_prefix)
+    journal = (
+        None if settings.chaos_journal_dir is None else AttemptJournal(settings.chaos_journal_dir)
+    )
     obs = worker_observability(app, record=METRICS_ENV in os.environ)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, settings.queue_prefix)),
-        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+        on_injected=injected_recorder(counters, journal),
     )
     on_results, on_refused = step_hooks(app, counters, obs)
     return build_registry(

@@ -8,7 +8,11 @@ an ``O_APPEND`` descriptor, so a line survives the SIGKILL of its process:
 - ``lease``: a job leased, with its fencing number;
 - ``lost``: an attempt its own process gave up (its time limit passed, its lane
   was abandoned, an extend was refused, its attempt guard or the database refused
-  its commit; ADR 0023), which must then never commit.
+  its commit; ADR 0023), which must then never commit;
+- ``inj``: a fault injected into a run (``orders.worker.faults``). The Redis
+  counters count them too, but a count written while Redis is down, or in the
+  AOF tail a crash drops, is lost; the journal's line is not, so the report's
+  "this fault happened" does not depend on the Redis the run is killing.
 """
 
 from __future__ import annotations
@@ -93,6 +97,11 @@ class AttemptJournal:
         ``lease_lost``)."""
         n = fencing_number(lease.token)
         self._write([{"e": "lost", "q": queue, "job": lease.job_id, "n": n, "why": reason}])
+
+    def injected(self, step: str, kind: str) -> None:
+        """Fault middleware ``on_injected`` part: an ``inj`` line (``kind`` e.g. ``slow``,
+        ``fail``, ``crash``; ``step`` the step it was injected into)."""
+        self._write([{"e": "inj", "s": step, "k": kind}])
 
     def recording(
         self, then: Callable[[RawJob, Outcome], None]

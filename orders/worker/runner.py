@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orders.app.bootstrap import App
 from orders.app.eviction import check_key_eviction
@@ -29,6 +29,25 @@ log = logging.getLogger("orders.worker")
 
 #: the registry factory of an isolated step child (``ORDERS_STEP_ISOLATION=process``)
 ISOLATED_REGISTRY = "orders.worker.isolated:registry"
+
+
+def injected_recorder(
+    counters: Counters, journal: AttemptJournal | None
+) -> Callable[[str, str], None]:
+    """The fault middleware's ``on_injected(step, kind)`` hook: the Redis counter
+    ``injected:<kind>:<step>`` and, when the attempt journal is on, its ``inj`` line
+    (which outlives a Redis that loses the counter's write). Never raises: a journal
+    that cannot be written is logged."""
+
+    def record(step: str, kind: str) -> None:
+        counters.add(f"injected:{kind}:{step}")
+        if journal is not None:
+            try:
+                journal.injected(step, kind)
+            except OSError as exc:
+                log.warning("attempt journal not written: %s", exc)
+
+    return record
 
 
 def step_hooks(
@@ -121,10 +140,13 @@ def build_worker(
     the units of work, and their commit hooks, run in the child).
     """
     counters = Counters(app.redis, app.settings.queue_prefix)
+    journal = None
+    if app.settings.chaos_journal_dir is not None:
+        journal = AttemptJournal(app.settings.chaos_journal_dir)
     faults = FaultMiddleware(
         FaultSource(FaultStore(app.redis, app.settings.queue_prefix)),
         rng=fault_rng,
-        on_injected=lambda step, kind: counters.add(f"injected:{kind}:{step}"),
+        on_injected=injected_recorder(counters, journal),
         # a slow injected run stops its heartbeat, so its lease can really expire
         stall=lambda ctx: ctx.guard.let_expire(),
     )
@@ -143,8 +165,7 @@ def build_worker(
     if guard is not None:
         record = guard.unless_handed_back(record)
     hooks = WorkerHooks()
-    if app.settings.chaos_journal_dir is not None:
-        journal = AttemptJournal(app.settings.chaos_journal_dir)
+    if journal is not None:
         hooks.after_fetch, hooks.on_attempt_lost = journal.leased, journal.attempt_lost
         record = journal.recording(record)
     hooks.on_outcome = obs.on_outcome(record)
