@@ -102,7 +102,9 @@ def _resolve(queues: list[Queue], job_ids: list[str] | None) -> dict[str, list[s
         except JobIdNotFoundError:
             missing.append(given)
             continue
-        chosen.setdefault(match.queue.name, []).append(match.job_id)
+        ids = chosen.setdefault(match.queue.name, [])
+        if match.job_id not in ids:  # the same job named twice (or by id and prefix) is one
+            ids.append(match.job_id)
     if short:
         fail(
             f"job id prefix(es) too short: {', '.join(map(repr, short))}; give at least "
@@ -131,11 +133,13 @@ def list_(
     _check_filters(task, reason)
     letters: list[DeadLetter] = []
     unread: list[str] = []
+    held = 0  # dead letters in the queues shown, filters aside
     app, queues = _app_queues(step)
     try:
         for queue in queues:
             try:
                 letters.extend(queue.dead_letters.iter(task=task, reason=reason, limit=limit))
+                held += queue.dead_letters.size()
             except QueueDataError as exc:  # this queue's DLQ key holds another type
                 unread.append(f"queue {queue.name}: {exc}")
         letters.sort(key=lambda d: d.dead_at)  # across queues too, as the help promises
@@ -150,11 +154,13 @@ def list_(
         ]
         headers = ["job id", "queue", "reason", "dead (UTC)", "error"]
         title = f"dead letters ({len(letters)})"
+        if held > len(letters):  # a --limit, or the filters, left some out
+            title = f"dead letters ({len(letters)} shown of {held})"
         # ids are never cut: on a narrow terminal the time, then the queue give way
         console.print(fitted_table(headers, rows, flex=4, title=title, keep=(0,), drop=(3, 1)))
         if letters:
             say(
-                "show one: orders dlq show JOB_ID (a prefix of 6+ characters is enough)",
+                "show one: orders dlq show JOB_ID (the id as shown, or any unique prefix of 6+ characters)",
                 style="dim",
             )
         raw = [d.job_id for d in letters if d.id_unreadable]
