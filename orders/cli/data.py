@@ -13,6 +13,7 @@ from orders.app.placement import PlaceResult
 from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import for_terminal, say
+from orders.sources.drafts import require_loaded
 from reliable_queue import QueueError
 
 
@@ -88,6 +89,12 @@ def place(
         app.redis.ping()  # the queue must be reachable before any order is written
     except (redis.RedisError, QueueError) as exc:
         fail(f"Redis is not reachable ({exc}); nothing was placed")
+    try:  # an empty catalog fails before the bar is drawn
+        with app.session_factory() as session:
+            require_loaded(session, source)
+    except Exception:
+        app.close()
+        raise
     result = PlaceResult()
     columns = (TextColumn("placing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:

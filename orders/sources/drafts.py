@@ -190,3 +190,25 @@ def random_drafts(
             )
         )
     return drafts
+
+
+def require_loaded(session: Session, source: str) -> None:
+    """Check, reading only, that ``source`` can draw orders on this database.
+
+    Args:
+        session: any session (nothing is written).
+        source: ``tpch`` (the order stream) or ``random`` (customers and products).
+
+    Raises:
+        StreamNotLoaded: the stream (``tpch``) or the catalog (both) is empty: the
+            same error the drawing itself raises, before anything is drawn.
+    """
+    if source == "tpch":
+        size = session.scalar(select(StreamCursor.size).where(StreamCursor.name == TPCH))
+        if not size:
+            raise StreamNotLoaded("the TPC-H order stream is not loaded; run `orders load-tpch`")
+        return
+    if session.scalar(select(Customer.id).limit(1)) is None or (
+        session.scalar(select(Product.id).limit(1)) is None
+    ):
+        raise StreamNotLoaded("no customers or products loaded; run `orders load-tpch`")

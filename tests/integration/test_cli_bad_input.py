@@ -88,6 +88,20 @@ def test_place_with_redis_unreachable_writes_no_order(cli_env: dict[str, str]) -
     assert json.loads(status.stdout)["orders"]["orders"] == 0
 
 
+@pytest.mark.parametrize("source", ["tpch", "random"])
+def test_place_before_load_tpch_says_so_before_drawing_a_bar(
+    cli_env: dict[str, str], source: str
+) -> None:
+    """Regression: an empty progress bar (0/3) was drawn before the error."""
+    upgraded = run(dict(cli_env), "db", "upgrade")  # a configured database starts empty
+    assert upgraded.returncode == 0, upgraded.stderr
+    proc = run(dict(cli_env, COLUMNS="120"), "place", "--count", "3", "--source", source)
+    assert proc.returncode == 1
+    assert "run `orders load-tpch`" in proc.stderr
+    assert "0/3" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_dead_letter_text_is_shown_as_stored_not_as_markup(
     cli_env: dict[str, str], key_prefix: str
 ) -> None:
