@@ -32,8 +32,8 @@ from .cluster import UNAVAILABLE
 from .errors import QueueConnectionError
 from .key_types import KEY_TYPES
 from .limits import SCRIPT_BATCH
-from .rate_limits import parse_state as parse_limit_state
 from .pausing import parse_state
+from .rate_limits import parse_state as parse_limit_state
 from .replies import text as _text
 
 if TYPE_CHECKING:

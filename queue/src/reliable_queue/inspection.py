@@ -13,10 +13,10 @@ from .cluster import UNAVAILABLE, snapshot
 from .codec import check_text
 from .errors import QueueConnectionError, QueueDataError
 from .key_types import KEY_TYPES, checked
-from .rate_limits import RateLimit
-from .rate_limits import parse_state as parse_limit_state
 from .pausing import PauseState, parse_state
 from .places import key_is_trusted
+from .rate_limits import RateLimit
+from .rate_limits import parse_state as parse_limit_state
 from .raw_ids import id_member, id_text
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ KEY_ORDER = (
 #: in use, and passed only to the scripts that read or set them (after KEYS[1..12]).
 FLOW_KEYS = (
     "paused",  # HASH {since (ms, queue clock), by, reason} while the queue is paused (ADR 0031)
-    "limit",  # HASH {n, per (ms), start (ms, queue clock), used} while a rate limit is set (ADR 0032)
+    "limit",  # HASH {n, per (ms), start (queue ms), used} while a rate limit is set (ADR 0032)
 )
 
 

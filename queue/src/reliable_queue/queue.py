@@ -34,10 +34,10 @@ from .limits import (
     SCRIPT_BATCH,
     chunks,
 )
-from .rate_limits import RateLimit, make_limit
-from .rate_limits import parse_state as parse_limit_state
 from .pausing import MAX_BY_CHARS, MAX_REASON_CHARS, PauseState, bounded_text, parse_state
 from .places import PENDING_PLACES, PLACES, key_is_trusted
+from .rate_limits import RateLimit, make_limit
+from .rate_limits import parse_state as parse_limit_state
 from .raw_ids import id_member, id_text
 from .registry import TaskRegistry
 from .replies import ms as _ms
