@@ -1,5 +1,6 @@
 """``orders queue``: prove every step job is somewhere and repair orphans (``audit``);
-pause and resume a step's queue (``pause`` / ``resume``, ADR 0031)."""
+pause and resume a step's queue (``pause`` / ``resume``, ADR 0031); rate-limit it
+(``limit``, ADR 0032)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from orders.cli.context import console, emit_json, fail, handle_errors, make_app
 from orders.cli.render import say, when
 from orders.domain.steps import ALL_STEPS
 from reliable_queue import audit as run_audit
+from reliable_queue.errors import QueueLimitError
 from reliable_queue.pausing import MAX_BY_CHARS, MAX_REASON_CHARS
+from reliable_queue.rate_limits import parse_spec
 
 queue_cli = typer.Typer(
-    help="Checks and flow control of the step queues: audit, pause, resume.",
+    help="Checks and flow control of the step queues: audit, pause, resume, limit.",
     no_args_is_help=True,
 )
 
@@ -90,6 +93,43 @@ def resume(
         for name in steps:
             was = app.queues[name].resume()
             say("resumed {}" if was else "{} was not paused", name)
+    finally:
+        app.close()
+
+
+@queue_cli.command("limit")
+@handle_errors
+def limit(
+    step: Annotated[str, typer.Argument(help="The step whose queue to rate-limit.")],
+    spec: Annotated[
+        str | None,
+        typer.Argument(help="N/s, N/m, N/h or N/Ks: at most N job starts per interval."),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the step's limit.")] = False,
+) -> None:
+    """Limit STEP's queue to N job starts per interval, across every worker and host on
+    the Redis (e.g. `orders queue limit notification 200/s`), or remove the limit with
+    --clear. It applies from the next fetch; deferred jobs wait, with no attempt charged.
+    Exit 2 for bad usage (an unknown step, a limit that is not N/unit with N >= 1)."""
+    if step not in ALL_STEPS:
+        fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
+    if clear == (spec is not None):
+        fail("give a limit (N/s, N/m) or --clear, not both or neither", code=2)
+    rate = None
+    if spec is not None:
+        try:
+            rate = parse_spec(spec)
+        except QueueLimitError as exc:
+            fail(str(exc), code=2)
+    app = make_app()
+    try:
+        queue = app.queues[step]
+        if rate is None:
+            was = queue.clear_limit()
+            say("cleared the limit of {}" if was else "{} had no limit", step)
+        else:
+            queue.set_limit(rate.n, rate.per_ms / 1000.0)
+            say("limited {} to {}", step, rate.text())
     finally:
         app.close()
 

@@ -224,6 +224,16 @@ def _overview(app: App, as_json: bool) -> None:
                 step,
                 style="bold yellow",
             )
+    for step in ALL_STEPS:
+        rate = read[step].rate_limit
+        if rate is not None:
+            say(
+                "queue {} is rate-limited to {} — `orders queue limit {} --clear` removes it",
+                step,
+                rate.text(),
+                step,
+                style="yellow",
+            )
     for step, config in faults.items():
         say("injected fault on {}: {}", step, fault_summary(config))
 

@@ -76,6 +76,8 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
                     style="bold yellow",
                 )
             )
+        if q.rate_limit is not None:
+            parts.append(text(f"limit: {q.name} {q.rate_limit.text()}", style="yellow"))
     orphaned = [q for q in snap.queues if q.orphans]
     if orphaned:
         counts = ", ".join(f"{q.name} {q.orphans}" for q in orphaned)

@@ -44,6 +44,10 @@ QUEUE_COUNTERS: dict[str, tuple[str, str]] = {
     "redriven": ("orderflow_jobs_redriven", "Dead letters replayed."),
     "replayed": ("orderflow_jobs_replayed", "Finished jobs replayed (fault injection)."),
     "purged": ("orderflow_dead_letters_purged", "Dead letters deleted."),
+    "rate_limited": (
+        "orderflow_jobs_rate_limited",
+        "Fetches deferred by the queue's rate limit (no lease held, no attempt charged).",
+    ),
     "dlq_dropped": (
         "orderflow_dead_letters_dropped",
         "Dead letters dropped by the DLQ size or age bound.",

@@ -14,6 +14,7 @@ from orders.observability.recent_dead import newest_dead_letters
 from orders.observability.sampler import Sample, Sampler
 from orders.observability.urls import mask_urls_in
 from reliable_queue import DeadLetter, PauseState, QueueStats, stats
+from reliable_queue.rate_limits import RateLimit
 
 THROUGHPUT_WINDOW = 10.0
 """Seconds over which jobs/s is measured."""
@@ -37,6 +38,7 @@ class QueueView:
             recorded on this machine).
         orphans: job records in no structure, as the last audit left them (0: none).
         paused: who paused the queue, why and since when (None: not paused).
+        rate_limit: the queue's rate limit (None: none set, ADR 0032).
     """
 
     name: str
@@ -54,6 +56,7 @@ class QueueView:
     orphans: int = 0
     timed_out: int = 0
     paused: PauseState | None = None
+    rate_limit: RateLimit | None = None
 
 
 @dataclass(frozen=True)
@@ -167,4 +170,5 @@ class SystemView:
             orphans=s.orphans,
             timed_out=s.counters.get("timed_out", 0),
             paused=s.paused,
+            rate_limit=s.rate_limit,
         )

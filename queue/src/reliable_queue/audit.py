@@ -33,6 +33,7 @@ from .errors import QueueConnectionError
 from .key_types import KEY_TYPES
 from .limits import SCRIPT_BATCH
 from .pausing import parse_state
+from .rate_limits import parse_state as parse_limit_state
 from .replies import text as _text
 
 if TYPE_CHECKING:
@@ -211,15 +212,20 @@ def flow_problems(queue: Queue) -> list[str]:
     Raises:
         QueueConnectionError: Redis unreachable.
     """
-    key = queue.keys.paused
+    key, lkey = queue.keys.paused, queue.keys.limit
     try:
         pipe = queue.client.pipeline(transaction=True)
         pipe.type(key)
         pipe.hget(key, "since")
-        kind, since = pipe.execute(raise_on_error=False)
+        pipe.type(lkey)
+        pipe.hgetall(lkey)
+        kind, since, lkind, limit = pipe.execute(raise_on_error=False)
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
-    kind = _text(kind)
+    return _paused_problems(key, _text(kind), since) + _limit_problems(lkey, _text(lkind), limit)
+
+
+def _paused_problems(key: str, kind: str, since: Any) -> list[str]:
     if kind == "none":
         return []
     if kind != KEY_TYPES["paused"]:
@@ -230,6 +236,29 @@ def flow_problems(queue: Queue) -> list[str]:
     state = parse_state({b"since": since}) if since is not None else None
     if state is None or state.since is None:
         return [f"key {key}: the queue is paused, but since when is not readable"]
+    return []
+
+
+def _limit_problems(key: str, kind: str, raw: Any) -> list[str]:
+    if kind == "none":
+        return []
+    if kind != KEY_TYPES["limit"]:
+        return [
+            f"key {key} holds a {kind}, expected a {KEY_TYPES['limit']}: fetch refuses to"
+            " lease until it is removed (`orders queue limit STEP --clear` removes it)"
+        ]
+    fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
+    sound = parse_limit_state(raw) is not None and all(
+        fields.get(f, "0").isascii()
+        and fields.get(f, "0").isdigit()
+        and len(fields.get(f, "0")) <= 16
+        for f in ("n", "per", "start", "used")
+    )
+    if not sound:
+        return [
+            f"key {key}: the rate limit is not readable (n, per, start, used must be integers,"
+            " n and per >= 1): fetch refuses to lease until it is set again or cleared"
+        ]
     return []
 
 

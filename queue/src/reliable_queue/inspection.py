@@ -15,6 +15,8 @@ from .errors import QueueConnectionError, QueueDataError
 from .key_types import KEY_TYPES, checked
 from .pausing import PauseState, parse_state
 from .places import key_is_trusted
+from .rate_limits import RateLimit
+from .rate_limits import parse_state as parse_limit_state
 from .raw_ids import id_member, id_text
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ COUNTERS = (
     "redriven",
     "replayed",
     "purged",
+    "rate_limited",
     "dlq_dropped",
     "orphaned",
     "orphans_repaired",
@@ -61,6 +64,8 @@ class QueueStats:
             when every key is sound.
         paused: who paused the queue, why and since when (ADR 0031); None when it
             is not paused (or its key holds another type: then ``corrupt`` says so).
+        rate_limit: the queue's rate limit (ADR 0032); None when it has none (or its
+            key holds another type: then ``corrupt`` says so).
     """
 
     queue: str
@@ -74,6 +79,7 @@ class QueueStats:
     clock: dict[str, int] = field(default_factory=dict)
     corrupt: dict[str, str] = field(default_factory=dict)
     paused: PauseState | None = None
+    rate_limit: RateLimit | None = None
 
     @property
     def orphans(self) -> int:
@@ -94,6 +100,7 @@ class QueueStats:
             "clock": dict(self.clock),
             "corrupt": dict(self.corrupt),
             "paused": self.paused.as_dict() if self.paused else None,
+            "rate_limit": self.rate_limit.as_dict() if self.rate_limit else None,
         }
 
 
@@ -109,7 +116,7 @@ def stats(queue: Queue) -> QueueStats:
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
-    kinds = ("ready", "delayed", "active", "dead", "done", "stats", "paused")
+    kinds = ("ready", "delayed", "active", "dead", "done", "stats", "paused", "limit")
 
     def fill(pipe: redis.client.Pipeline) -> None:
         pipe.llen(k.key("ready"))
@@ -117,6 +124,7 @@ def stats(queue: Queue) -> QueueStats:
             pipe.zcard(k.key(kind))
         pipe.hgetall(k.key("stats"))
         pipe.hgetall(k.paused)
+        pipe.hgetall(k.limit)
 
     try:
         replies = snapshot(queue.client, k.key("ready"), fill, raise_on_error=False)
@@ -151,6 +159,7 @@ def stats(queue: Queue) -> QueueStats:
         clock=times,
         corrupt=corrupt,
         paused=parse_state(values["paused"]),
+        rate_limit=parse_limit_state(values["limit"]),
         **depth,
     )
 

@@ -253,6 +253,9 @@ class FetchResult:
             suspect that this fetch could not lease (it was not ``alone``, ADR 0021).
         paused: True if nothing was leased because jobs wait but the queue is paused
             (ADR 0031).
+        rate_limited: True if nothing was leased because jobs wait but the queue's rate
+            limit allows none now; ``wait_seconds`` is then at most the seconds until its
+            window reopens (ADR 0032).
     """
 
     jobs: list[RawJob]
@@ -261,6 +264,7 @@ class FetchResult:
     reap_more: bool
     suspect_waiting: bool = False
     paused: bool = False
+    rate_limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)

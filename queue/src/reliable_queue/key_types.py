@@ -34,6 +34,7 @@ KEY_TYPES = {
     "seq": "string",
     "wake": "list",
     "paused": "hash",
+    "limit": "hash",
     "idem": "string",
 }
 

@@ -29,6 +29,7 @@ KEY_ORDER = (
 #: in use, and passed only to the scripts that read or set them (after KEYS[1..12]).
 FLOW_KEYS = (
     "paused",  # HASH {since (ms, queue clock), by, reason} while the queue is paused (ADR 0031)
+    "limit",  # HASH {n, per (ms), start (queue ms), used} while a rate limit is set (ADR 0032)
 )
 
 
@@ -82,6 +83,11 @@ class QueueKeys:
     def paused(self) -> str:
         """The HASH that exists while the queue is paused (``since``, ``by``, ``reason``)."""
         return self.key("paused")
+
+    @property
+    def limit(self) -> str:
+        """The HASH that exists while the queue has a rate limit (``n`` jobs per ``per`` ms)."""
+        return self.key("limit")
 
     def idempotency_key(self, key: str) -> str:
         """The STRING key that maps an idempotency key to the first job id."""

@@ -36,6 +36,8 @@ from .limits import (
 )
 from .pausing import MAX_BY_CHARS, MAX_REASON_CHARS, PauseState, bounded_text, parse_state
 from .places import PENDING_PLACES, PLACES, key_is_trusted
+from .rate_limits import RateLimit, make_limit
+from .rate_limits import parse_state as parse_limit_state
 from .raw_ids import id_member, id_text
 from .registry import TaskRegistry
 from .replies import ms as _ms
@@ -115,7 +117,7 @@ class Queue:
             replica_timeout_ms=max(_ms(self.settings.replica_timeout_seconds), 1),
         )
         self._keys = self.keys.script_keys()
-        self._fetch_keys = [*self._keys, self.keys.paused]
+        self._fetch_keys = [*self._keys, self.keys.paused, self.keys.limit]
         self._registered = False
 
     # ------------------------------------------------------------------ enqueue
@@ -367,7 +369,9 @@ class Queue:
             ]
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
         held = int(reply[3])
-        return FetchResult(jobs, wait, reaped, more, not jobs and held == 1, held == 2)
+        return FetchResult(
+            jobs, wait, reaped, more, not jobs and held == 1, held == 2, not jobs and held == 3
+        )
 
     def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
         """Merge the replies of :meth:`fetch_calls` into one :class:`FetchResult`."""
@@ -388,6 +392,7 @@ class Queue:
             any(p.reap_more for p in parts),
             not jobs and any(p.suspect_waiting for p in parts),
             not jobs and any(p.paused for p in parts),
+            not jobs and any(p.rate_limited for p in parts),
         )
 
     def fetch(
@@ -516,6 +521,63 @@ class Queue:
         args = ["resume", "", "", self.settings.wake_tokens]
         was, _ = self.scripts.run("pause", self._fetch_keys, args)
         return bool(int(was))
+
+    def set_limit(self, n: int, per_seconds: float) -> bool:
+        """Limit the queue to ``n`` leases per ``per_seconds``, across every worker (ADR 0032).
+
+        Decided by the fetch script with its pop, on the queue clock: a fetch leases at
+        most what the window in force still allows. The limit applies from the next
+        fetch: setting (or changing) it opens a new window then.
+
+        Args:
+            n: most jobs leased per window (int >= 1).
+            per_seconds: the window in seconds (finite, 0.001 s .. 1e6 s).
+
+        Returns:
+            True when a limit was set before (it is replaced), False otherwise.
+
+        Raises:
+            QueueLimitError: a bad ``n`` or interval (nothing sent).
+            QueueDataError: the limit key holds another type (nothing changed;
+                :meth:`clear_limit` removes it).
+            QueueConnectionError: Redis unreachable (the limit may or may not be set).
+        """
+        limit = make_limit(n, per_seconds)
+        self._register_name()
+        args = ["limit", str(limit.n), str(limit.per_ms), 0]
+        was, _ = self.scripts.run("pause", self._fetch_keys, args)
+        return bool(int(was))
+
+    def clear_limit(self) -> bool:
+        """Remove the queue's rate limit (a limit key of any type).
+
+        Returns:
+            True when there was one, False otherwise.
+
+        Raises:
+            QueueConnectionError: Redis unreachable (it may or may not be removed).
+        """
+        was, _ = self.scripts.run("pause", self._fetch_keys, ["unlimit", "", "", 0])
+        return bool(int(was))
+
+    def rate_limit(self) -> RateLimit | None:
+        """The queue's rate limit; None when it has none (or it cannot be read).
+
+        Raises:
+            QueueDataError: the limit key holds another type than a hash.
+            QueueConnectionError: Redis unreachable.
+        """
+        try:
+            raw = self.client.hgetall(self.keys.limit)
+        except redis.ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                raise QueueDataError(
+                    note(self.client, self.keys.limit, KEY_TYPES["limit"])
+                ) from exc
+            raise
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return parse_limit_state(raw)
 
     def paused(self) -> PauseState | None:
         """Who paused the queue, why and since when; None when it is not paused.

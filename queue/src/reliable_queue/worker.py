@@ -493,6 +493,14 @@ class Worker:
                     # fetches again (the fetch reaps and promotes meanwhile, ADR 0031)
                     self.stopping.wait(self.settings.max_block_seconds)
                     continue
+                if result.rate_limited:
+                    # the rate limit allows none now: sleep until its window reopens (or
+                    # a delayed job is due, or the usual bound), not on the wake-up list,
+                    # which every enqueue would wake (ADR 0032)
+                    self.counters.add("rate_limited", 1)
+                    wait = result.wait_seconds or self.settings.max_block_seconds
+                    self.stopping.wait(min(wait, self.settings.max_block_seconds))
+                    continue
                 self._wait_for_work(queue, result.wait_seconds, backoff)
                 continue
             pending += self._run_batch(queue, result.jobs, run, sent)

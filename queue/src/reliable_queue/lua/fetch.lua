@@ -1,5 +1,6 @@
 -- fetch: reap expired leases, promote due delayed jobs, then lease up to N ready jobs.
 -- KEYS[1..12]: see _common.lua; KEYS[13] paused (HASH while the queue is paused, ADR 0031)
+-- KEYS[14] limit (HASH {n, per ms, start ms, used} while a rate limit is set, ADR 0032)
 -- ARGV[1] count            jobs to lease at most (0..MAX_BATCH)
 -- ARGV[2] lease ms         lease length
 -- ARGV[3] worker id        recorded in the lease token
@@ -17,7 +18,8 @@
 --   the next delayed job is due or the next lease expires. held: 1 (suspect waiting)
 --   when nothing was leased because the head of the line is a suspect this call may not
 --   lease (mode 0, or a later call of a split fetch); 2 (paused) when jobs wait but the
---   queue is paused; else 0. A 'QUEUE_CORRUPT' /
+--   queue is paused; 3 (rate limited) when jobs wait but the queue's rate limit allows
+--   none now (wait_ms is then at most the ms until its window reopens); else 0. A 'QUEUE_CORRUPT' /
 --   'QUEUE_LIMIT' error (nothing written) for a key of the wrong type, a bad count, a
 --   bad mode, or a seq that is not an integer up to FENCE_MAX (2^53 - 501: exact in a
 --   Lua number).
@@ -35,7 +37,26 @@ local count, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local reap_limit, default_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local dlq_size, dlq_age = tonumber(ARGV[6]), tonumber(ARGV[7])
 local mode = tonumber(ARGV[8])
-local K_PAUSED = KEYS[13]
+local K_PAUSED, K_LIMIT = KEYS[13], KEYS[14]
+-- the rate limit (ADR 0032): {n, per, start, used} numbers, or nil when no limit is set,
+-- or nil and an error for a limit key of another type or fields that are not integers
+local function read_limit()
+  local f, e = read('hash', 'HMGET', K_LIMIT, 'n', 'per', 'start', 'used')
+  if e then return nil, e end
+  if not f[1] and not f[2] then return nil end
+  local v = {}
+  for i = 1, 4 do
+    local t = f[i] or '0'
+    if #t > 16 or not string.match(t, '^%d+$') then
+      return nil, 'QUEUE_CORRUPT key ' .. K_LIMIT .. ' field ' .. i .. ' is not an integer'
+    end
+    v[i] = tonumber(t)
+  end
+  if v[1] < 1 or v[2] < 1 then
+    return nil, 'QUEUE_CORRUPT key ' .. K_LIMIT .. ' holds a limit below 1'
+  end
+  return v
+end
 local bad = check_count(count) or check_count(reap_limit)
 if bad then return redis.error_reply(bad) end
 if mode ~= 0 and mode ~= 1 then
@@ -86,7 +107,10 @@ if moved then
   local keys = {K_READY, K_JOBS, K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO, K_STATS, K_PAUSED}
   if reap_limit == 0 then keys[#keys + 1] = K_ACTIVE end
   bad = H.check(keys, {'reaped', 'orphaned', 'dead', 'dead:worker_lost',
-                        'dead:invalid_record', 'dlq_dropped'})
+                        'dead:invalid_record', 'dlq_dropped', 'rate_limited'})
+  if bad then return redis.error_reply(bad) end
+  local _
+  _, bad = read_limit()  -- its fields too, before the first write
   if bad then return redis.error_reply(bad) end
 end
 local reaped = #expired
@@ -156,13 +180,38 @@ end
 -- also to a worker that was blocked on it before the pause. Read only when there is
 -- something to lease: an idle fetch does not pay for it, nor one of a queue never paused
 -- more than one HLEN of an absent key.
-if #ids > 0 then
+-- One EXISTS of both flow keys is the whole cost of unused controls; a rate limit
+-- (ADR 0032) is a fixed window on the queue clock: `used` of `n` jobs leased since
+-- `start`; a window `per` ms old is over, and the next lease opens a new one at now.
+local limit, limit_wait = nil, nil
+if #ids > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT) > 0 then
   local paused
   paused, err = read('hash', 'HLEN', K_PAUSED)
   if err then return redis.error_reply(err) end
   if paused > 0 then
     ids = {}
     out[4] = 2
+  else
+    limit, err = read_limit()
+    if err then return redis.error_reply(err) end
+  end
+  if limit then
+    if now >= limit[3] + limit[2] then
+      limit[3], limit[4] = now, 0
+    end
+    local allowed = math.max(limit[1] - limit[4], 0)
+    if allowed < #ids then
+      for j = #ids, allowed + 1, -1 do ids[j] = nil end
+      if allowed == 0 then
+        out[4] = 3
+        limit_wait = math.max(limit[3] + limit[2] - now, 1)
+        local r = redis.pcall('HINCRBY', K_STATS, 'rate_limited', 1)
+        if type(r) == 'table' and r['err'] then
+          return redis.error_reply('QUEUE_CORRUPT key ' .. K_STATS
+            .. ' field rate_limited is not an integer')
+        end
+      end
+    end
   end
 end
 if #ids == 0 then
@@ -177,6 +226,7 @@ if #ids == 0 then
     local w = math.max(tonumber(lease[2]) - now, 0) + 1
     if wait < 0 or w < wait then wait = w end
   end
+  if limit_wait and (wait < 0 or limit_wait < wait) then wait = limit_wait end
   out[1] = wait
   save_clock()
   return out
@@ -347,6 +397,10 @@ for _, id in ipairs(invalid) do
 end
 if dead_any then H.trim_dead(now, dlq_size, dlq_age) end
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', orphans) end
+if limit and #good > 0 then
+  redis.call('HSET', K_LIMIT, 'start', string.format('%d', limit[3]),
+             'used', string.format('%d', limit[4] + #good))
+end
 if alone_info and #good == 1 then redis.call('HSET', K_INFO, good[1], alone_info) end
 save_clock()
 return out

@@ -1,6 +1,11 @@
 -- pause: pause or resume a queue (ADR 0031). While the paused hash exists, fetch leases
 -- nothing (it still reaps and promotes); the decision is fetch's, atomically with its pop.
--- KEYS[1..12]: see _common.lua; KEYS[13] paused  HASH {since, by, reason} while paused
+-- KEYS[1..12]: see _common.lua; KEYS[13] paused  HASH {since, by, reason} while paused;
+-- KEYS[14] limit  HASH {n, per, start, used} while a rate limit is set (ADR 0032)
+-- Also the rate limit's setter: ARGV[1] 'limit' (ARGV[2] n >= 1 jobs, ARGV[3] per ms >= 1;
+--   a new window opens at the next fetch, so a changed limit applies from it; returns
+--   {1 when a limit was set before else 0, 0}) or 'unlimit' (removes a limit key of any
+--   type; returns {1 when there was one else 0, 0}).
 -- ARGV[1] action   'pause' or 'resume'
 -- ARGV[2] by       who pauses (text, already bounded by the caller; pause only)
 -- ARGV[3] reason   why (text, already bounded by the caller; pause only)
@@ -41,5 +46,19 @@ elseif action == 'resume' then
   local was = redis.call('DEL', K_PAUSED)
   if was > 0 then H.wake(waiting, cap) end
   return {was, 0}
+elseif action == 'limit' then
+  local n, per = ARGV[2], ARGV[3]
+  for _, v in ipairs({n, per}) do
+    if #v > 12 or not string.match(v, '^%d+$') or tonumber(v) < 1 then
+      return redis.error_reply('QUEUE_LIMIT a rate limit ' .. v .. ' is not an integer >= 1')
+    end
+  end
+  local ok = redis.pcall('HLEN', KEYS[14])  -- the type check of limit
+  if type(ok) == 'table' then return redis.error_reply(corrupt(KEYS[14], 'hash')) end
+  redis.call('DEL', KEYS[14])
+  redis.call('HSET', KEYS[14], 'n', n, 'per', per, 'start', '0', 'used', '0')
+  return {ok > 0 and 1 or 0, 0}
+elseif action == 'unlimit' then
+  return {redis.call('DEL', KEYS[14]), 0}
 end
 return redis.error_reply('QUEUE_LIMIT unknown pause action ' .. tostring(action))
