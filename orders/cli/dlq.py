@@ -160,8 +160,7 @@ def list_(
         console.print(fitted_table(headers, rows, flex=4, title=title, keep=(0,), drop=(3, 1)))
         if letters:
             say(
-                "show one: orders dlq show JOB_ID (the id as shown, or any unique prefix "
-                "of 6+ characters)",
+                "show one: orders dlq show JOB_ID (the id shown; any unique prefix works)",
                 style="dim",
             )
         raw = [d.job_id for d in letters if d.id_unreadable]

@@ -29,7 +29,7 @@ from reliable_queue import QueueError, explain, find_job, stats
 KEY_TYPES = {"ready": "list", "delayed": "zset", "active": "zset", "jobs": "hash",
              "attempts": "hash", "leases": "hash", "dead": "zset", "info": "hash",
              "done": "zset", "stats": "hash", "seq": "string", "wake": "list",
-             "paused": "hash", "idem": "string"}  # fmt: skip
+             "paused": "hash", "limit": "hash", "idem": "string"}  # fmt: skip
 KINDS = sorted(KEY_TYPES)
 
 
