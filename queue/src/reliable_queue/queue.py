@@ -567,17 +567,7 @@ class Queue:
             QueueDataError: the limit key holds another type than a hash.
             QueueConnectionError: Redis unreachable.
         """
-        try:
-            raw = self.client.hgetall(self.keys.limit)
-        except redis.ResponseError as exc:
-            if str(exc).startswith("WRONGTYPE"):
-                raise QueueDataError(
-                    note(self.client, self.keys.limit, KEY_TYPES["limit"])
-                ) from exc
-            raise
-        except UNAVAILABLE as exc:
-            raise QueueConnectionError(str(exc)) from exc
-        return parse_limit_state(raw)
+        return parse_limit_state(self._flow_hash(self.keys.limit, "limit"))
 
     def paused(self) -> PauseState | None:
         """Who paused the queue, why and since when; None when it is not paused.
@@ -587,17 +577,23 @@ class Queue:
                 refuses to lease; :meth:`resume` removes it).
             QueueConnectionError: Redis unreachable.
         """
+        return parse_state(self._flow_hash(self.keys.paused, "paused"))
+
+    def _flow_hash(self, key: str, kind: str) -> dict[Any, Any]:
+        """HGETALL of a flow-control key (``kind``: its name in ``KEY_TYPES``).
+
+        Raises:
+            QueueDataError: the key holds another type than a hash.
+            QueueConnectionError: Redis unreachable.
+        """
         try:
-            raw = self.client.hgetall(self.keys.paused)
+            return self.client.hgetall(key)  # type: ignore[return-value]
         except redis.ResponseError as exc:
             if str(exc).startswith("WRONGTYPE"):
-                raise QueueDataError(
-                    note(self.client, self.keys.paused, KEY_TYPES["paused"])
-                ) from exc
+                raise QueueDataError(note(self.client, key, KEY_TYPES[kind])) from exc
             raise
         except UNAVAILABLE as exc:
             raise QueueConnectionError(str(exc)) from exc
-        return parse_state(raw)
 
     # ------------------------------------------------------------- settlements
     def ack_call(self, leases: Sequence[Lease]) -> Call:
