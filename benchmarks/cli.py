@@ -35,10 +35,21 @@ def peers(
     latency_rate: Annotated[float, typer.Option(help="offered load, jobs/s")] = 1000.0,
     latency_seconds: Annotated[float, typer.Option(help="latency run, seconds (0: skip)")] = 20.0,
     latency_peers: Annotated[int, typer.Option(help="fastest peers also timed")] = 2,
-    repeat: Annotated[int, typer.Option(help="runs per variant; best kept")] = 1,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="rounds: the libraries take turns (A B C, then C B A, ...); every figure "
+            "is the median of this many runs, with min and max (3 or more for figures)",
+        ),
+    ] = 3,
     save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>.json")] = True,
 ) -> None:
-    """Every library: enqueue and drain N no-op jobs (default and tuned), then latency."""
+    """Every library: enqueue and drain N no-op jobs (default and tuned), then latency.
+
+    The libraries take turns, every other round reversed; each figure is the median of
+    --repeat runs with min and max, the load average read around every run.
+    """
     from .run_peers import PeerOptions, run_peers
 
     names = tuple(x.strip() for x in only.split(",") if x.strip())

@@ -162,12 +162,13 @@ class Turn(Generic[T, R]):
     loadavg_after: float
 
     def stamp(self, row: dict[str, Any]) -> dict[str, Any]:
-        """``row`` with this turn's round and load averages added (a new dict)."""
+        """``row`` with this turn's round and load averages added (a new dict); load
+        readings the row already has (taken around a part of the turn) are kept."""
         return {
-            **row,
             "round": self.round,
             "loadavg_1m_before": round(self.loadavg_before, 2),
             "loadavg_1m_after": round(self.loadavg_after, 2),
+            **row,
         }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,40 @@ def rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+def with_range(row: dict[str, Any], field: str, fmt: Callable[[float | None], str]) -> str:
+    """A summarised figure as ``median (min-max)``; the median alone for a single run.
+
+    Args:
+        row: a row from ``benchmarks.harness.summarize`` (or a single run).
+        field: the figure's name; ``<field>_min`` and ``<field>_max`` give the range.
+        fmt: formats one value (e.g. :func:`rate`).
+    """
+    value, low, high = row.get(field), row.get(f"{field}_min"), row.get(f"{field}_max")
+    if value is None or low is None or high is None or row.get("runs", 1) <= 1:
+        return fmt(value)
+    return f"{fmt(value)} ({fmt(low)}-{fmt(high)})"
+
+
+def ms(value: float | None) -> str:
+    """Milliseconds to two decimals ("-" for none)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
+def load_span(rows: Sequence[dict[str, Any]]) -> str:
+    """The lowest and highest 1-minute load average read around the rows' runs."""
+    readings = [
+        float(x)
+        for r in rows
+        for pair in r.get("loadavg_1m_runs")
+        or [[r.get("loadavg_1m_before"), r.get("loadavg_1m_after")]]
+        for x in pair
+        if x is not None
+    ]
+    if not readings:
+        return "-"
+    return f"{min(readings):.2f}-{max(readings):.2f}"
+
+
 def ratio(value: float | None, base: float | None) -> str:
     """``value / base`` as ``0.05x`` ("-" when either is missing)."""
     if not value or not base:
@@ -66,10 +100,15 @@ def _pick(rows: Sequence[dict[str, Any]], library: str, variant: str) -> dict[st
 
 
 def peers_table(rows: Sequence[dict[str, Any]]) -> Table:
-    """One row per library: enqueue and drain rates (jobs/s) and each as a ratio to orderflow."""
+    """One row per library: enqueue and drain rates (jobs/s), median (min-max) of its runs,
+    each median as a ratio to orderflow's, and the load average around its runs."""
     libraries = list(dict.fromkeys(r["library"] for r in rows if r["kind"] == "throughput"))
     base_d, base_t = _pick(rows, "orderflow", "default"), _pick(rows, "orderflow", "tuned-2core")
-    table = Table(title="No-op jobs, one worker process, same Redis, same run (jobs/s)")
+    runs = max((r.get("runs", 1) for r in rows if r["kind"] == "throughput"), default=1)
+    table = Table(
+        title="No-op jobs, one worker process, same Redis, same run "
+        f"(jobs/s, median of {runs} interleaved runs (min-max))"
+    )
     for col in (
         "library",
         "version",
@@ -82,56 +121,62 @@ def peers_table(rows: Sequence[dict[str, Any]]) -> Table:
         "ratio",
         "drain tuned",
         "ratio",
+        "load 1m",
     ):
         table.add_column(
             col, justify="left" if col in ("library", "version", "guarantee") else "right"
         )
     for lib in libraries:
         d, t = _pick(rows, lib, "default"), _pick(rows, lib, "tuned-2core")
-        bulk = t.get("enqueue_rate") if t and t["enqueue_api"] != "single call per job" else None
+        bulk = t and t["enqueue_api"] != "single call per job"
         cut = lambda row: "" if not row or row.get("drain_complete", True) else "*"  # noqa: E731
         table.add_row(
             lib,
             (d or t).get("version", "?"),
             (d or t).get("guarantee", "?"),
-            rate(d.get("enqueue_rate")),
+            with_range(d, "enqueue_rate", rate),
             ratio(d.get("enqueue_rate"), base_d.get("enqueue_rate")),
-            rate(bulk),
-            ratio(bulk, base_t.get("enqueue_rate")) if bulk else "-",
-            rate(d.get("drain_rate")) + cut(d),
+            with_range(t, "enqueue_rate", rate) if bulk else "-",
+            ratio(t.get("enqueue_rate"), base_t.get("enqueue_rate")) if bulk else "-",
+            with_range(d, "drain_rate", rate) + cut(d),
             ratio(d.get("drain_rate"), base_d.get("drain_rate")),
-            rate(t.get("drain_rate")) + cut(t),
+            with_range(t, "drain_rate", rate) + cut(t),
             ratio(t.get("drain_rate"), base_t.get("drain_rate")),
+            load_span([x for x in (d, t) if x]),
         )
     table.caption = (
-        "ratio = library / orderflow. * = cut short by the time bound; rate over the jobs "
-        "finished. Tuned drain follows the bulk enqueue where a bulk API exists."
+        "ratio = library's median / orderflow's median. * = a run was cut short by the time "
+        "bound; its rate is over the jobs finished. Tuned drain follows the bulk enqueue "
+        "where a bulk API exists. load 1m: lowest-highest 1-minute load average read "
+        "around the library's runs."
     )
     return table
 
 
 def latency_table(rows: Sequence[dict[str, Any]]) -> Table | None:
-    """Enqueue-to-start percentiles (ms) of the latency rows, or None when there are none."""
+    """Enqueue-to-start percentiles (ms) of the latency rows, median (min-max) of their
+    runs, or None when there are none."""
     lat = [r for r in rows if r["kind"] == "latency"]
     if not lat:
         return None
     table = Table(
         title=f"Enqueue-to-start latency at {lat[0]['offered_rate']:,.0f} jobs/s "
-        f"offered for {lat[0]['seconds']:.0f} s (ms)"
+        f"offered for {lat[0]['seconds']:.0f} s (ms, median of {lat[0].get('runs', 1)} "
+        "interleaved runs (min-max))"
     )
-    for col in ("library", "jobs", "started", "p50", "p95", "p99", "max", "p99 ratio"):
+    for col in ("library", "jobs", "p50", "p95", "p99", "max", "p99 ratio", "load 1m"):
         table.add_column(col, justify="left" if col == "library" else "right")
     base = next((r["p99_ms"] for r in lat if r["library"] == "orderflow"), None)
     for r in lat:
         table.add_row(
             r["library"],
-            str(r["n"]),
-            str(r["started"]),
-            f"{r['p50_ms']:.2f}",
-            f"{r['p95_ms']:.2f}",
-            f"{r['p99_ms']:.2f}",
-            f"{r['max_ms'] or 0:.2f}",
+            with_range(r, "n", rate),
+            with_range(r, "p50_ms", ms),
+            with_range(r, "p95_ms", ms),
+            with_range(r, "p99_ms", ms),
+            with_range(r, "max_ms", ms),
             ratio(r["p99_ms"], base),
+            load_span([r]),
         )
     return table
 

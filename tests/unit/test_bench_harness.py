@@ -113,3 +113,4 @@ def test_every_turn_is_stamped_with_the_load_around_it() -> None:
         "loadavg_1m_before": 5.0,
         "loadavg_1m_after": 6.0,
     }
+    assert turns[0].stamp({"loadavg_1m_before": 0.1})["loadavg_1m_before"] == 0.1
