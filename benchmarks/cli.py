@@ -67,6 +67,70 @@ def peers(
         typer.echo(f"wrote {report.write_results(rows)}")
 
 
+@app.command("e2e-peers")
+def e2e_peers(
+    orders: Annotated[int, typer.Option(min=1, help="orders timed per run")] = 2000,
+    databases: Annotated[str, typer.Option(help="sqlite,postgresql")] = "sqlite,postgresql",
+    only: Annotated[
+        str, typer.Option(help="comma-separated libraries, in the first round's order")
+    ] = "orderflow,celery,dramatiq",
+    runs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="rounds: the libraries take turns (A B C, then C B A, ...); every figure "
+            "is the median of this many runs, with min and max (3 or more for figures)",
+        ),
+    ] = 3,
+    warm_up: Annotated[
+        int, typer.Option(min=0, help="orders run to completion before the clock starts")
+    ] = 100,
+    threads: Annotated[
+        int,
+        typer.Option(
+            min=1, help="threads per Dramatiq process (default: orderflow's lanes per worker)"
+        ),
+    ] = 2,
+    timeout: Annotated[
+        float, typer.Option(min=1.0, help="deadline of one run, seconds (unfinished = lost)")
+    ] = 300.0,
+    save: Annotated[
+        bool, typer.Option(help="write benchmarks/results/<date>-e2e-peers.json")
+    ] = True,
+) -> None:
+    """The same order workflow on orderflow, Celery and Dramatiq: orders/s, CPU per order,
+    effects applied twice and orders lost, each library with 4 worker processes on the
+    same Redis and the same database, taking turns."""
+    from .e2e_contenders import CONTENDERS
+    from .e2e_db import DATABASES
+    from .e2e_peers import E2EPeerOptions, run_e2e_peers
+
+    names = tuple(x.strip() for x in only.split(",") if x.strip())
+    unknown = [x for x in names if x not in CONTENDERS]
+    if unknown or not names:
+        raise typer.BadParameter(f"unknown libraries: {unknown}; known: {list(CONTENDERS)}")
+    chosen = tuple(x.strip() for x in databases.split(",") if x.strip())
+    wrong = [x for x in chosen if x not in DATABASES]
+    if wrong or not chosen:
+        raise typer.BadParameter(f"unknown databases: {wrong}; known: {list(DATABASES)}")
+    rows = run_e2e_peers(
+        E2EPeerOptions(
+            libraries=names,
+            databases=chosen,
+            orders=orders,
+            runs=runs,
+            warm_up=warm_up,
+            threads=threads,
+            timeout=timeout,
+        )
+    )
+    report.show(*report.e2e_peers_tables(rows))
+    for line in report.e2e_peers_summary(rows):
+        typer.echo(line)
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'e2e-peers')}")
+
+
 @app.command()
 def markdown(
     files: Annotated[list[str], typer.Argument(help="results JSON files")],
@@ -115,6 +179,22 @@ COLUMNS = {
         "orders_per_second",
         "db_commits_per_order",
         "pg_xact_commit_per_order",
+    ],
+    "e2e-peer": [
+        "database",
+        "library",
+        "version",
+        "runs",
+        "orders_per_second",
+        "orders_per_second_min",
+        "orders_per_second_max",
+        "cpu_ms_per_order",
+        "own_cpu_ms_per_order",
+        "duplicate_runs_max",
+        "lost_orders_max",
+        "missing_effects_max",
+        "loadavg_1m_before",
+        "loadavg_1m_after",
     ],
 }
 

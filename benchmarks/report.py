@@ -181,6 +181,83 @@ def latency_table(rows: Sequence[dict[str, Any]]) -> Table | None:
     return table
 
 
+def e2e_peers_tables(rows: Sequence[dict[str, Any]]) -> list[Table]:
+    """One table per database of the ``e2e-peer`` rows: orders/s and CPU ms per order as
+    median (min-max) of the runs, orders/s as a ratio of medians to orderflow's, and the
+    worst run's effects applied twice, orders lost and completed orders missing an effect."""
+    tables = []
+    peers = [r for r in rows if r["kind"] == "e2e-peer"]
+    for database in dict.fromkeys(r["database"] for r in peers):
+        mine = [r for r in peers if r["database"] == database]
+        base = next((r for r in mine if r["library"] == "orderflow"), {})
+        runs = max((r.get("runs", 1) for r in mine), default=1)
+        table = Table(
+            title=f"The order workflow end to end on {database}: {mine[0]['n']:,} orders, "
+            f"{mine[0]['worker_processes']} worker processes each "
+            f"(median of {runs} interleaved runs (min-max))"
+        )
+        for col in (
+            "library",
+            "version",
+            "workers",
+            "orders/s",
+            "ratio",
+            "CPU ms/order (machine)",
+            "CPU ms/order (own)",
+            "twice",
+            "lost",
+            "missing",
+            "load 1m",
+        ):
+            table.add_column(col, justify="left" if col in ("library", "workers") else "right")
+        for r in mine:
+            table.add_row(
+                r["library"],
+                r["version"],
+                r["worker"],
+                with_range(r, "orders_per_second", rate),
+                ratio(r["orders_per_second"], base.get("orders_per_second")),
+                with_range(r, "cpu_ms_per_order", ms),
+                with_range(r, "own_cpu_ms_per_order", ms),
+                rate(r.get("duplicate_runs_max", r.get("duplicate_runs"))),
+                rate(r.get("lost_orders_max", r.get("lost_orders"))),
+                rate(r.get("missing_effects_max", r.get("missing_effects"))),
+                load_span([r]),
+            )
+        table.caption = (
+            "ratio = library's median / orderflow's median. twice / lost / missing: the worst "
+            "run's effects applied twice (rows sharing a natural key, parts whose stock does "
+            "not add up), orders not finished by the deadline, completed orders without one "
+            "of their effects. CPU: the whole machine's over the timed window, and the run's "
+            "own processes' (workers, Redis, PostgreSQL, placing)."
+        )
+        tables.append(table)
+    return tables
+
+
+def e2e_peers_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Per database, orderflow's median orders/s over the faster peer's (the target is 5x)."""
+    lines = []
+    peers = [r for r in rows if r["kind"] == "e2e-peer"]
+    for database in dict.fromkeys(r["database"] for r in peers):
+        mine = [r for r in peers if r["database"] == database]
+        base = next((r for r in mine if r["library"] == "orderflow"), None)
+        others = [r for r in mine if r["library"] != "orderflow"]
+        if base is None or not others:
+            continue
+        fastest = max(others, key=lambda r: r["orders_per_second"] or 0.0)
+        if not fastest["orders_per_second"]:
+            continue
+        times = base["orders_per_second"] / fastest["orders_per_second"]
+        lines.append(
+            f"{database}: orderflow {rate(base['orders_per_second'])} orders/s = "
+            f"{times:.2f}x the faster peer ({fastest['library']}, "
+            f"{rate(fastest['orders_per_second'])}), medians of {base.get('runs', 1)} runs "
+            "(target: 5x)"
+        )
+    return lines
+
+
 def generic_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Table:
     """A plain table of the given row fields (floats rounded for reading)."""
     table = Table(title=title)
