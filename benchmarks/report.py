@@ -258,6 +258,27 @@ def e2e_peers_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def range_table(
+    title: str, rows: Sequence[dict[str, Any]], plain: Sequence[str], ranged: Sequence[str]
+) -> Table:
+    """A table of summarised rows: ``plain`` fields as they are, ``ranged`` ones as
+    ``median (min-max)`` (one decimal), and the load average around the runs."""
+    table = Table(title=title)
+    for col in [*plain, *ranged, "load 1m"]:
+        table.add_column(col, justify="right")
+
+    def one(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.1f}"
+
+    for r in rows:
+        table.add_row(
+            *[one(r.get(c)) if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in plain],
+            *[with_range(r, c, one) for c in ranged],
+            load_span([r]),
+        )
+    return table
+
+
 def generic_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Table:
     """A plain table of the given row fields (floats rounded for reading)."""
     table = Table(title=title)
