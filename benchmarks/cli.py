@@ -132,6 +132,66 @@ def e2e_peers(
 
 
 @app.command()
+def soak(
+    minutes: Annotated[float, typer.Option(min=0.5, help="length of the paced run")] = 30.0,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1, help="orders/s to place (default: --load-fraction of the measured drain rate)"
+        ),
+    ] = None,
+    load_fraction: Annotated[
+        float, typer.Option(min=0.01, max=1.0, help="share of the measured drain rate placed")
+    ] = 0.5,
+    probe: Annotated[
+        int, typer.Option(min=100, help="orders placed at once to measure the drain rate")
+    ] = 2000,
+    database: Annotated[str, typer.Option(help="sqlite or postgresql")] = "sqlite",
+    scale: Annotated[float, typer.Option(min=0.01, help="TPC-H scale factor")] = 0.1,
+    interval: Annotated[float, typer.Option(min=5.0, help="seconds between samples")] = 60.0,
+    retention: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="seconds finished-job records and idempotency keys are kept (default: a "
+            "sixth of the run, at least 30)",
+        ),
+    ] = None,
+    save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>-soak.json")] = True,
+) -> None:
+    """orderflow at half its measured drain rate for --minutes: each worker's RSS and open
+    files and Redis's used_memory every --interval seconds, and whether their growth
+    stays within the documented bounds (benchmarks/soak_bounds.py). Exit 1 when it does not.
+    """
+    from .e2e_db import DATABASES
+    from .soak import SoakOptions, run_soak
+
+    if database not in DATABASES:
+        raise typer.BadParameter(f"use one of {list(DATABASES)}", param_hint="--database")
+    rows, verdict = run_soak(
+        SoakOptions(
+            minutes=minutes,
+            rate=rate,
+            load_fraction=load_fraction,
+            probe=probe,
+            database=database,
+            scale=scale,
+            interval=interval,
+            retention=retention,
+        )
+    )
+    report.show(report.soak_table(rows))
+    outcome = {True: "within the bounds", False: "OVER a bound", None: "not judged"}
+    typer.echo(f"growth {outcome[verdict.within]}:")
+    for line in verdict.lines:
+        typer.echo(f"  {line}")
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'soak')}")
+    if verdict.within is False:
+        raise typer.Exit(1)
+
+
+@app.command()
 def markdown(
     files: Annotated[list[str], typer.Argument(help="results JSON files")],
 ) -> None:

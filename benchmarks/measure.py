@@ -114,6 +114,34 @@ def group_cpu_seconds(pgids: Sequence[int]) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def process_rss_mb(pid: int) -> float | None:
+    """Resident set size of a live process, MB (``VmRSS`` of ``/proc/<pid>/status``).
+
+    Returns:
+        The MB, or None when the process is gone or ``/proc`` cannot be read.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        return None
+    return None
+
+
+def open_files(pid: int) -> int | None:
+    """Open file descriptors of a live process (entries of ``/proc/<pid>/fd``).
+
+    Returns:
+        The count, or None when the process is gone or ``/proc`` cannot be read.
+    """
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
 def machine_cpu_seconds() -> float | None:
     """CPU seconds the whole machine has been busy since boot, all cores, from ``/proc/stat``.
 

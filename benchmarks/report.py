@@ -279,6 +279,32 @@ def range_table(
     return table
 
 
+def soak_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """The soak's samples: orders placed and waiting, each worker's RSS (MB) and open
+    files, Redis's used_memory (MB) and the load average."""
+    samples = [r for r in rows if r["kind"] == "soak-sample"]
+    summary = next((r for r in rows if r["kind"] == "soak"), {})
+    workers = [k.removesuffix("_open_files") for k in samples[0] if k.endswith("_open_files")]
+    table = Table(
+        title=f"Soak on {summary.get('database', '?')}: {summary.get('rate', 0):,.0f} orders/s "
+        f"(drain rate {summary.get('drain_rate', 0):,.0f}), retention "
+        f"{summary.get('retention_seconds', '?')} s, judged from "
+        f"{summary.get('steady_from_seconds', 0):.0f} s"
+    )
+    for col in ["s", "placed", "backlog", *(f"{w} MB/files" for w in workers), "Redis MB", "load"]:
+        table.add_column(col, justify="right")
+    for r in samples:
+        table.add_row(
+            f"{r['elapsed_seconds']:.0f}",
+            f"{r['placed']:,}",
+            f"{r['backlog']:,}",
+            *(f"{r.get(f'{w}_rss_mb', 0):.0f}/{r.get(f'{w}_open_files', '-')}" for w in workers),
+            f"{r['redis_used_memory_mb']:.1f}",
+            f"{r['loadavg_1m']:.2f}",
+        )
+    return table
+
+
 def generic_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Table:
     """A plain table of the given row fields (floats rounded for reading)."""
     table = Table(title=title)
