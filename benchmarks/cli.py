@@ -256,6 +256,26 @@ COLUMNS = {
         "loadavg_1m_before",
         "loadavg_1m_after",
     ],
+    "soak": [
+        "database",
+        "minutes",
+        "drain_rate",
+        "rate",
+        "retention_seconds",
+        "placed",
+        "max_backlog",
+        "within_bounds",
+        "loadavg_1m_before",
+        "loadavg_1m_after",
+    ],
+    "soak-sample": [
+        "elapsed_seconds",
+        "placed",
+        "backlog",
+        "redis_used_memory_mb",
+        "redis_keys",
+        "loadavg_1m",
+    ],
 }
 
 from .cli_orderflow import orderflow_app  # noqa: E402

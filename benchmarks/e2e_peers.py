@@ -290,7 +290,8 @@ def run_e2e_peers(opts: E2EPeerOptions) -> list[dict[str, Any]]:
 
     Returns:
         One row per (database, library): medians with min, max and every run
-        (``<field>_runs``), each run's load average, and ``duplicate_effects_runs``.
+        (``<field>_runs``), each run's load average, ``duplicate_effects`` summed over
+        the runs and ``duplicate_effects_runs`` per run.
 
     Raises:
         RuntimeError: a library's workers did not start, or exited, or a warm-up did
@@ -319,6 +320,11 @@ def run_e2e_peers(opts: E2EPeerOptions) -> list[dict[str, Any]]:
             runs = [turn.stamp({**turn.result, **env}) for turn in turns]
             for group in group_runs(runs, ["library"]).values():
                 row = summarize(group, FIELDS)
+                row.pop("first_order_id", None)  # one run's, meaningless for the row
                 row["duplicate_effects_runs"] = [r["duplicate_effects"] for r in group]
+                row["duplicate_effects"] = {
+                    table: sum(r["duplicate_effects"][table] for r in group)
+                    for table in e2e_db.NATURAL_KEYS
+                }
                 rows.append(row)
     return rows
