@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Protocol
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
@@ -59,6 +59,34 @@ class TurnContext:
     client: redis.Redis
     factory: sessionmaker[Session]
     repo: str
+
+
+class Contender(Protocol):
+    """What a turn needs of a library (``Orderflow``, ``Peer``)."""
+
+    name: str
+    mode: str
+
+    def version(self) -> str:
+        """The installed version."""
+
+    def describe(self) -> str:
+        """The worker configuration, in a few words."""
+
+    def worker_argvs(self) -> list[list[str]]:
+        """The worker processes' commands (each a process group of its own)."""
+
+    def worker_env(self, turn: TurnContext) -> dict[str, str]:
+        """Environment variables the workers need on top of ours."""
+
+    def ready(self, turn: TurnContext) -> bool:
+        """Have the workers said they are ready to take work?"""
+
+    def place(self, turn: TurnContext, count: int) -> list[int]:
+        """Place ``count`` orders and start their workflows; returns their ids."""
+
+    def end_turn(self) -> None:
+        """Release what the placing side holds for the turn."""
 
 
 class Orderflow:
@@ -230,7 +258,7 @@ def _dramatiq_argvs(processes: int, threads: int) -> list[list[str]]:
     ]
 
 
-def make(name: str, processes: int, threads: int) -> Any:
+def make(name: str, processes: int, threads: int) -> Contender:
     """The contender named ``name`` with ``processes`` worker processes.
 
     Args:

@@ -16,9 +16,10 @@ import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from sqlalchemy import Engine, and_, exists, func, not_, or_, select
+from sqlalchemy import ColumnElement, Engine, Exists, and_, exists, func, not_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.bootstrap import build
@@ -226,8 +227,8 @@ def missing_effects(factory: sessionmaker[Session], first_id: int) -> int:
     """Completed orders (id >= ``first_id``) without one of their effects: a stock
     deduction, the confirmation, the points entry or a shipment."""
 
-    def has(model: object, *match: object) -> object:
-        return exists().where(model.order_id == Order.id, *match)  # type: ignore[attr-defined]
+    def has(model: Any, *match: ColumnElement[bool]) -> Exists:
+        return exists().where(model.order_id == Order.id, *match)
 
     lacking = or_(
         not_(has(StockDeduction)),

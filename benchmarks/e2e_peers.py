@@ -28,7 +28,7 @@ from orders.worker import defaults
 
 from . import e2e_db
 from .e2e import redis_cpu_seconds
-from .e2e_contenders import CONTENDERS, TurnContext, make
+from .e2e_contenders import CONTENDERS, Contender, TurnContext, make
 from .harness import group_runs, summarize, take_turns
 from .measure import (
     command_cpu_seconds,
@@ -147,7 +147,7 @@ def wait_for(
 
 
 def timed_run(
-    contender: Any, turn: TurnContext, opts: E2EPeerOptions, pgids: list[int], postgres: bool
+    contender: Contender, turn: TurnContext, opts: E2EPeerOptions, pgids: list[int], postgres: bool
 ) -> dict[str, Any]:
     """Place ``opts.orders`` orders and wait for them; the figures of the window."""
     start = read_clock(turn, pgids, postgres)
@@ -206,7 +206,7 @@ def checks(factory: Any, first: int) -> dict[str, Any]:
 def one_turn(
     server: RedisServer,
     template: e2e_db.TemplateDatabase,
-    contender: Any,
+    contender: Contender,
     opts: E2EPeerOptions,
     round_index: int,
 ) -> dict[str, Any]:
