@@ -4,10 +4,11 @@ Contract: one database (migrated, TPC-H loaded), one Redis (AOF ``everysec``) an
 ``orders worker STEP`` per step at the CLI's defaults. First the drain rate is measured
 (``probe`` orders placed at once, timed until all are finished); then orders are placed
 at ``load_fraction`` of it (``orders place --rate``'s pacing) for ``minutes``, and every
-``interval`` seconds each worker's RSS and open file descriptors and Redis's
-``used_memory`` are recorded. Finished-job records and idempotency keys are kept for
-``retention`` seconds (a fraction of the run, so that Redis reaches its steady state
-inside it); the verdict (``soak_bounds.judge``) looks at the samples after that.
+``interval`` seconds (a minute; an eighth of a shorter run) each worker's RSS and open
+file descriptors and Redis's ``used_memory`` are recorded. Finished-job records and
+idempotency keys are kept for ``retention`` seconds (a fraction of the run, so that Redis
+reaches its steady state inside it); the verdict (``soak_bounds.judge``) looks at the
+samples after that.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class SoakOptions:
         probe: orders placed at once to measure the drain rate.
         database: ``sqlite`` or ``postgresql``.
         scale: TPC-H scale factor (0.1: 20,000 parts, stock for millions of orders).
-        interval: seconds between samples.
+        interval: seconds between samples; None: a minute, or an eighth of a run shorter
+            than eight minutes (at least 5 s), so a short run is judged too.
         retention: seconds finished-job records and idempotency keys are kept; None:
             a sixth of the run, at least 30 s.
         log_dir: where worker logs go.
@@ -67,9 +69,15 @@ class SoakOptions:
     probe: int = 2000
     database: str = "sqlite"
     scale: float = 0.1
-    interval: float = 60.0
+    interval: float | None = None
     retention: int | None = None
     log_dir: Path = field(default=Path("/tmp/bench-logs/soak"))
+
+    def interval_seconds(self) -> float:
+        """Seconds between two samples."""
+        if self.interval is not None:
+            return self.interval
+        return max(5.0, min(60.0, self.minutes * 60 / 8))
 
     def retention_seconds(self) -> int:
         """The retention window of the run, seconds."""
@@ -80,7 +88,7 @@ class SoakOptions:
     def steady_from(self) -> float:
         """Seconds into the paced run after which the steady state is judged: the
         retention window filled, plus one sample interval."""
-        return self.retention_seconds() + self.interval
+        return self.retention_seconds() + self.interval_seconds()
 
 
 def wait_finished(factory: Any, first: int, count: int, timeout: float) -> float:
@@ -221,7 +229,7 @@ def _soak(
         )
         if elapsed >= total or len(sample.workers) < len(procs):
             break
-        chunk = min(opts.interval, total - elapsed)
+        chunk = min(opts.interval_seconds(), total - elapsed)
         ids = place_paced(app, max(1, round(rate * chunk)), rate=rate).order_ids
         soak_first = min(ids) if soak_first is None else soak_first
         placed += len(ids)
@@ -237,7 +245,7 @@ def _summary(
         "variant": opts.database,
         "database": opts.database,
         "minutes": opts.minutes,
-        "interval_seconds": opts.interval,
+        "interval_seconds": opts.interval_seconds(),
         "drain_rate": rows[0]["drain_rate"],
         "rate": rows[0]["rate"],
         "load_fraction": None if opts.rate else opts.load_fraction,
