@@ -220,8 +220,8 @@ def one_turn(
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     logs = [opts.log_dir / f"{template.kind}-{label}-{i}.log" for i in range(opts.processes)]
     procs = [
-        start_process(argv, contender.worker_env(turn), log)
-        for argv, log in zip(contender.worker_argvs(), logs, strict=False)
+        start_process(argv, contender.worker_env(turn), path)
+        for argv, path in zip(contender.worker_argvs(), logs, strict=False)
     ]
     postgres = template.kind == "postgresql"
 
