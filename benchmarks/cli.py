@@ -266,6 +266,7 @@ COLUMNS = {
         "minutes",
         "drain_rate",
         "rate",
+        "achieved_rate",
         "retention_seconds",
         "placed",
         "max_backlog",

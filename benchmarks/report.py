@@ -287,7 +287,8 @@ def soak_table(rows: Sequence[dict[str, Any]]) -> Table:
     workers = [k.removesuffix("_open_files") for k in samples[0] if k.endswith("_open_files")]
     table = Table(
         title=f"Soak on {summary.get('database', '?')}: {summary.get('rate', 0):,.0f} orders/s "
-        f"(drain rate {summary.get('drain_rate', 0):,.0f}), retention "
+        f"offered, {summary.get('achieved_rate', 0):,.0f} placed (drain rate "
+        f"{summary.get('drain_rate', 0):,.0f}), retention "
         f"{summary.get('retention_seconds', '?')} s, judged from "
         f"{summary.get('steady_from_seconds', 0):.0f} s"
     )

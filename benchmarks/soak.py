@@ -248,6 +248,8 @@ def _summary(
         "interval_seconds": opts.interval_seconds(),
         "drain_rate": rows[0]["drain_rate"],
         "rate": rows[0]["rate"],
+        # what placing kept up with on the machine: placed / seconds of the paced run
+        "achieved_rate": round(rows[-1]["placed"] / max(rows[-1]["elapsed_seconds"], 1e-9), 1),
         "load_fraction": None if opts.rate else opts.load_fraction,
         "retention_seconds": opts.retention_seconds(),
         "steady_from_seconds": opts.steady_from(),
