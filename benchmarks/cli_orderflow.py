@@ -28,7 +28,7 @@ def scaling(
     batches: Annotated[str, typer.Option(help="batch sizes")] = "1,10,100",
     concurrency: Annotated[int, typer.Option(help="lanes per process")] = 1,
     timeout: Annotated[float, typer.Option(help="bound on one drain, seconds")] = 60.0,
-    repeat: Annotated[int, typer.Option(help="runs per cell; best kept")] = 3,
+    repeat: Annotated[int, typer.Option(min=1, help="runs per cell; median, min and max kept")] = 3,
     save: Save = True,
 ) -> None:
     """Drain rate (jobs/s) by worker processes x batch size."""
@@ -36,10 +36,11 @@ def scaling(
 
     rows = run(n, _ints(processes), _ints(batches), concurrency, timeout, repeat)
     report.show(
-        report.generic_table(
-            "Drain rate by processes and batch size (jobs/s)",
+        report.range_table(
+            f"Drain rate by processes and batch size (jobs/s, median of {repeat} runs (min-max))",
             rows,
-            ["processes", "batch_size", "concurrency", "drain_rate"],
+            ["processes", "batch_size", "concurrency"],
+            ["drain_rate"],
         )
     )
     if save:
@@ -60,31 +61,35 @@ def script_latency(
 
 @orderflow_app.command()
 def depth(
-    waiting: Annotated[str, typer.Option(help="jobs waiting")] = "1000,100000,1000000",
+    waiting: Annotated[
+        str, typer.Option(help="jobs waiting (each at least 2)")
+    ] = "1000,100000,1000000",
     probe: Annotated[
         int, typer.Option(help="jobs enqueued (single and bulk) and drained")
     ] = 10_000,
     batch_size: int = 100,
     concurrency: int = 2,
     timeout: float = 120.0,
-    repeat: Annotated[int, typer.Option(help="probes per depth; fastest kept")] = 3,
+    repeat: Annotated[
+        int, typer.Option(min=1, help="probes per depth; median, min and max kept")
+    ] = 3,
     save: Save = True,
 ) -> None:
-    """Per-job enqueue/drain time (µs) and Redis bytes per job as the queue grows."""
+    """Per-job enqueue/drain time (µs, median of --repeat probes) and Redis bytes per
+    waiting job as the queue grows."""
     from .queue_alone import depth as run
 
-    rows = run(_ints(waiting), probe, batch_size, concurrency, timeout, repeat)
+    depths = _ints(waiting)
+    if any(d < 2 for d in depths):
+        raise typer.BadParameter("every depth must be at least 2 jobs", param_hint="--waiting")
+    rows = run(depths, probe, batch_size, concurrency, timeout, repeat)
     report.show(
-        report.generic_table(
-            "Per-job cost with jobs waiting (µs per job; bytes per waiting job)",
+        report.range_table(
+            f"Per-job cost with jobs waiting (µs per job, median of {repeat} probes "
+            "(min-max); bytes per waiting job)",
             rows,
-            [
-                "waiting",
-                "enqueue_us_per_job",
-                "bulk_enqueue_us_per_job",
-                "drain_us_per_job",
-                "redis_bytes_per_waiting_job",
-            ],
+            ["waiting", "redis_bytes_per_waiting_job"],
+            ["enqueue_us_per_job", "bulk_enqueue_us_per_job", "drain_us_per_job"],
         )
     )
     if save:

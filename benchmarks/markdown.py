@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .report import _pick, rate, ratio
+from .report import _pick, load_span, ms, rate, ratio, with_range
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -15,27 +15,29 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def peers_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """The side-by-side throughput table, rates in jobs/s, ratios library / orderflow."""
+    """The side-by-side throughput table, rates in jobs/s as median (min-max) of the runs,
+    ratios of medians library / orderflow."""
     libs = list(dict.fromkeys(r["library"] for r in rows if r["kind"] == "throughput"))
     base_d, base_t = _pick(rows, "orderflow", "default"), _pick(rows, "orderflow", "tuned-2core")
     out = []
     for lib in libs:
         d, t = _pick(rows, lib, "default"), _pick(rows, lib, "tuned-2core")
-        bulk = t.get("enqueue_rate") if t and t["enqueue_api"] != "single call per job" else None
+        bulk = bool(t) and t["enqueue_api"] != "single call per job"
         cut = lambda r: "" if r.get("drain_complete", True) else "*"  # noqa: E731
         out.append(
             [
                 lib,
                 d.get("version", "?"),
                 d.get("guarantee", "?"),
-                rate(d.get("enqueue_rate")),
+                with_range(d, "enqueue_rate", rate),
                 ratio(d.get("enqueue_rate"), base_d.get("enqueue_rate")),
-                rate(bulk),
-                ratio(bulk, base_t.get("enqueue_rate")) if bulk else "-",
-                rate(d.get("drain_rate")) + cut(d),
+                with_range(t, "enqueue_rate", rate) if bulk else "-",
+                ratio(t.get("enqueue_rate"), base_t.get("enqueue_rate")) if bulk else "-",
+                with_range(d, "drain_rate", rate) + cut(d),
                 ratio(d.get("drain_rate"), base_d.get("drain_rate")),
-                f"{rate(t.get('drain_rate'))}{cut(t)} ({t.get('worker', '')})",
+                f"{with_range(t, 'drain_rate', rate)}{cut(t)} ({t.get('worker', '')})",
                 ratio(t.get("drain_rate"), base_t.get("drain_rate")),
+                load_span([x for x in (d, t) if x]),
             ]
         )
     return _table(
@@ -51,25 +53,38 @@ def peers_markdown(rows: Sequence[dict[str, Any]]) -> str:
             "ratio",
             "drain, tuned (settings)",
             "ratio",
+            "load 1m",
         ],
         out,
     )
 
 
 def latency_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """Enqueue-to-start percentiles in ms."""
+    """Enqueue-to-start percentiles in ms, median (min-max) of the runs, and each run's p99."""
     lat = [r for r in rows if r["kind"] == "latency"]
     return _table(
-        ["library", "offered (jobs/s)", "jobs", "p50 ms", "p95 ms", "p99 ms", "max ms"],
+        [
+            "library",
+            "offered (jobs/s)",
+            "jobs",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "p99 of each run",
+            "load 1m",
+        ],
         [
             [
                 r["library"],
                 rate(r["offered_rate"]),
-                str(r["n"]),
-                f"{r['p50_ms']:.2f}",
-                f"{r['p95_ms']:.2f}",
-                f"{r['p99_ms']:.2f}",
-                f"{r['max_ms'] or 0:.2f}",
+                with_range(r, "n", rate),
+                with_range(r, "p50_ms", ms),
+                with_range(r, "p95_ms", ms),
+                with_range(r, "p99_ms", ms),
+                with_range(r, "max_ms", ms),
+                " / ".join(ms(x) for x in r.get("p99_ms_runs") or [r["p99_ms"]]),
+                load_span([r]),
             ]
             for r in lat
         ],

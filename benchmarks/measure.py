@@ -86,6 +86,62 @@ def command_cpu_seconds(command: str) -> float | None:
     return seconds / os.sysconf("SC_CLK_TCK")
 
 
+def group_cpu_seconds(pgids: Sequence[int]) -> float | None:
+    """CPU seconds (user + system) used so far by every live process of the given process
+    groups (a worker started by :func:`start_process` leads its own group, so its pid is
+    the group's id and its children, a pool's processes, belong to it).
+
+    Like :func:`command_cpu_seconds`, a delta counts the processes alive at its end.
+
+    Returns:
+        The seconds, or None where ``/proc`` cannot be read (not Linux).
+    """
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    wanted = {str(g).encode() for g in pgids}
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone between the listing and the read
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[2] in wanted:  # state, ppid, pgrp, ...
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_rss_mb(pid: int) -> float | None:
+    """Resident set size of a live process, MB (``VmRSS`` of ``/proc/<pid>/status``).
+
+    Returns:
+        The MB, or None when the process is gone or ``/proc`` cannot be read.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        return None
+    return None
+
+
+def open_files(pid: int) -> int | None:
+    """Open file descriptors of a live process (entries of ``/proc/<pid>/fd``).
+
+    Returns:
+        The count, or None when the process is gone or ``/proc`` cannot be read.
+    """
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
 def machine_cpu_seconds() -> float | None:
     """CPU seconds the whole machine has been busy since boot, all cores, from ``/proc/stat``.
 

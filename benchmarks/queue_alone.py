@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import time
@@ -11,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .harness import summarize
 from .measure import start_process, stop_process, time_drain, timed
 from .peers import orderflow as of
 from .run_peers import environment, worker_env
@@ -66,8 +68,8 @@ def scaling(
     timeout: float,
     repeat: int = 1,
 ) -> list[dict[str, Any]]:
-    """Drain rate (jobs/s) for each count of worker processes and batch size (best of
-    ``repeat`` runs; every run's rate is kept in ``drain_rate_runs``)."""
+    """Drain rate (jobs/s) for each count of worker processes and batch size: the median of
+    ``repeat`` runs with min and max (every run's rate in ``drain_rate_runs``)."""
     rows = []
     with RedisServer() as server:
         env = environment(server)
@@ -77,9 +79,12 @@ def scaling(
                 for _ in range(repeat):
                     server.flush()
                     fill(server, n)
-                    runs.append(drain(server, n, procs, batch, concurrency, timeout))
-                row = max(runs, key=lambda r: r["drain_rate"])
-                row["drain_rate_runs"] = [r["drain_rate"] for r in runs]
+                    load_before = os.getloadavg()[0]
+                    one = drain(server, n, procs, batch, concurrency, timeout)
+                    one["loadavg_1m_before"] = round(load_before, 2)
+                    one["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
+                    runs.append(one)
+                row = summarize(runs, ["drain_rate", "drained", "drain_complete"], digits=1)
                 log.info("%d process(es), batch %d: %.0f jobs/s", procs, batch, row["drain_rate"])
                 rows.append(
                     {
@@ -100,18 +105,72 @@ def scaling(
     return rows
 
 
+def depth_probe(
+    server: RedisServer,
+    client: Any,
+    waiting: int,
+    probe: int,
+    batch_size: int,
+    concurrency: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """One probe with ``waiting`` jobs queued: enqueue ``probe`` jobs singly and ``probe`` in
+    bulk, then time one worker taking the oldest ``2 * probe`` jobs (the depth stays put).
+
+    Returns:
+        Per-job times in µs and rates in jobs/s, with the load average around the probe.
+    """
+    load_before = os.getloadavg()[0]
+    producer = of.Producer(server.url)
+    try:
+        single = timed(partial(producer.enqueue, probe))
+        bulk = timed(partial(producer.enqueue_bulk, probe))
+    finally:
+        producer.close()
+    proc = start_process(of.worker_argv(concurrency, batch_size), worker_env(server))
+    try:  # time the first `2 * probe` jobs taken off the waiting line
+        drained = time_drain(lambda: of.remaining(client) - waiting, 2 * probe, timeout=timeout)
+    finally:
+        stop_process(proc)
+    return {
+        "enqueue_us_per_job": round(single / probe * 1e6, 2),
+        "bulk_enqueue_us_per_job": round(bulk / probe * 1e6, 2),
+        "drain_us_per_job": round(1e6 / drained.rate, 2) if drained.rate else None,
+        "enqueue_rate": round(probe / single, 1),
+        "bulk_enqueue_rate": round(probe / bulk, 1),
+        "drain_rate": round(drained.rate, 1),
+        "drain_complete": drained.complete,
+        "loadavg_1m_before": round(load_before, 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
+DEPTH_FIELDS = (
+    "enqueue_us_per_job",
+    "bulk_enqueue_us_per_job",
+    "drain_us_per_job",
+    "enqueue_rate",
+    "bulk_enqueue_rate",
+    "drain_rate",
+    "drain_complete",
+)
+"""The measured figures of a depth probe (each summarised as median, min and max)."""
+
+
 def depth(
     waiting: Sequence[int],
     probe: int,
     batch_size: int,
     concurrency: int,
     timeout: float,
-    repeat: int = 1,
+    repeat: int = 3,
 ) -> list[dict[str, Any]]:
     """Per-job enqueue and drain time (µs) and Redis memory per job with jobs waiting.
 
-    Each of ``repeat`` probes enqueues ``probe`` jobs singly and ``probe`` in bulk, then
-    drains ``2 * probe`` (the oldest), so the depth stays put; the fastest probe counts.
+    For each depth: ``repeat`` probes (:func:`depth_probe`), summarised as the median
+    with min, max and every probe (``benchmarks.harness.summarize``). Memory per
+    waiting job is measured from a queue that already holds one job (the scripts
+    loaded, the queue's own keys made), so the fixed part is not spread over the jobs.
     """
     rows = []
     with RedisServer() as server:
@@ -120,29 +179,14 @@ def depth(
         for count in waiting:
             server.flush()
             time.sleep(0.2)
+            fill(server, 1)
             before = server.used_memory()
-            fill(server, count)
-            per_job_bytes = (server.used_memory() - before) / count
-            single = bulk = float("inf")
-            result = None
-            for _ in range(repeat):
-                producer = of.Producer(server.url)
-                single = min(single, timed(partial(producer.enqueue, probe)))
-                bulk = min(bulk, timed(partial(producer.enqueue_bulk, probe)))
-                producer.close()
-                procs = start_process(of.worker_argv(concurrency, batch_size), worker_env(server))
-                try:  # time the first `2 * probe` jobs taken off the waiting line
-                    one = time_drain(
-                        lambda waiting=count: of.remaining(client) - waiting,
-                        2 * probe,
-                        timeout=timeout,
-                    )
-                finally:
-                    stop_process(procs)
-                if result is None or one.rate > result.rate:
-                    result = one
-            assert result is not None
-            total = count + 2 * probe
+            fill(server, count - 1)
+            per_job_bytes = (server.used_memory() - before) / max(count - 1, 1)
+            probes = [
+                depth_probe(server, client, count, probe, batch_size, concurrency, timeout)
+                for _ in range(repeat)
+            ]
             row = {
                 "kind": "depth",
                 "library": "orderflow",
@@ -151,22 +195,19 @@ def depth(
                 "mode": of.MODE,
                 "n": 2 * probe,
                 "waiting": count,
-                "total": total,
-                "enqueue_us_per_job": round(single / probe * 1e6, 2),
-                "bulk_enqueue_us_per_job": round(bulk / probe * 1e6, 2),
-                "drain_us_per_job": round(1e6 / result.rate, 2) if result.rate else None,
-                "enqueue_rate": round(probe / single, 1),
-                "bulk_enqueue_rate": round(probe / bulk, 1),
-                "drain_rate": round(result.rate, 1),
+                "total": count + 2 * probe,
                 "redis_bytes_per_waiting_job": round(per_job_bytes, 1),
+                **summarize(probes, DEPTH_FIELDS, digits=2),
                 **env,
             }
             log.info(
-                "%d waiting: enqueue %.1f us, bulk %.2f us, drain %s us per job, %.0f B/job",
+                "%d waiting: enqueue %.1f us, bulk %.2f us, drain %s us per job (medians of "
+                "%d), %.0f B/job",
                 count,
                 row["enqueue_us_per_job"],
                 row["bulk_enqueue_us_per_job"],
                 row["drain_us_per_job"],
+                repeat,
                 per_job_bytes,
             )
             rows.append(row)

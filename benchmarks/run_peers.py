@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from .harness import Turn, group_runs, summarize, take_turns
 from .measure import percentile, start_process, stop_process, time_drain, timed
 from .peers.base import LATENCY_KEY, URL_ENV, Peer
 from .registry import load
@@ -34,7 +35,8 @@ class PeerOptions:
         latency_seconds: length of the latency run, seconds.
         latency_peers: fastest peers (by drain rate) that also get the latency run.
         log_dir: where worker logs go.
-        repeat: runs per variant; the best enqueue and the best drain are kept.
+        repeat: rounds of turns (``benchmarks.harness.interleaved``): runs per variant,
+            summarised as median, min and max.
     """
 
     libraries: tuple[str, ...]
@@ -44,7 +46,7 @@ class PeerOptions:
     latency_seconds: float = 20.0
     latency_peers: int = 2
     log_dir: Path = Path("/tmp/bench-logs")
-    repeat: int = 1
+    repeat: int = 3
 
 
 def environment(server: RedisServer) -> dict[str, Any]:
@@ -71,36 +73,31 @@ def drain_once(
     opts: PeerOptions,
     client: redis.Redis,
 ) -> dict[str, Any]:
-    """Flush, enqueue ``n`` jobs with a fresh producer, then time one worker draining them."""
+    """Flush, enqueue ``n`` jobs with a fresh producer, then time one worker draining them
+    (one run; the load average read before and after it)."""
     argv, described = peer.worker(tuned)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     logfile = opts.log_dir / f"{peer.name}-{'tuned' if tuned else 'default'}.log"
     load_before = os.getloadavg()[0]
-    seconds, drain, queued = float("inf"), None, 0
-    for _ in range(opts.repeat):  # best of `repeat`: other load on the machine only slows
-        server.flush()
-        producer = peer.producer(server.url)
-        try:
-            enqueue = producer.enqueue_bulk if bulk else producer.enqueue
-            seconds = min(seconds, timed(lambda: enqueue(opts.n)))  # noqa: B023
-        finally:
-            producer.close()
-        queued = peer.remaining(client)
-        proc = start_process(argv, worker_env(server), logfile)
-        try:
-            one = time_drain(
-                lambda: peer.remaining(client),
-                queued,
-                timeout=opts.drain_timeout,
-                alive=lambda: proc.poll() is None,  # noqa: B023
-            )
-        finally:
-            stop_process(proc)
-        if drain is None or one.rate > drain.rate:
-            drain = one
-    assert drain is not None
+    server.flush()
+    producer = peer.producer(server.url)
+    try:
+        enqueue = producer.enqueue_bulk if bulk else producer.enqueue
+        seconds = timed(lambda: enqueue(opts.n))
+    finally:
+        producer.close()
+    queued = peer.remaining(client)
+    proc = start_process(argv, worker_env(server), logfile)
+    try:
+        drain = time_drain(
+            lambda: peer.remaining(client),
+            queued,
+            timeout=opts.drain_timeout,
+            alive=lambda: proc.poll() is None,
+        )
+    finally:
+        stop_process(proc)
     return {
-        "repeat": opts.repeat,
         "loadavg_1m_before": round(load_before, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
         "enqueue_rate": round(opts.n / seconds, 1),
@@ -116,11 +113,35 @@ def drain_once(
     }
 
 
-def run_library(
+THROUGHPUT_FIELDS = (
+    "enqueue_rate",
+    "enqueue_seconds",
+    "queued_seen",
+    "drain_rate",
+    "drained",
+    "drain_seconds",
+    "drain_complete",
+    "worker_startup_seconds",
+)
+"""The measured figures of a throughput run (each summarised as median, min and max)."""
+
+LATENCY_FIELDS = (
+    "n",
+    "achieved_offered_rate",
+    "started",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+)
+"""The measured figures of a latency run."""
+
+
+def library_turn(
     server: RedisServer, peer: Peer, opts: PeerOptions, env: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Two rows: default worker after single-call enqueue; tuned worker after bulk enqueue
-    (or single-call again when the library has no bulk API)."""
+    """One library's turn: two runs, the default worker after single-call enqueue and the
+    tuned worker after bulk enqueue (or single-call again when the library has no bulk API)."""
     client = server.client()
     rows = []
     try:
@@ -153,23 +174,19 @@ def run_library(
     return rows
 
 
-def run_latency(
-    server: RedisServer, peer: Peer, opts: PeerOptions, env: dict[str, Any]
-) -> dict[str, Any]:
-    """Enqueue-to-start percentiles at a fixed offered load, default worker settings.
-
-    With ``repeat`` above 1 the run with the lowest p99 is kept (other load on the
-    machine only adds delay); every run's p99 is listed in ``p99_ms_runs``.
-    """
-    runs = [latency_once(server, peer, opts, env) for _ in range(opts.repeat)]
-    best = min(runs, key=lambda r: r["p99_ms"])
-    return {**best, "repeat": opts.repeat, "p99_ms_runs": [r["p99_ms"] for r in runs]}
+def summarize_turns(
+    turns: list[Turn[Peer, list[dict[str, Any]]]], keys: list[str], fields: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """One row per ``keys`` group of the turns' rows: medians, min, max and every run."""
+    runs = [turn.stamp(row) for turn in turns for row in turn.result]
+    return [summarize(group, fields) for group in group_runs(runs, keys).values()]
 
 
 def latency_once(
     server: RedisServer, peer: Peer, opts: PeerOptions, env: dict[str, Any]
 ) -> dict[str, Any]:
-    """One latency run (see :func:`run_latency`)."""
+    """Enqueue-to-start percentiles (ms) of one run at a fixed offered load, default worker
+    settings; the load average read before and after it."""
     load_before = os.getloadavg()[0]
     server.flush()
     client = server.client()
@@ -220,29 +237,40 @@ def latency_once(
 
 
 def run_peers(opts: PeerOptions) -> list[dict[str, Any]]:
-    """The whole side-by-side run on one fresh Redis server; returns the rows."""
-    rows: list[dict[str, Any]] = []
+    """The whole side-by-side run on one fresh Redis server; returns the rows.
+
+    The libraries take turns (``benchmarks.harness``): ``repeat`` rounds, every other
+    one in reverse order, each turn running both drain variants. Then orderflow and the
+    ``latency_peers`` fastest peers (by median tuned drain) take turns at the latency
+    run the same way. Each row is one variant of one library: medians with min, max
+    and every run (``<field>_runs``), the load average of every run beside it.
+    """
     for noisy in ("rq", "rq.queue", "rq.worker", "celery", "taskiq", "arq", "saq", "huey"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     with RedisServer() as server:
         os.environ[URL_ENV] = server.url
         env = environment(server)
         peers = [load(name) for name in opts.libraries]
-        for peer in peers:
-            rows += run_library(server, peer, opts, env)
-        best: dict[str, float] = {}
-        for row in rows:
-            best[row["library"]] = max(best.get(row["library"], 0.0), row["drain_rate"])
+        turns = take_turns(
+            peers, opts.repeat, lambda peer, _: library_turn(server, peer, opts, env)
+        )
+        rows = summarize_turns(turns, ["library", "variant"], THROUGHPUT_FIELDS)
+        if opts.latency_seconds <= 0:
+            return rows
+        best = {r["library"]: r["drain_rate"] for r in rows if r["variant"] == "tuned-2core"}
         fastest = sorted((n for n in best if n != "orderflow"), key=lambda n: -best[n])
         chosen = [p for p in peers if p.name == "orderflow"]
         chosen += [p for name in fastest[: opts.latency_peers] for p in peers if p.name == name]
-        if opts.latency_seconds > 0:
-            for peer in chosen:
-                log.info(
-                    "%s: latency at %.0f jobs/s for %.0f s",
-                    peer.name,
-                    opts.latency_rate,
-                    opts.latency_seconds,
-                )
-                rows.append(run_latency(server, peer, opts, env))
+
+        def latency_turn(peer: Peer, _: int) -> list[dict[str, Any]]:
+            log.info(
+                "%s: latency at %.0f jobs/s for %.0f s",
+                peer.name,
+                opts.latency_rate,
+                opts.latency_seconds,
+            )
+            return [latency_once(server, peer, opts, env)]
+
+        latency = take_turns(chosen, opts.repeat, latency_turn)
+        rows += summarize_turns(latency, ["library"], LATENCY_FIELDS)
     return rows

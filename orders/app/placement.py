@@ -185,6 +185,31 @@ def write_orders(
     if not drafts:
         return [], []
     now = now or utcnow()
+    order_ids = insert_orders(session, drafts, now=now)
+    specs = [order_workflow(order_id) for order_id in order_ids]
+    created = add_workflows(session, specs, now=now, dispatch=dispatch)
+    placed = [PlacedOrder(c.subject_id, c.workflow_id, c.step_ids) for c in created]
+    return placed, [row for c in created for row in c.dispatched]
+
+
+def insert_orders(session: Session, drafts: Sequence[OrderDraft], *, now: datetime) -> list[int]:
+    """Write the orders and their lines, nothing else, in the caller's transaction.
+
+    The part of :func:`write_orders` that is the orders themselves: the end-to-end
+    benchmark's peer libraries place the same orders with the same statements,
+    without orderflow's workflow and step rows.
+
+    Args:
+        session: the caller's session, inside its transaction.
+        drafts: orders to write (at least one).
+        now: placement time (timezone-aware).
+
+    Returns:
+        The new orders' ids, in draft order.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: a draft names an unknown customer or part.
+    """
     # Core bulk loads on the tables (``Dialect.insert_rows``: COPY on PostgreSQL, one
     # executemany on SQLite): the ORM's bulk insert spent about as long on per-row
     # bookkeeping as the database on the rows.
@@ -223,10 +248,7 @@ def write_orders(
         },
         load=True,
     )
-    specs = [order_workflow(order_id) for order_id in order_ids]
-    created = add_workflows(session, specs, now=now, dispatch=dispatch)
-    placed = [PlacedOrder(c.subject_id, c.workflow_id, c.step_ids) for c in created]
-    return placed, [row for c in created for row in c.dispatched]
+    return order_ids
 
 
 def place(

@@ -1,0 +1,304 @@
+"""The libraries of the end-to-end peer benchmark: how each starts its workers, says it is
+ready, and places orders.
+
+Contract: every contender runs ``processes`` worker processes started by its own CLI
+(orderflow: ``orders worker STEP``, one per step, at the CLI's defaults; Celery: one
+``celery worker`` with a prefork pool of ``processes`` children; Dramatiq: ``dramatiq
+--processes N --threads T``) and places the same TPC-H orders in transactions of 500 from
+the benchmark's process: orderflow through its outbox (``place_paced``, what ``orders
+place`` runs), the peers with the same order and line inserts (``insert_orders``)
+followed by one workflow message per order.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+import redis
+from sqlalchemy.orm import Session, sessionmaker
+
+from orders.app.bootstrap import App, build
+from orders.app.pacing import batch_size_for, place_paced
+from orders.app.placement import insert_orders
+from orders.app.settings import Settings
+from orders.domain.steps import STEPS
+from orders.sources.drafts import next_tpch_drafts
+from orders.worker import defaults
+from workflows.columns import utcnow
+from workflows.uow import UnitOfWork
+
+from .peers.base import URL_ENV, script
+from .peers.order_steps import DATABASE_ENV, READY_KEY, THREADS_ENV
+
+PLACE_BATCH = batch_size_for(None)
+"""Orders per placement transaction: what ``orders place`` uses unpaced (500)."""
+
+
+@dataclass
+class TurnContext:
+    """One library's turn: its Redis, its copy of the database, where its files go.
+
+    Attributes:
+        redis_url: the benchmark's Redis server (flushed before the turn).
+        database_url: this turn's copy of the template database.
+        data_dir: orderflow's data dir for the turn (metrics, logs).
+        client: a client of the benchmark's Redis.
+        factory: sessions on the turn's database, in the benchmark's process.
+        repo: the repository root (on the workers' ``PYTHONPATH``).
+    """
+
+    redis_url: str
+    database_url: str
+    data_dir: Path
+    client: redis.Redis
+    factory: sessionmaker[Session]
+    repo: str
+
+
+class Contender(Protocol):
+    """What a turn needs of a library (``Orderflow``, ``Peer``)."""
+
+    name: str
+    mode: str
+
+    def version(self) -> str:
+        """The installed version."""
+
+    def describe(self) -> str:
+        """The worker configuration, in a few words."""
+
+    def worker_argvs(self) -> list[list[str]]:
+        """The worker processes' commands (each a process group of its own)."""
+
+    def worker_env(self, turn: TurnContext) -> dict[str, str]:
+        """Environment variables the workers need on top of ours."""
+
+    def ready(self, turn: TurnContext) -> bool:
+        """Have the workers said they are ready to take work?"""
+
+    def place(self, turn: TurnContext, count: int) -> list[int]:
+        """Place ``count`` orders and start their workflows; returns their ids."""
+
+    def end_turn(self) -> None:
+        """Release what the placing side holds for the turn."""
+
+
+class Orderflow:
+    """orderflow at its CLI defaults: ``orders worker STEP`` per step, ``orders place``."""
+
+    name = "orderflow"
+    mode = "outbox + idempotent handlers; 30 s leases, fenced acks, 5 attempts with backoff, DLQ"
+
+    def __init__(self, processes: int) -> None:
+        if processes != len(STEPS):
+            raise ValueError(
+                f"orderflow runs one `orders worker` per step: {len(STEPS)} processes, "
+                f"not {processes}"
+            )
+        self.processes = processes
+        self._app: App | None = None
+
+    def version(self) -> str:
+        """The application's version."""
+        return metadata.version("orderflow")
+
+    def describe(self) -> str:
+        """The worker configuration, in a few words."""
+        return (
+            f"{len(STEPS)} x `orders worker STEP` ({defaults.CONCURRENCY} lanes, "
+            f"batch {defaults.BATCH_SIZE}: the CLI's defaults)"
+        )
+
+    def worker_argvs(self) -> list[list[str]]:
+        """One ``orders worker`` command per step."""
+        return [[script("orders"), "worker", step] for step in STEPS]
+
+    def worker_env(self, turn: TurnContext) -> dict[str, str]:
+        """The settings the workers read (``ORDERS_*``)."""
+        return {
+            "ORDERS_REDIS_URL": turn.redis_url,
+            "ORDERS_DATABASE_URL": turn.database_url,
+            "ORDERS_DATA_DIR": str(turn.data_dir),
+        }
+
+    def ready(self, turn: TurnContext) -> bool:
+        """Every lane of every worker blocks on Redis, waiting for work."""
+        lanes = len(STEPS) * defaults.CONCURRENCY
+        return int(turn.client.info("clients").get("blocked_clients", 0)) >= lanes
+
+    def place(self, turn: TurnContext, count: int) -> list[int]:
+        """``orders place --count COUNT``'s work: the outbox, then publishing each batch."""
+        if self._app is None:
+            settings = Settings(
+                redis_url=turn.redis_url, database_url=turn.database_url, data_dir=turn.data_dir
+            )
+            self._app = build(settings)
+        return place_paced(self._app, count).order_ids
+
+    def end_turn(self) -> None:
+        """Release the placing side's connections."""
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+
+
+@dataclass
+class Peer:
+    """A peer library running the order workflow module ``module``.
+
+    Attributes:
+        name: ``celery`` or ``dramatiq``.
+        dist: the distribution whose version is reported.
+        module: the workflow app (``benchmarks.peers.<name>_workflow``).
+        mode: the delivery guarantee, in full.
+        argvs: ``argvs(processes, threads) -> commands`` of the worker processes.
+        describe_workers: ``(processes, threads) -> text``.
+        ready_count: ``processes -> INCR``s of ``bench:e2e:ready`` that mean ready.
+        processes / threads: worker processes, and threads per process where the
+            library has them.
+    """
+
+    name: str
+    dist: str
+    module: str
+    mode: str
+    argvs: Callable[[int, int], list[list[str]]]
+    describe_workers: Callable[[int, int], str]
+    ready_count: Callable[[int], int]
+    processes: int = len(STEPS)
+    threads: int = defaults.CONCURRENCY
+    _app: ModuleType | None = field(default=None, init=False)
+
+    def version(self) -> str:
+        """The installed library's version."""
+        return metadata.version(self.dist)
+
+    def describe(self) -> str:
+        """The worker configuration, in a few words."""
+        return self.describe_workers(self.processes, self.threads)
+
+    def worker_argvs(self) -> list[list[str]]:
+        """The library's own worker command(s)."""
+        return self.argvs(self.processes, self.threads)
+
+    def worker_env(self, turn: TurnContext) -> dict[str, str]:
+        """Redis and database of the turn, threads per process, the repo on the path."""
+        return {
+            URL_ENV: turn.redis_url,
+            DATABASE_ENV: turn.database_url,
+            THREADS_ENV: str(self.threads),
+            "PYTHONPATH": turn.repo,
+        }
+
+    def ready(self, turn: TurnContext) -> bool:
+        """The workers said they are ready (``bench:e2e:ready``)."""
+        return int(turn.client.get(READY_KEY) or 0) >= self.ready_count(self.processes)
+
+    def place(self, turn: TurnContext, count: int) -> list[int]:
+        """The same orders and lines as orderflow's, 500 per transaction, then one
+        workflow message per order of the committed batch."""
+        if self._app is None:
+            self._app = importlib.import_module(self.module)
+        start = self._app.start
+        placed: list[int] = []
+        while len(placed) < count:
+            size = min(PLACE_BATCH, count - len(placed))
+            with UnitOfWork(turn.factory) as uow:
+                drafts = next_tpch_drafts(uow.session, size)
+                ids = insert_orders(uow.session, drafts, now=utcnow())
+                uow.commit()
+            for order_id in ids:
+                start(order_id)
+            placed += ids
+        return placed
+
+    def end_turn(self) -> None:
+        """The workflow module's own housekeeping between turns (``end_turn``), if any;
+        the producer's connections stay for the next turn."""
+        finish = getattr(self._app, "end_turn", None)
+        if finish is not None:
+            finish()
+
+
+def _celery_argvs(processes: int, threads: int) -> list[list[str]]:
+    return [
+        [
+            script("celery"),
+            "-A",
+            "benchmarks.peers.celery_workflow",
+            "worker",
+            "--concurrency",
+            str(processes),
+            "--loglevel",
+            "WARNING",
+            # one worker node: no events to or from other nodes
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+    ]
+
+
+def _dramatiq_argvs(processes: int, threads: int) -> list[list[str]]:
+    return [
+        [
+            script("dramatiq"),
+            "benchmarks.peers.dramatiq_workflow",
+            "--processes",
+            str(processes),
+            "--threads",
+            str(threads),
+        ]
+    ]
+
+
+def make(name: str, processes: int, threads: int) -> Contender:
+    """The contender named ``name`` with ``processes`` worker processes.
+
+    Args:
+        name: ``orderflow``, ``celery`` or ``dramatiq``.
+        processes: worker processes (orderflow: one per step, so 4).
+        threads: threads per process for the peers that have them (Dramatiq).
+
+    Raises:
+        ValueError: an unknown name, or orderflow with another process count.
+    """
+    if name == "orderflow":
+        return Orderflow(processes)
+    if name == "celery":
+        return Peer(
+            "celery",
+            "celery",
+            "benchmarks.peers.celery_workflow",
+            "at-least-once: task_acks_late + task_reject_on_worker_lost, Redis broker and "
+            "result backend, chain into a chord",
+            _celery_argvs,
+            lambda p, _: f"celery worker, prefork pool of {p} processes, prefetch x64",
+            lambda _: 1,  # worker_ready: once, from the main process, its pool started
+            processes,
+            1,
+        )
+    if name == "dramatiq":
+        return Peer(
+            "dramatiq",
+            "dramatiq",
+            "benchmarks.peers.dramatiq_workflow",
+            "at-least-once: Redis broker acks after processing; group with a completion "
+            "callback (GroupCallbacks, Redis barrier)",
+            _dramatiq_argvs,
+            lambda p, t: f"dramatiq --processes {p} --threads {t}",
+            lambda p: p,  # after_worker_boot: once per process
+            processes,
+            threads,
+        )
+    raise ValueError(f"unknown library {name!r}; use orderflow, celery or dramatiq")
+
+
+CONTENDERS = ("orderflow", "celery", "dramatiq")
+"""The libraries ``e2e-peers`` knows, in their first round's order."""
