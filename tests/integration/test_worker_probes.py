@@ -34,7 +34,9 @@ def test_a_redis_outage_makes_a_worker_unready_but_never_dead(
     cli_env: dict[str, str], key_prefix: str, embedded_redis: EmbeddedRedis, tmp_path: Path
 ) -> None:
     env = dict(cli_env, ORDERS_REDIS_URL=embedded_redis.url, ORDERS_QUEUE_PREFIX=key_prefix)
-    app_for(env).close()  # migrated, namespace bound
+    app = app_for(env)
+    app.bind_namespace()  # the database migrated (on first use) and the namespace bound
+    app.close()
     port = free_port()
     log = tmp_path / "worker.log"
     worker = start_orders(
