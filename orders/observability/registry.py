@@ -108,6 +108,6 @@ def serve(
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
             """No access log: probes come every few seconds."""
 
-    server = make_server(address[0], port, app, Server, handler_class=QuietHandler)
+    server = make_server(str(address[0]), port, app, Server, handler_class=QuietHandler)
     threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
     return server
