@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -93,15 +94,26 @@ class WorkerObservability:
         return bound
 
     def watch(
-        self, lanes: Callable[[], list[LaneView]], queues: Sequence[str], stop: threading.Event
+        self,
+        lanes: Callable[[], list[LaneView]],
+        queues: Sequence[str],
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Sample the worker's lanes and memory into its gauges about once a second until
         ``stop`` is set (``orders.observability.worker_gauges``); nothing when this
-        process records no metrics."""
+        process records no metrics.
+
+        Args:
+            lanes: the worker's lane view (``Worker.lanes``).
+            queues: the queues it serves.
+            stop: ends the sampling.
+            clock: the lane view's monotonic clock (``Worker.clock``), seconds.
+        """
         slot = current_slot()
         if self.metrics is None or slot is None:
             return
-        WorkerGauges(lanes, queues, slot).run(stop)
+        WorkerGauges(lanes, queues, slot, clock=clock).run(stop)
 
     def close(self) -> None:
         """Stop the ``/metrics`` server, if any."""

@@ -269,7 +269,7 @@ def run_worker(
                 f"cannot serve /metrics on {metrics_host}:{metrics_port} "
                 f"(--metrics-host / --metrics-port): {exc.strerror or exc}"
             ) from exc
-    obs.watch(worker.lanes, [queue_name(s) for s in steps], stop)
+    obs.watch(worker.lanes, [queue_name(s) for s in steps], stop, clock=worker.clock)
     loop = SweepLoop(app, stop, may_sweep=guard.check) if sweep else None
     if loop is not None:
         loop.start()
