@@ -102,7 +102,7 @@ def test_a_lane_stuck_past_its_time_limit_fails_liveness_until_it_returns(
     app = app_for(env)
     load_tpch(app.session_factory, app.settings.resolved_data_dir(), scale=0.001)
     faults = FaultStore(app.redis, key_prefix)
-    faults.set("stock", FaultConfig(hang_rate=1.0, hang_ms=6000))
+    faults.set("stock", FaultConfig(hang_rate=1.0, hang_ms=4000))
     port = free_port()
     log = tmp_path / "worker.log"
     worker = start_orders(

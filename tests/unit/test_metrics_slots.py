@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from orders.observability.multiproc import claim_slot, live_slots
 from orders.observability.worker_files import WorkerFiles
 
@@ -53,6 +55,7 @@ def _samples(path: Path) -> dict[str, float]:
     return {s.name: s.value for family in WorkerFiles(path).collect() for s in family.samples}
 
 
+@pytest.mark.slow  # two Python processes start
 def test_gauges_count_only_running_processes_and_counters_every_one(tmp_path: Path) -> None:
     assert _samples(tmp_path) == {"orderflow_worker_processes": 0.0}
     _record(tmp_path, stay=False)  # ran and exited (as after kill -9: its files stay)

@@ -101,7 +101,8 @@ class LaneView:
 
     Attributes:
         queue: the queue it serves.
-        alive: its thread is running.
+        alive: its thread has not ended (a lane opened a moment ago, whose thread is
+            about to start, counts as alive).
         abandoned: a run of its batch overstayed its time limit and a fresh lane took
             its place; its thread may still be stuck in the handler.
         progress_at: when it last began a turn of its loop (monotonic seconds); an
@@ -115,6 +116,11 @@ class LaneView:
     abandoned: bool
     progress_at: float
     busy_since: float | None
+
+
+def _ended(thread: threading.Thread) -> bool:
+    """The thread ran and returned (a lane opened but not started yet has not ended)."""
+    return thread.ident is not None and not thread.is_alive()
 
 
 #: the result of a run the lane settled itself (an isolated call it stopped)
@@ -309,13 +315,13 @@ class Worker:
         return [
             LaneView(
                 queue=run.queue.name,
-                alive=thread.is_alive(),
+                alive=not _ended(thread),
                 abandoned=run.abandoned.is_set(),
                 progress_at=run.progress_at,
                 busy_since=run.busy_since,
             )
             for thread, run in runs
-            if thread.is_alive() or not run.abandoned.is_set()
+            if not (_ended(thread) and run.abandoned.is_set())
         ]
 
     def request_stop(self) -> None:

@@ -5,7 +5,7 @@ import time
 from collections import Counter
 
 import pytest
-from queue_helpers import running_worker, wait_until
+from queue_helpers import running_worker, stop_worker, wait_until
 
 from reliable_queue import (
     JobContext,
@@ -13,10 +13,12 @@ from reliable_queue import (
     QueueSettings,
     RetryPolicy,
     TaskRegistry,
+    Worker,
     WorkerHooks,
     explain,
     stats,
 )
+from reliable_queue.worker import LaneView
 
 SETTINGS = QueueSettings(lease_seconds=1.5, max_block_seconds=0.2)  # heartbeat every 0.5 s
 LIMIT = 0.5
@@ -343,3 +345,26 @@ def test_lanes_show_a_busy_lane_an_idle_one_and_an_abandoned_one(
             wait_until(lambda: len(worker.lanes()) == 1, timeout=5)
     finally:
         unblock.set()
+
+
+def test_a_lane_about_to_start_is_not_shown_as_ended(redis_client, key_prefix, registry):
+    queues = [f"q{i}" for i in range(8)]
+    worker = Worker(
+        redis_client, queues, registry, prefix=key_prefix, settings=SETTINGS, concurrency=4
+    )
+    seen: list[LaneView] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.extend(worker.lanes())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        worker.start()  # opens 32 lanes while the watcher reads them
+    finally:
+        done.set()
+        watcher.join(10)
+        stop_worker(worker)
+    assert seen and all(view.alive for view in seen)
