@@ -107,6 +107,23 @@ def chaos_options(params: Mapping[str, Any]) -> ChaosOptions:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _check_metrics_address(host: str, port: int) -> None:
+    """Exit 2, before anything starts, when ``host:port`` is no address or cannot be bound
+    now (in use): binding it again once the run's services are up then rarely fails."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        fail(f"--metrics-host {host} is not an address: {exc.args[-1]}", code=2)
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            fail(f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}", code=2)
+
+
 def _serve_metrics(app: App, host: str, port: int) -> Any:
     """Serve the run's ``/metrics`` and ``/readyz`` from this process (the driver's
     application reads Redis through an explicit URL: it never restarts the server the
@@ -426,10 +443,7 @@ def chaos(
     """
     options = chaos_options(ctx.params)
     if metrics_port is not None:
-        try:
-            socket.getaddrinfo(metrics_host, metrics_port, type=socket.SOCK_STREAM)
-        except (socket.gaierror, UnicodeError) as exc:
-            fail(f"--metrics-host {metrics_host} is not an address: {exc.args[-1]}", code=2)
+        _check_metrics_address(metrics_host, metrics_port)
     # the ORDERS_* settings are checked before a folder is made or Redis started:
     # a bad one is one line and exit 2, with nothing left behind
     load_settings(Settings)
