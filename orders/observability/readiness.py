@@ -18,7 +18,8 @@ from collections.abc import Callable
 from sqlalchemy import text
 
 from orders.app.bootstrap import App
-from orders.app.eviction import key_eviction_problem
+from orders.app.errors import KeyEvictionPossible
+from orders.app.eviction import check_key_eviction
 from orders.observability.cache import TTLCache
 from orders.observability.liveness import Verdict
 from orders.observability.urls import mask_urls_in
@@ -45,10 +46,11 @@ def _namespace(app: App) -> str | None:
 
 
 def _eviction(app: App) -> str | None:
-    problem = key_eviction_problem(app.redis)
-    if problem is None or app.settings.allow_key_eviction:
-        return None
-    return "Redis may evict queue keys (maxmemory-policy)"
+    try:  # the workers' own rule: a policy that cannot be read is a doubt, not a refusal
+        check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)
+    except KeyEvictionPossible:
+        return "Redis may evict queue keys (maxmemory-policy)"
+    return None
 
 
 CHECKS: tuple[tuple[str, Callable[[App], str | None]], ...] = (
