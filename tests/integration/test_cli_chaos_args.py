@@ -32,7 +32,6 @@ def orders_command() -> list[str]:
         (["--freeze-steps", "billing"], "unknown step"),
         (["--freeze-seconds", "1.5", "--lease", "2"], "outlast the lease"),
         (["--freeze-in-tx-rate", "1.5"], "freeze-in-tx-rate"),
-        (["--metrics-port", "70000"], "metrics-port"),
         (["--metrics-port", "9400", "--metrics-host", "no such host"], "is not an address"),
     ],
 )
