@@ -54,8 +54,11 @@ def test_a_redis_outage_makes_a_worker_unready_but_never_dead(
             "ok eviction",
             "ok",
         ]
-        wait_until(lambda: "serving" in probe(f"{base}/livez")[1], 10, "the lanes to start")
-        assert probe(f"{base}/livez") == (200, "7 lane(s) serving\nok\n")
+        wait_until(  # the lanes open one by one
+            lambda: probe(f"{base}/livez") == (200, "7 lane(s) serving\nok\n"),
+            10,
+            "the 7 lanes to start",
+        )
         wait_until(
             lambda: Scrape(probe(f"{base}/metrics")[1]).total("orderflow_worker_lanes") == 7,
             10,
