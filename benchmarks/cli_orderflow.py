@@ -59,6 +59,18 @@ def script_latency(
         raise typer.Exit(1)
 
 
+@orderflow_app.command("scrape-cost")
+def scrape_cost(
+    waiting: Annotated[int, typer.Option(help="jobs waiting in the queue read")] = 100_000,
+    calls: Annotated[int, typer.Option(help="calls of each reading")] = 2000,
+) -> None:
+    """Cost of the readings behind /metrics (stats, oldest waiting job) and of a worker's
+    gauge sample, µs per call."""
+    from .scrape_cost import main
+
+    main(waiting, calls)
+
+
 @orderflow_app.command()
 def depth(
     waiting: Annotated[

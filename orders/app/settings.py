@@ -199,6 +199,13 @@ class Settings(BaseSettings):
     relay_publish_backoff_max_seconds: float = Field(
         default=300.0, gt=0, le=86_400, description="Cap on that wait, seconds."
     )
+    liveness_heartbeats: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Grace of a worker's /livez, in heartbeat intervals (a third of the "
+        "lease each): a lane stuck this long past what it may wait or run counts as dead.",
+    )
 
     @field_validator("database_url")
     @classmethod

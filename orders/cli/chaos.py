@@ -6,6 +6,7 @@ import itertools
 import os
 import random
 import shutil
+import socket
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,13 +16,21 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from orders.app.bootstrap import App
 from orders.app.run_lock import claim_run
 from orders.app.settings import Settings
 from orders.chaos.driver import ChaosProgress, ChaosRun
 from orders.chaos.pool import WorkerPool
 from orders.chaos.report import ChaosReport
 from orders.chaos.setup import ChaosOptions, prepare
-from orders.cli.context import console, emit_json, err_console, handle_errors, load_settings
+from orders.cli.context import (
+    console,
+    emit_json,
+    err_console,
+    fail,
+    handle_errors,
+    load_settings,
+)
 from orders.cli.options import (
     SEED_MAX,
     JsonOutput,
@@ -31,6 +40,9 @@ from orders.cli.options import (
     number_option,
 )
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
+from orders.observability.multiproc import metrics_dir
+from orders.observability.readiness import cached_readiness
+from orders.observability.registry import metrics_registry, serve
 from orders.worker import defaults
 from orders.worker.procs import start_worker
 from reliable_queue.limits import MAX_ATTEMPTS
@@ -52,7 +64,7 @@ def _steps(value: str, option: str) -> tuple[str, ...]:
 
 #: The command's options that are not the run's (:class:`ChaosOptions`): where and how
 #: to report it.
-_NOT_RUN_OPTIONS = ("data_dir", "keep", "as_json")
+_NOT_RUN_OPTIONS = ("data_dir", "keep", "as_json", "metrics_port", "metrics_host")
 #: Options naming steps, as a comma list -> their flag.
 _STEP_LISTS = {
     "fail_steps": "--fail-steps",
@@ -93,6 +105,36 @@ def chaos_options(params: Mapping[str, Any]) -> ChaosOptions:
         return ChaosOptions(**values)
     except ValueError as exc:  # a rule of the run the checks above do not name
         raise typer.BadParameter(str(exc)) from None
+
+
+def _check_metrics_address(host: str, port: int) -> None:
+    """Exit 2, before anything starts, when ``host:port`` is no address or cannot be bound
+    now (in use): binding it again once the run's services are up then rarely fails."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        fail(f"--metrics-host {host} is not an address: {exc.args[-1]}", code=2)
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            fail(f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}", code=2)
+
+
+def _serve_metrics(app: App, host: str, port: int) -> Any:
+    """Serve the run's ``/metrics`` and ``/readyz`` from this process (the driver's
+    application reads Redis through an explicit URL: it never restarts the server the
+    run crashed). Exit 2 when the port cannot be bound."""
+    registry = metrics_registry(app, multiproc=metrics_dir(app.settings))
+    try:
+        server = serve(registry, host, port, {"/readyz": cached_readiness(app)})
+    except OSError as exc:
+        fail(f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}", code=2)
+    err_console.print(f"metrics on http://{host}:{server.server_port}/metrics", highlight=False)
+    return server
 
 
 def _counts(values: Any) -> str:
@@ -377,6 +419,18 @@ def chaos(
         ),
     ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the data dir (logs, AOF, database).")] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve the run's Prometheus /metrics (every worker's, and the Redis and "
+            "database gauges) and /readyz on this port while it runs.",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the /metrics server binds.")
+    ] = "127.0.0.1",
     as_json: JsonOutput = False,
 ) -> None:
     """Place orders while killing workers and Redis, then prove from the database that
@@ -388,6 +442,8 @@ def chaos(
     enabled fault really happened; 1 otherwise, naming the order and the invariant.
     """
     options = chaos_options(ctx.params)
+    if metrics_port is not None:
+        _check_metrics_address(metrics_host, metrics_port)
     # the ORDERS_* settings are checked before a folder is made or Redis started:
     # a bad one is one line and exit 2, with nothing left behind
     load_settings(Settings)
@@ -398,7 +454,10 @@ def chaos(
     with err_console.status("starting Redis, migrating, loading TPC-H (scale 0.01)..."):
         services = prepare(options, os.environ, folder)
     report: ChaosReport | None = None
+    server = None
     try:
+        if metrics_port is not None:
+            server = _serve_metrics(services.app, metrics_host, metrics_port)
         numbers = itertools.count(1)
 
         def start(steps: tuple[str, ...]) -> Any:
@@ -432,6 +491,9 @@ def chaos(
                     on_progress=lambda p: live.update(_progress_table(p)),
                 ).run()
     finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
         services.close()
         if keep or not temporary or report is None or not report.ok:
             err_console.print(f"data dir kept: {folder} (worker logs in {services.log_dir})")

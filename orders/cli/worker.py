@@ -40,7 +40,12 @@ def worker(
     log_level: Annotated[str, log_level_option()] = "INFO",
     metrics_port: Annotated[
         int | None,
-        typer.Option(min=0, max=65535, help="Serve Prometheus /metrics on this port."),
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve Prometheus /metrics, and the health probes /livez and /readyz, "
+            "on this port.",
+        ),
     ] = None,
     metrics_host: Annotated[
         str, typer.Option(help="Address the /metrics server binds.")
@@ -65,7 +70,8 @@ def worker(
     process group got), not a second one.
 
     Every worker of one data dir records its metrics in the data dir's `metrics` folder;
-    --metrics-port serves all of them (and the queue and order gauges) at /metrics.
+    --metrics-port serves all of them (and the queue and order gauges) at /metrics, with
+    /livez (this worker's lanes progress) and /readyz (Redis and the database answer).
 
     A time limit frees a lane but cannot stop a handler stuck in one C call that holds
     the GIL; with --isolation process each lane runs its handler calls in a child

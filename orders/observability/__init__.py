@@ -8,7 +8,12 @@ Modules, one job each (see docs/operations.md for what an operator sees):
 - ``logs``: JSON or readable log lines carrying the job and order being worked on.
 - ``multiproc``: the Prometheus multi-process folder under the data dir.
 - ``worker_metrics``: what worker processes record (handler time, latency, ...).
-- ``worker_setup``: a worker process's middleware, hooks and ``/metrics`` server.
+- ``worker_setup``: a worker process's middleware, hooks and its server of
+  ``/metrics``, ``/livez`` and ``/readyz``.
+- ``worker_gauges``: a worker process's lanes and memory, sampled into live gauges.
+- ``worker_files``: the multi-process folder as served (gauges of running processes only).
+- ``liveness``: is a worker alive (its lanes and heartbeat), ``/livez``.
+- ``readiness``: do Redis and the database answer, ``/readyz``.
 - ``order_counts``: orders by status and the outbox backlog from indexed columns.
 - ``cache``: a value recomputed at most once per time-to-live.
 - ``collectors``: gauges and counters read from Redis and the database, cached.

@@ -1,7 +1,9 @@
 """Prometheus collectors reading Redis and the database, cached per scrape interval.
 
-A scrape never scans: the queue collector runs one MULTI round trip per queue
-(``reliable_queue.stats``: LLEN, ZCARDs and the counters hash); the orders
+A scrape never scans: the queue collector runs two MULTI round trips per queue
+(``reliable_queue.stats``: LLEN, ZCARDs and the counters hash; and
+``reliable_queue.oldest_waiting_seconds``: the heads of ready and delayed, plus one
+HGET of the next job's record); the orders
 collector runs three grouped counts on indexed columns. Both cache what they
 read for ``ttl`` seconds, so many scrapers (or a fast one) cost no more.
 """
@@ -17,7 +19,7 @@ from prometheus_client.registry import Collector
 from orders.observability.cache import TTLCache
 from orders.observability.labels import UNKNOWN, bounded
 from orders.observability.order_counts import SHOWN_STATUSES, OrderCounts, order_counts
-from reliable_queue import DEAD_REASONS, Queue, QueueStats, stats
+from reliable_queue import DEAD_REASONS, Queue, QueueStats, oldest_waiting_seconds, stats
 from workflows.uow import SessionFactory
 
 log = logging.getLogger("orders.metrics")
@@ -68,8 +70,9 @@ class QueueCollector(Collector):
     Exposes ``orderflow_queue_jobs{queue,task,state}`` (gauge), one counter
     per entry of :data:`QUEUE_COUNTERS`, ``orderflow_jobs_dead_lettered_total
     {queue,task,reason}``, ``orderflow_queue_audit_findings{queue,task,kind}``
-    (gauge) and ``orderflow_queue_paused{queue,task}`` (gauge, 1 while paused), plus
-    ``orderflow_redis_up``.
+    (gauge), ``orderflow_queue_paused{queue,task}`` (gauge, 1 while paused) and
+    ``orderflow_queue_oldest_waiting_seconds{queue,task}`` (gauge, seconds:
+    ``reliable_queue.oldest_waiting_seconds``), plus ``orderflow_redis_up``.
     The counters live in Redis, bumped by the queue's Lua scripts, so they count
     every process's work exactly once and survive worker restarts.
 
@@ -84,10 +87,11 @@ class QueueCollector(Collector):
     ) -> None:
         self.queues = dict(queues)
         self.task_of = task_of
-        self.cache: TTLCache[list[QueueStats]] = TTLCache(self._read, ttl)
+        self.cache: TTLCache[tuple[list[QueueStats], dict[str, float]]] = TTLCache(self._read, ttl)
 
-    def _read(self) -> list[QueueStats]:
-        return [stats(q) for q in self.queues.values()]
+    def _read(self) -> tuple[list[QueueStats], dict[str, float]]:
+        readings = [stats(q) for q in self.queues.values()]
+        return readings, {q.name: oldest_waiting_seconds(q) for q in self.queues.values()}
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front (so registering does not read Redis)."""
@@ -96,13 +100,21 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the families; a Redis failure yields only ``up == 0``."""
         try:
-            readings = self.cache.get()
+            readings, waited = self.cache.get()
         except Exception as exc:
             log.warning("metrics: Redis reading failed: %s", exc)
             yield GaugeMetricFamily("orderflow_redis_up", _UP_HELP, value=0)
             return
         yield GaugeMetricFamily("orderflow_redis_up", _UP_HELP, value=1)
         yield from queue_families(readings, self.task_of)
+        oldest = GaugeMetricFamily(
+            "orderflow_queue_oldest_waiting_seconds",
+            "How long the longest-waiting job has waited to start, seconds (0: none waits).",
+            labels=["queue", "task"],
+        )
+        for queue, seconds in waited.items():
+            oldest.add_metric([queue, self.task_of(queue)], seconds)
+        yield oldest
 
 
 def queue_families(

@@ -26,6 +26,13 @@ def metrics_dir(settings: Settings) -> Path:
 
 
 _held: list[IO[str]] = []  # the slot lock of this process, held until it exits
+_slot: list[str] = []  # its name
+
+
+def current_slot() -> str | None:
+    """The slot this process records under (``slot<n>``), or None before
+    :func:`enable_multiprocess`."""
+    return _slot[0] if _slot else None
 
 
 def claim_slot(path: Path, limit: int = 4096) -> tuple[str, IO[str]]:
@@ -78,6 +85,9 @@ def enable_multiprocess(path: Path) -> Path:
     if not _held:
         slot, handle = claim_slot(path)
         _held.append(handle)
+        _slot.append(slot)
+        for stale in path.glob(f"gauge_*_{slot}.db"):  # a previous holder's readings
+            stale.unlink(missing_ok=True)
         values.ValueClass = values.MultiProcessValue(process_identifier=lambda: slot)
     return path
 
@@ -85,3 +95,31 @@ def enable_multiprocess(path: Path) -> Path:
 def has_samples(path: Path) -> bool:
     """True when some process has written metrics into ``path``."""
     return path.is_dir() and any(path.glob("*.db"))
+
+
+def live_slots(path: Path) -> set[str]:
+    """The slots of ``path`` held by a running process now (``{"slot0", ...}``).
+
+    A slot's lock is held for its process's life (:func:`claim_slot`), so a lock that
+    cannot be taken shared belongs to a live process. The probe holds a free slot's
+    lock for an instant: a process claiming that slot at that very instant takes the
+    next one instead.
+    """
+    live: set[str] = set()
+    for lock in path.glob("slot-*.lock"):
+        try:
+            handle = open(lock)  # noqa: SIM115 - closed below, however the probe ends
+        except OSError:
+            continue
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            live.add("slot" + lock.stem.removeprefix("slot-"))
+        finally:
+            handle.close()  # also releases a lock the probe took
+    return live
+
+
+def slot_of(file: Path) -> str:
+    """The slot a metrics file belongs to (``gauge_livesum_slot3.db`` -> ``slot3``)."""
+    return file.stem.rsplit("_", 1)[-1]

@@ -1,19 +1,26 @@
-"""Observability of one worker process: log context, recorded metrics, /metrics server."""
+"""Observability of one worker process: log context, recorded metrics, its gauges, and the
+server of /metrics, /livez and /readyz."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from orders.app.bootstrap import App
 from orders.domain.steps import queue_name, task_name
+from orders.observability.liveness import Verdict
 from orders.observability.logs import job_log_context
-from orders.observability.multiproc import enable_multiprocess, metrics_dir
+from orders.observability.multiproc import current_slot, enable_multiprocess, metrics_dir
+from orders.observability.readiness import cached_readiness
 from orders.observability.registry import metrics_registry, serve
+from orders.observability.worker_gauges import WorkerGauges
 from orders.observability.worker_metrics import WorkerMetrics, completion_seconds
 from reliable_queue import RawJob
 from reliable_queue.execution import Middleware, Outcome
+from reliable_queue.worker import LaneView
 from workflows.tracker import StepResult
 
 log = logging.getLogger("orders.worker")
@@ -66,17 +73,47 @@ class WorkerObservability:
         if self.metrics is not None:
             self.metrics.on_refused(step, reason)
 
-    def serve(self, app: App, host: str, port: int) -> int:
-        """Serve ``/metrics`` of this data dir on ``host:port``; return the bound port.
+    def serve(
+        self, app: App, host: str, port: int, live: Callable[[], Verdict] | None = None
+    ) -> int:
+        """Serve ``/metrics`` of this data dir on ``host:port``, with ``/readyz``
+        (``orders.observability.readiness``) and ``/livez`` (``live``; without it, the
+        server answering is the answer); return the bound port.
 
         Raises:
             OSError: the port cannot be bound.
         """
         registry = metrics_registry(app, multiproc=metrics_dir(app.settings))
-        self.server = serve(registry, host, port)
+        probes = {
+            "/livez": live or (lambda: Verdict(True, ("serving",))),
+            "/readyz": cached_readiness(app),
+        }
+        self.server = serve(registry, host, port, probes)
         bound = int(self.server.server_port)
-        log.info("metrics on http://%s:%d/metrics", host, bound)
+        log.info("metrics on http://%s:%d/metrics (probes /livez, /readyz)", host, bound)
         return bound
+
+    def watch(
+        self,
+        lanes: Callable[[], list[LaneView]],
+        queues: Sequence[str],
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Sample the worker's lanes and memory into its gauges about once a second until
+        ``stop`` is set (``orders.observability.worker_gauges``); nothing when this
+        process records no metrics.
+
+        Args:
+            lanes: the worker's lane view (``Worker.lanes``).
+            queues: the queues it serves.
+            stop: ends the sampling.
+            clock: the lane view's monotonic clock (``Worker.clock``), seconds.
+        """
+        slot = current_slot()
+        if self.metrics is None or slot is None:
+            return
+        WorkerGauges(lanes, queues, slot, clock=clock).run(stop)
 
     def close(self) -> None:
         """Stop the ``/metrics`` server, if any."""

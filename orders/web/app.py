@@ -38,7 +38,7 @@ from reliable_queue.errors import InvalidTextError
 log = logging.getLogger("orders.web")
 
 HERE = Path(__file__).parent
-OPEN_PATHS = ("/login", "/static/", "/healthz")
+OPEN_PATHS = ("/login", "/static/", "/healthz", "/livez", "/readyz")
 
 
 def templates() -> Jinja2Templates:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from starlette.templating import Jinja2Templates
 
 from orders.app.bootstrap import App
 from orders.observability.cache import TTLCache
+from orders.observability.liveness import Verdict
+from orders.observability.readiness import cached_readiness
 from orders.observability.sampler import Sampler
 from orders.observability.snapshot import Snapshot, SystemView
 from orders.web.security import Guard
@@ -32,6 +35,7 @@ class WebState:
         registry: what ``/metrics`` serves.
         templates: the Jinja2 environment.
         multiproc: the workers' metrics folder.
+        readiness: the ``/readyz`` checks, run at most once a second.
     """
 
     app: App
@@ -43,11 +47,13 @@ class WebState:
     templates: Jinja2Templates
     multiproc: Path
     snapshots: TTLCache[Snapshot] = field(init=False)
+    readiness: Callable[[], Verdict] = field(init=False)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         # a fresh queue sample with each snapshot, so queue and order counts agree
         self.snapshots = TTLCache(self.view.look, ttl=1.0)
+        self.readiness = cached_readiness(self.app)
 
 
 def web_state(conn: HTTPConnection) -> WebState:

@@ -11,6 +11,7 @@ from orders.app.bootstrap import App
 from orders.app.eviction import check_key_eviction
 from orders.domain.errors import OrdersError
 from orders.domain.steps import queue_name
+from orders.observability.liveness import StallBounds, Verdict, worker_liveness
 from orders.observability.worker_setup import WorkerObservability, worker_observability
 from orders.worker import defaults
 from orders.worker.binding import NamespaceGuard
@@ -185,6 +186,28 @@ def build_worker(
     return worker
 
 
+def liveness_probe(worker: Worker, app: App) -> Callable[[], Verdict]:
+    """The ``/livez`` probe of a worker process (``orders.observability.liveness``): its
+    lanes and heartbeat against the step time limit and ``liveness_heartbeats``."""
+    bounds = StallBounds(
+        heartbeat_seconds=worker.heartbeat.interval,
+        time_limit_seconds=app.settings.step_time_limit_seconds,
+        max_block_seconds=worker.settings.max_block_seconds,
+        heartbeats=app.settings.liveness_heartbeats,
+    )
+
+    def probe() -> Verdict:
+        return worker_liveness(
+            worker.lanes(),
+            heartbeat_alive=worker.heartbeat.is_alive(),
+            stopping=worker.stopping.is_set(),
+            now=worker.clock(),
+            bounds=bounds,
+        )
+
+    return probe
+
+
 class MetricsServerError(OrdersError):
     """The /metrics server cannot listen where it was asked (port in use, no such
     address); the message names the options."""
@@ -210,7 +233,8 @@ def run_worker(
             see :func:`build_worker`.
         record_metrics: record Prometheus metrics in the data dir's multi-process
             folder (``orders worker`` does; see ``orders.observability``).
-        metrics_port: also serve ``/metrics`` on this port (None: no server).
+        metrics_port: also serve ``/metrics``, ``/livez`` and ``/readyz`` on this port
+            (None: no server).
         metrics_host: address the metrics server binds.
 
     Raises:
@@ -236,15 +260,16 @@ def run_worker(
         guard=guard,
         isolation=isolation,
     )
+    stop = threading.Event()
     if metrics_port is not None:
         try:
-            obs.serve(app, metrics_host, metrics_port)
+            obs.serve(app, metrics_host, metrics_port, live=liveness_probe(worker, app))
         except OSError as exc:  # gaierror included: an address that is none
             raise MetricsServerError(
                 f"cannot serve /metrics on {metrics_host}:{metrics_port} "
                 f"(--metrics-host / --metrics-port): {exc.strerror or exc}"
             ) from exc
-    stop = threading.Event()
+    obs.watch(worker.lanes, [queue_name(s) for s in steps], stop, clock=worker.clock)
     loop = SweepLoop(app, stop, may_sweep=guard.check) if sweep else None
     if loop is not None:
         loop.start()

@@ -10,10 +10,25 @@ from the command's JSON output; its verdict comes from the database.
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
 from chaos_helpers import fault_counts, run_chaos
+from cli_processes import free_port
+from metrics_replay import (
+    Scraper,
+    alert_expressions,
+    create_blocks,
+    dashboard_expressions,
+    local_prometheus,
+    openmetrics_history,
+    problems,
+)
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 EVERY_FAULT = (
     "worker_sigkill",
@@ -35,11 +50,16 @@ EVERY_FAULT = (
 @pytest.mark.chaos
 @pytest.mark.timeout(300)
 def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
-    chaos_env: dict[str, str], data_dir: Path
+    chaos_env: dict[str, str], data_dir: Path, tmp_path: Path
 ) -> None:
+    # the dashboard check below replays what this run's /metrics showed while it ran
+    port = free_port()
+    scraper = Scraper(f"http://127.0.0.1:{port}/metrics", every=2.0)
+    scraper.start()
     code, report, stderr = run_chaos(
         chaos_env,
         data_dir,
+        "--metrics-port", str(port),
         "--orders", "800",
         "--rate", "20",
         "--workers-per-step", "2",
@@ -103,6 +123,35 @@ def test_chaos_with_everysec_loses_no_order_and_applies_no_effect_twice(
     assert 0 <= lost_dead <= report["redis"]["aof_cuts"]
     assert orders["redriven"] >= 1
     assert delivery["timed_out"] >= 1
+    check_dashboard_and_alerts(scraper.stop(), tmp_path)
+
+
+def check_dashboard_and_alerts(scrapes: list[tuple[float, str]], folder: Path) -> None:
+    """Every panel expression of deploy/grafana returns data from the run's scrapes, and
+    every metric a panel or an alert rule names was scraped (``tests/metrics_replay``)."""
+    if shutil.which("promtool") is None or shutil.which("prometheus") is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool / prometheus missing: apt-get install prometheus (.ci/run)")
+        pytest.skip("promtool / prometheus missing (apt-get install prometheus)")
+    assert len(scrapes) >= 10, f"only {len(scrapes)} scrape(s) of the run's /metrics"
+    started = time.monotonic()
+    data = create_blocks(openmetrics_history(scrapes), folder)
+    panels = dashboard_expressions(DEPLOY / "grafana" / "orderflow.json")
+    alerts = alert_expressions(DEPLOY / "prometheus" / "alerts.yml")
+    start, end = scrapes[0][0], scrapes[-1][0]
+    with local_prometheus(data) as base:
+        found = problems(base, start, end, panels, alerts)
+        # the check itself can fail: an unknown metric and a selector matching nothing
+        canaries = problems(
+            base, start, end, [("canary", 'orderflow_orders{status="lost"} + orderflow_nope')]
+        )
+    assert found == [], "\n".join(found)
+    assert canaries == [
+        "canary: unknown metric(s) orderflow_nope",
+        'canary: empty result for orderflow_orders{status="lost"} + orderflow_nope',
+    ]
+    assert len(panels) >= 30 and len(alerts) >= 14
+    print(f"dashboard check: {len(scrapes)} scrapes, {time.monotonic() - started:.1f}s")
 
 
 @pytest.mark.chaos

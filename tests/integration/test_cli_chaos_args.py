@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ def orders_command() -> list[str]:
         (["--freeze-steps", "billing"], "unknown step"),
         (["--freeze-seconds", "1.5", "--lease", "2"], "outlast the lease"),
         (["--freeze-in-tx-rate", "1.5"], "freeze-in-tx-rate"),
+        (["--metrics-port", "9400", "--metrics-host", "no such host"], "is not an address"),
     ],
 )
 def test_bad_chaos_options_exit_nonzero_with_a_clear_message(
@@ -59,3 +61,23 @@ def test_chaos_is_listed_in_the_help(cli_env: dict[str, str]) -> None:
     assert proc.returncode == 0
     assert "--redis-kill-every" in proc.stdout and "--appendfsync" in proc.stdout
     assert "--poison" in proc.stdout and "--time-limit" in proc.stdout
+
+
+def test_a_metrics_port_in_use_is_refused_before_anything_starts(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [*orders_command(), "chaos", "--data-dir", str(tmp_path / "run"),
+             "--metrics-port", str(port)],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in proc.stderr
+    assert not (tmp_path / "run").exists()

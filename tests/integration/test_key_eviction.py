@@ -72,3 +72,21 @@ def test_status_warns_loudly_about_an_evicting_redis(evicting_redis, cli_env, ke
     )
     assert proc.returncode == 0, proc.stderr
     assert "WARNING: Redis maxmemory-policy is allkeys-lru, not noeviction" in proc.stderr
+
+
+def test_readiness_fails_on_an_evicting_redis_unless_allowed(
+    evicting_redis, engine, key_prefix, tmp_path
+):
+    from orders.app.bootstrap import build
+    from orders.app.settings import Settings
+    from orders.observability.readiness import readiness
+
+    _, client = evicting_redis
+    for allow, line in ((False, "fail eviction: Redis may evict"), (True, "ok eviction")):
+        settings = Settings(
+            data_dir=tmp_path / "data", queue_prefix=key_prefix, allow_key_eviction=allow
+        )
+        app = build(settings, redis_override=client, engine_override=engine)
+        verdict = readiness(app)
+        assert any(shown.startswith(line) for shown in verdict.lines), verdict.lines
+        assert verdict.ok is allow

@@ -20,7 +20,8 @@ from reliable_queue.embedded import EmbeddedRedis
 pytestmark = pytest.mark.no_database
 
 PAGES = ["/", "/partials/overview", "/queues/stock", "/orders", "/orders/1", "/dlq", "/metrics",
-         "/healthz", "/login", "/queues/stock/jobs/nosuchjob", "/nosuchpage"]  # fmt: skip
+         "/healthz", "/livez", "/readyz", "/login", "/queues/stock/jobs/nosuchjob",
+         "/nosuchpage"]  # fmt: skip
 
 
 @pytest.fixture

@@ -46,6 +46,8 @@ TEMPLATES = [
     "/logout",
     "/metrics",
     "/healthz",
+    "/livez",
+    "/readyz",
     "/static/{}",
 ]
 PARAMS = ["queue", "task", "reason", "limit", "id", "ids", "next", "token", "csrf", "scope",

@@ -262,6 +262,62 @@ def test_a_failing_backing_service_is_a_503_not_a_500(
         assert "cannot read Redis" in c.get("/").text
 
 
+def test_readyz_touches_redis_and_the_database_and_probes_are_open(
+    world: World, tmp_path: Path
+) -> None:
+    with client_for(world.app, tmp_path, client=("10.1.2.3", 50000)) as remote:
+        ready = remote.get("/readyz")  # a kubelet is not on loopback and does not sign in
+        assert ready.status_code == 200, ready.text
+        assert ready.text.splitlines() == [
+            "ok redis",
+            "ok database",
+            "ok namespace",
+            "ok eviction",
+            "ok",
+        ]
+        assert remote.get("/livez").status_code == 200
+        assert remote.get("/metrics").status_code == 401  # the figures stay guarded
+
+
+def test_readyz_fails_on_a_dead_redis_or_database_and_livez_stays_up(
+    engine: Engine, redis_client: redis.Redis, key_prefix: str, tmp_path: Path
+) -> None:
+    from sqlalchemy import create_engine
+
+    dead_redis = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    settings = Settings(data_dir=tmp_path / "data", queue_prefix=key_prefix)
+    no_redis = build(settings, redis_override=dead_redis, engine_override=engine)
+    with client_for(no_redis, tmp_path) as c:
+        reply = c.get("/readyz")
+        assert reply.status_code == 503
+        assert "fail redis: ConnectionError" in reply.text and "ok database" in reply.text
+        assert "skip namespace" in reply.text and reply.text.endswith("fail\n")
+        assert c.get("/livez").status_code == c.get("/healthz").status_code == 200
+    gone = create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
+    no_database = build(settings, redis_override=redis_client, engine_override=gone)
+    try:
+        with client_for(no_database, tmp_path) as c:
+            reply = c.get("/readyz")
+            assert reply.status_code == 503
+            assert "ok redis" in reply.text and "fail database: OperationalError" in reply.text
+            assert c.get("/livez").status_code == 200
+    finally:
+        gone.dispose()
+
+
+def test_readyz_fails_when_the_namespace_belongs_to_another_database(
+    world: World, tmp_path: Path
+) -> None:
+    from orders.app.namespace import claim_key
+
+    app = world.app
+    app.redis.set(claim_key(app.settings.queue_prefix), '{"id": "another", "url": "x"}')
+    with client_for(app, tmp_path) as c:
+        reply = c.get("/readyz")
+    assert reply.status_code == 503
+    assert "fail namespace: bound to another database" in reply.text
+
+
 # ----------------------------------------------------------------- actions
 
 

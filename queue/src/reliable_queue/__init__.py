@@ -23,7 +23,7 @@ from .errors import (
     StaleLeaseError,
     UnknownTaskError,
 )
-from .inspection import JobExplanation, QueueStats, explain, stats
+from .inspection import JobExplanation, QueueStats, explain, oldest_waiting_seconds, stats
 from .job import AckResult, EnqueueRequest, FetchResult, JobContext, Lease, RawJob
 from .lookup import (
     AmbiguousJobIdError,
@@ -81,6 +81,7 @@ __all__ = [
     "WorkerHooks",
     "audit",
     "explain",
+    "oldest_waiting_seconds",
     "find_job",
     "stats",
 ]

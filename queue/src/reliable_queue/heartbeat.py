@@ -38,6 +38,10 @@ class LaneRun:
             so this is never cleared.
         child: the lane's isolated child process (``reliable_queue.isolation``),
             made at its first call of an isolated task; None until then.
+        progress_at: when the lane last began a turn of its loop (a round trip, a
+            wait for work, a batch), on the worker's monotonic clock, seconds.
+        busy_since: when the lane began running the batch it runs now (same clock);
+            None between batches.
     """
 
     queue: Queue
@@ -45,6 +49,8 @@ class LaneRun:
     ticket: Ticket = field(default_factory=Ticket)
     taken: bool = False
     child: Any = None
+    progress_at: float = 0.0
+    busy_since: float | None = None
 
 
 @dataclass(slots=True)

@@ -164,6 +164,60 @@ def stats(queue: Queue) -> QueueStats:
     )
 
 
+def oldest_waiting_seconds(queue: Queue) -> float:
+    """Seconds the longest-waiting job of ``queue`` has waited to start, without a scan.
+
+    Reads the heads of the structures that hold waiting jobs: the job next in line
+    (the ``ready`` list's tail, which the next fetch pops) counts from its enqueue time
+    (its record's ``enqueued_at``, on the producer's wall clock, compared with
+    ``queue.clock``), and the first due delayed job a fetch has not promoted yet
+    counts from its due time (on the queue clock, ADR 0022). A job back in line after
+    a retry or a reap counts from its first enqueue, so the figure can overstate a wait
+    while such a job is next. A new waiting structure adds its head here.
+
+    Args:
+        queue: the queue.
+
+    Returns:
+        Seconds (>= 0.0); 0.0 when no job waits, or when the heads cannot be read (a
+        key of the wrong type, a record that does not decode).
+
+    Raises:
+        QueueConnectionError: Redis unreachable.
+    """
+    k = queue.keys
+
+    def fill(pipe: redis.client.Pipeline) -> None:
+        pipe.lindex(k.key("ready"), -1)
+        pipe.zrange(k.key("delayed"), 0, 0, withscores=True)
+        pipe.time()
+        pipe.hmget(k.key("stats"), [clock.LAST_FIELD, clock.OFFSET_FIELD])
+
+    try:
+        head, due, now, fields = snapshot(queue.client, k.key("ready"), fill, raise_on_error=False)
+        record = (
+            None if not isinstance(head, bytes | str) else queue.client.hget(k.key("jobs"), head)
+        )
+    except UNAVAILABLE as exc:
+        raise QueueConnectionError(str(exc)) from exc
+    except redis.ResponseError:  # the jobs hash holds another type: nothing readable
+        record = None
+    ages = [0.0]
+    if isinstance(due, list) and due and not isinstance(now, Exception):
+        if isinstance(fields, Exception):  # stats of another type: no offset to read
+            fields = [None, None]
+        queue_ms, _ = clock.queue_time_ms(
+            int(now[0]) * 1000 + int(now[1]) // 1000, *(clock.field(f) for f in fields)
+        )
+        ages.append((queue_ms - float(due[0][1])) / 1000.0)
+    if record is not None:
+        try:
+            ages.append(queue.clock() - codec.decode_record(record).enqueued_at_ms / 1000.0)
+        except codec.RecordDecodeError:
+            pass
+    return max(ages)
+
+
 @dataclass(frozen=True)
 class JobExplanation:
     """Everything known about one job.

@@ -95,6 +95,34 @@ class WorkerCounters:
             self.counts[name] += n
 
 
+@dataclass(frozen=True)
+class LaneView:
+    """One lane of a worker process as :meth:`Worker.lanes` sees it.
+
+    Attributes:
+        queue: the queue it serves.
+        alive: its thread has not ended (a lane opened a moment ago, whose thread is
+            about to start, counts as alive).
+        abandoned: a run of its batch overstayed its time limit and a fresh lane took
+            its place; its thread may still be stuck in the handler.
+        progress_at: when it last began a turn of its loop (monotonic seconds); an
+            idle lane turns at least every ``max_block_seconds``.
+        busy_since: when it began running its current batch (monotonic seconds), or
+            None between batches.
+    """
+
+    queue: str
+    alive: bool
+    abandoned: bool
+    progress_at: float
+    busy_since: float | None
+
+
+def _ended(thread: threading.Thread) -> bool:
+    """The thread ran and returned (a lane opened but not started yet has not ended)."""
+    return thread.ident is not None and not thread.is_alive()
+
+
 #: the result of a run the lane settled itself (an isolated call it stopped)
 _SETTLED = object()
 
@@ -255,7 +283,7 @@ class Worker:
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
 
     def _open_lane(self, queue: Queue) -> None:
-        run = LaneRun(queue)
+        run = LaneRun(queue, progress_at=self.clock())
         with self._lanes_lock:
             for old in [t for t in self._lanes if not t.is_alive() and t in self._lane_runs]:
                 if self._lane_runs[old].abandoned.is_set():  # an abandoned lane that ended
@@ -272,6 +300,29 @@ class Worker:
         """Lane threads that are not abandoned (an abandoned one may never return)."""
         with self._lanes_lock:
             return [t for t in self._lanes if not self._lane_runs[t].abandoned.is_set()]
+
+    def lanes(self) -> list[LaneView]:
+        """What each lane of this process is doing now (for health probes and metrics).
+
+        Returns:
+            One :class:`LaneView` per lane opened: the serving ones, each abandoned one
+            whose thread is still stuck in a handler, and those that ended (``alive``
+            False: the worker is stopping, or the lane died). Times are on the
+            worker's monotonic clock (``clock``), seconds.
+        """
+        with self._lanes_lock:
+            runs = list(self._lane_runs.items())
+        return [
+            LaneView(
+                queue=run.queue.name,
+                alive=not _ended(thread),
+                abandoned=run.abandoned.is_set(),
+                progress_at=run.progress_at,
+                busy_since=run.busy_since,
+            )
+            for thread, run in runs
+            if not (_ended(thread) and run.abandoned.is_set())
+        ]
 
     def request_stop(self) -> None:
         """Stop fetching; in-flight jobs finish, unstarted ones are handed back."""
@@ -441,6 +492,7 @@ class Worker:
         alone = False  # the last fetch found a suspect waiting: the next one runs alone
         gate, ticket = self.gate, run.ticket
         while True:
+            run.progress_at = self.clock()  # read by lanes(): liveness probes
             if self.stopping.is_set() or run.abandoned.is_set():
                 parts = []
             else:
@@ -648,6 +700,7 @@ class Worker:
         self, queue: Queue, jobs: list[RawJob], run: LaneRun, sent: float | None = None
     ) -> list[Call]:
         entries = self.book.add(queue, [j.lease for j in jobs], run, sent)
+        run.busy_since = self.clock()
         try:
             return self._run_held(queue, jobs, entries, run)
         except BaseException:
@@ -656,6 +709,8 @@ class Worker:
             # its lane claimed it, LeaseBook.close)
             self.book.drop([j.lease for j in jobs])
             raise
+        finally:
+            run.busy_since = None
 
     def _deadline(self, item: Prepared, limits: dict[str, float | None]) -> float | None:
         """Monotonic seconds ``item``'s run must end by if it starts now (None: no limit).

@@ -5,7 +5,7 @@ import time
 from collections import Counter
 
 import pytest
-from queue_helpers import running_worker, wait_until
+from queue_helpers import running_worker, stop_worker, wait_until
 
 from reliable_queue import (
     JobContext,
@@ -13,10 +13,12 @@ from reliable_queue import (
     QueueSettings,
     RetryPolicy,
     TaskRegistry,
+    Worker,
     WorkerHooks,
     explain,
     stats,
 )
+from reliable_queue.worker import LaneView
 
 SETTINGS = QueueSettings(lease_seconds=1.5, max_block_seconds=0.2)  # heartbeat every 0.5 s
 LIMIT = 0.5
@@ -306,3 +308,63 @@ def test_the_process_tells_which_attempts_it_took_the_lease_from(
     assert ("jobs", hung, "timed_out") in lost
     assert ("jobs", waiting, "abandoned") in lost
     assert not [entry for entry in lost if entry[1] == done]
+
+
+def test_lanes_show_a_busy_lane_an_idle_one_and_an_abandoned_one(
+    redis_client, key_prefix, registry
+):
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, registry=registry)
+    unblock = threading.Event()
+    started: list[int] = []
+
+    @registry.task("hang", retry=RetryPolicy(max_attempts=1, time_limit=LIMIT))
+    def hang(payload, ctx: JobContext):
+        started.append(ctx.attempt)
+        unblock.wait(30)
+
+    try:
+        with running_worker(
+            redis_client, ["jobs"], registry, prefix=key_prefix, settings=SETTINGS
+        ) as worker:
+            idle = worker.lanes()
+            assert [(v.queue, v.alive, v.abandoned, v.busy_since) for v in idle] == [
+                ("jobs", True, False, None)
+            ]
+            time.sleep(0.5)  # an idle lane turns at least every max_block_seconds (0.2)
+            assert worker.lanes()[0].progress_at > idle[0].progress_at
+            queue.enqueue("hang", {})
+            wait_until(lambda: started, timeout=5)
+            busy = worker.lanes()[0]
+            assert busy.busy_since is not None and busy.busy_since <= time.monotonic()
+
+            wait_until(lambda: len(worker.lanes()) == 2, timeout=5)  # past the limit
+            views = sorted(worker.lanes(), key=lambda v: v.abandoned)
+            assert [(v.abandoned, v.alive) for v in views] == [(False, True), (True, True)]
+            assert views[0].busy_since is None and views[1].busy_since == busy.busy_since
+            unblock.set()  # the stuck run returns: its lane ends and drops out
+            wait_until(lambda: len(worker.lanes()) == 1, timeout=5)
+    finally:
+        unblock.set()
+
+
+def test_a_lane_about_to_start_is_not_shown_as_ended(redis_client, key_prefix, registry):
+    queues = [f"q{i}" for i in range(8)]
+    worker = Worker(
+        redis_client, queues, registry, prefix=key_prefix, settings=SETTINGS, concurrency=4
+    )
+    seen: list[LaneView] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.extend(worker.lanes())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        worker.start()  # opens 32 lanes while the watcher reads them
+    finally:
+        done.set()
+        watcher.join(10)
+        stop_worker(worker)
+    assert seen and all(view.alive for view in seen)

@@ -1,0 +1,54 @@
+"""The age of the longest-waiting job: read from the heads of the waiting structures."""
+
+import time
+
+from queue_helpers import FAST
+
+from reliable_queue import Queue, oldest_waiting_seconds
+
+
+class StepClock:
+    """A wall clock the test moves by hand (epoch seconds)."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()))  # whole ms, as records store them
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_empty_queue_has_waited_nothing(make_queue):
+    assert oldest_waiting_seconds(make_queue()) == 0.0
+
+
+def test_the_job_next_in_line_counts_from_its_enqueue(redis_client, key_prefix):
+    clock = StepClock()
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, settings=FAST, clock=clock)
+    queue.enqueue("t", {"n": 1})
+    clock.now += 40.0
+    queue.enqueue("t", {"n": 2})
+    clock.now += 5.0
+
+    assert oldest_waiting_seconds(queue) == 45.0  # the first job is popped next
+    queue.fetch(1)
+    assert oldest_waiting_seconds(queue) == 5.0
+
+
+def test_a_due_delayed_job_not_yet_promoted_counts_from_its_due_time(make_queue):
+    queue = make_queue()
+    queue.enqueue("t", {}, delay=0.05)
+    assert oldest_waiting_seconds(queue) == 0.0  # not due yet: not waiting
+
+    time.sleep(0.4)
+
+    assert 0.3 <= oldest_waiting_seconds(queue) < 5.0
+
+
+def test_unreadable_heads_read_as_nothing_waiting(make_queue):
+    queue = make_queue()
+    queue.client.lpush(queue.keys.key("ready"), "no-record")
+    assert oldest_waiting_seconds(queue) == 0.0  # an id without a record
+    queue.client.delete(queue.keys.key("ready"))
+    queue.client.set(queue.keys.key("ready"), "a string")
+    queue.client.set(queue.keys.key("delayed"), "a string")
+    assert oldest_waiting_seconds(queue) == 0.0
