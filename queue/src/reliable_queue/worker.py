@@ -495,7 +495,7 @@ class Worker:
             return
         if request is StopRequest.EXIT:
             log.warning(
-                "worker %s exits now (second signal, %s); held leases will expire and be reaped",
+                "worker %s: second signal (%s), exiting now; held leases will expire and be reaped",
                 self.worker_id,
                 name,
                 extra={"exit_reason": f"second signal {name}"},
