@@ -83,7 +83,7 @@ def web(
     ] = None,
     log_level: Annotated[str, log_level_option()] = "INFO",
 ) -> None:
-    """Serve the web dashboard: overview, queues, orders, dead letters, /metrics.
+    """Serve the web dashboard: overview, queues, orders, dead letters, workers, /metrics.
 
     Reading is open to clients on this machine (loopback). Redrive and purge
     need the token (at least 16 characters): set ORDERS_WEB_TOKEN before

@@ -25,10 +25,11 @@ from orders.observability.registry import metrics_registry
 from orders.observability.sampler import Sampler
 from orders.observability.snapshot import SystemView, read_queue_stats
 from orders.observability.urls import mask_urls_in
+from orders.observability.workers import ago
 from orders.web import render
 from orders.web.params import BadParam
 from orders.web.protect import Protect, allowed_hosts
-from orders.web.routes import auth, dlq, metrics, orders, overview, queues
+from orders.web.routes import auth, dlq, metrics, orders, overview, queues, workers
 from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
 from orders.web.state import WebState
@@ -60,6 +61,7 @@ def templates() -> Jinja2Templates:
     t.env.filters["rate"] = render.rate
     t.env.filters["url_part"] = render.url_part
     t.env.filters["attr_value"] = render.attr_value
+    t.env.filters["ago"] = ago
     t.env.globals["login_link"] = auth.login_link
     t.env.globals["order_link"] = render.order_link
     return t
@@ -186,6 +188,7 @@ def create_app(
             *overview.routes,
             *queues.routes,
             *orders.routes,
+            *workers.routes,
             *dlq.routes,
             *auth.routes,
             *metrics.routes,
