@@ -29,7 +29,7 @@ STATE_ROOM = 24
 
 def workers_table(view: WorkersView, *, limit: int | None = None) -> Table:
     """One row per worker process: id, pid, steps served, lanes busy/idle/abandoned, jobs
-    done, how long it has been quiet, start, state (with why it stopped).
+    done, time since its last heartbeat, start, state (with why it stopped).
 
     Args:
         view: the reading.
@@ -43,7 +43,7 @@ def workers_table(view: WorkersView, *, limit: int | None = None) -> Table:
             steps_served(w.queues),
             lanes_words(w),
             str(w.counts.get("succeeded", 0)),
-            ago(w.seen_ago),
+            ago(w.heartbeat_age),
             when(w.started_at, date=False),
             state_words(w),
         ]
@@ -54,12 +54,12 @@ def workers_table(view: WorkersView, *, limit: int | None = None) -> Table:
     more = len(view.workers) - len(shown)
     caption = (
         "b/i/a = lanes busy / idle / abandoned after a time limit; done = jobs acked since "
-        "it started; quiet = since its last word; times UTC"
+        "it started; last beat = time since its last heartbeat; times UTC"
         + (f"; {GONE_WORDS}" if any(w.state == "gone" for w in shown) else "")
         + (f"; {more} more: orders status --json" if more > 0 else "")
     )
     return fitted_table(
-        ["worker", "pid", "steps", "b/i/a", "done", "quiet", "up since", "state"],
+        ["worker", "pid", "steps", "b/i/a", "done", "last beat", "started", "state"],
         rows,
         flex=7,
         title=f"workers ({summary(view)})",

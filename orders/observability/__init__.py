@@ -22,6 +22,7 @@ Modules, one job each (see docs/operations.md for what an operator sees):
 - ``histograms``: quantiles from the workers' recorded histograms.
 - ``recent_dead``: the newest dead letters across queues.
 - ``snapshot``: one look at the whole system for the live views.
+- ``workers``: the worker processes' published states, read for the views.
 
 It may import ``orders.domain`` and ``orders.app``; the worker, the dashboard
 and the CLI import it. ``urls`` imports nothing of orders, so that

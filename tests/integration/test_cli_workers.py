@@ -79,7 +79,7 @@ def test_status_and_watch_list_each_worker_and_what_its_busy_lane_runs(
     assert (mine["state"], mine["queues"], mine["lanes_busy"]) == ("running", ["stock"], 1)
     (lane,) = mine["lanes"]
     assert (lane["job_id"], lane["task"], lane["jobs"]) == (job_id, "orders.stock", 1)
-    assert lane["since"] <= mine["last_seen"] and lane["running_seconds"] >= 0
+    assert lane["since"] <= mine["last_heartbeat"] and lane["running_seconds"] >= 0
     assert by_id[GHOST]["state"] == "gone" and by_id[GHOST]["host"] == "box"
     assert shown["alive"] == 1 and shown["total"] == 2
 

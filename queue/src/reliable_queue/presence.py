@@ -188,8 +188,8 @@ class WorkerInfo:
         worker_id: its id (``<host>:<pid>:<4 hex>`` for a worker of this library).
         host / pid / queues / concurrency / batch_size: as it published them.
         started_at: when it started serving, epoch seconds (Redis clock).
-        last_seen: its last publish, epoch seconds (Redis clock).
-        seen_ago: seconds from its last publish to the reading.
+        last_heartbeat: its last publish of its state, epoch seconds (Redis clock).
+        heartbeat_age: seconds from that publish to the reading.
         every: seconds between its publishes.
         state: ``running``, ``stopping``, ``stopped`` (it said so) or ``gone`` (no
             word for :data:`GONE_AFTER_PERIODS` periods: killed, frozen, or cut off
@@ -207,8 +207,8 @@ class WorkerInfo:
     concurrency: int
     batch_size: int
     started_at: float
-    last_seen: float
-    seen_ago: float
+    last_heartbeat: float
+    heartbeat_age: float
     every: float
     state: str
     exit_reason: str | None
@@ -233,8 +233,8 @@ class WorkerInfo:
             "concurrency": self.concurrency,
             "batch_size": self.batch_size,
             "started_at": self.started_at,
-            "last_seen": self.last_seen,
-            "seen_ago": round(self.seen_ago, 3),
+            "last_heartbeat": self.last_heartbeat,
+            "heartbeat_age": round(self.heartbeat_age, 3),
             "every": self.every,
             "state": self.state,
             "exit_reason": self.exit_reason,
@@ -369,8 +369,8 @@ def decode(worker_id: str, raw: bytes | str, seen_ms: float, now_ms: float) -> W
         concurrency=_count(record.get("concurrency", 0), "concurrency"),
         batch_size=_count(record.get("batch_size", 0), "batch_size"),
         started_at=seen - _number(record.get("up"), "up"),
-        last_seen=seen,
-        seen_ago=age,
+        last_heartbeat=seen,
+        heartbeat_age=age,
         every=every,
         state=state,
         exit_reason=_text(record.get("exit"), "exit", optional=True),

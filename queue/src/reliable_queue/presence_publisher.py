@@ -94,12 +94,12 @@ class PresencePublisher(threading.Thread):
             return self._send(state)
 
     def run(self) -> None:
-        """Publish at once, then every ``every`` seconds until ``stop``; a failure in
-        ``state()`` is logged and the next period tries again."""
+        """Publish at once, then every ``every`` seconds until ``stop``; an unexpected
+        error (a bug building the state) is logged and the next period tries again."""
         while True:
             try:
                 self.publish()
             except Exception:
-                log.exception("building this worker's state failed")
+                log.exception("publishing this worker's state failed")
             if self.stop.wait(self.every):
                 return

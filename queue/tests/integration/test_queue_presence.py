@@ -66,7 +66,7 @@ def test_a_busy_lane_shows_its_job_and_a_stopped_worker_says_why(redis_client, k
         assert (info.busy, info.idle, info.abandoned) == (1, 1, 0)
         lane = next(lane for lane in info.lanes if lane.state == "busy")
         assert (lane.queue, lane.job_id, lane.task, lane.jobs) == ("jobs", job_id, "slow", 1)
-        assert lane.since is not None and lane.since <= info.last_seen
+        assert lane.since is not None and lane.since <= info.last_heartbeat
         assert info.queues == ("jobs",) and info.concurrency == 2
     finally:
         release.set()
@@ -88,7 +88,7 @@ def test_nothing_is_published_after_the_last_state(redis_client, key_prefix):
     time.sleep(GONE_AFTER_PERIODS * info.every + 0.1)
 
     (later,) = workers(redis_client, key_prefix).workers
-    assert later.state == "stopped" and later.last_seen == info.last_seen
+    assert later.state == "stopped" and later.last_heartbeat == info.last_heartbeat
 
 
 def test_without_presence_a_worker_publishes_nothing(redis_client, key_prefix):

@@ -51,7 +51,7 @@ def test_a_state_reads_back_with_its_times_on_the_redis_clock():
     assert (info.host, info.pid, info.queues) == ("box", 4242, ("stock", "points"))
     assert info.state == "running" and info.alive
     assert info.started_at == pytest.approx(SEEN_MS / 1000 - 60.0)
-    assert info.seen_ago == pytest.approx(0.3)
+    assert info.heartbeat_age == pytest.approx(0.3)
     assert (info.busy, info.idle, info.abandoned) == (1, 2, 1)
     busy = info.lanes[0]
     assert (busy.job_id, busy.task, busy.jobs) == ("job-1", "orders.stock", 50)
