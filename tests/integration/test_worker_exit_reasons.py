@@ -65,7 +65,11 @@ def test_a_signal_and_a_fatal_error_are_named_in_the_last_log_line(
     cli_env: dict[str, str], key_prefix: str, tmp_path: Path
 ) -> None:
     env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
-    app_for(env).close()  # a configured database (PostgreSQL) starts empty: migrated here
+    app = app_for(env)  # a configured database (PostgreSQL) starts empty: migrated here,
+    try:  # on the engine's first use
+        assert app.engine is not None
+    finally:
+        app.close()
     log = tmp_path / "worker.log"
     worker = start_orders(["worker", "stock", "--concurrency", "1"], env, log)
     try:
