@@ -1,4 +1,4 @@
-"""Build the dashboard's ASGI application."""
+"""Build the ASGI application of `orders web`: the dashboard and the HTTP API."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from orders.observability.sampler import Sampler
 from orders.observability.snapshot import SystemView, read_queue_stats
 from orders.observability.urls import mask_urls_in
 from orders.web import render
+from orders.web.api.app import create_api
+from orders.web.api.problems import problem
 from orders.web.params import BadParam
-from orders.web.protect import Protect, allowed_hosts
+from orders.web.protect import BODY_LIMITS, Protect, allowed_hosts
 from orders.web.routes import auth, dlq, metrics, orders, overview, queues
 from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
@@ -39,6 +41,8 @@ log = logging.getLogger("orders.web")
 
 HERE = Path(__file__).parent
 OPEN_PATHS = ("/login", "/static/", "/healthz")
+API_BODY_LIMITS = {"/api/v1/orders": 16 * 1024}
+"""Bytes, by exact path: an order of 50 lines is under 2 KiB."""
 
 
 def templates() -> Jinja2Templates:
@@ -134,7 +138,7 @@ def create_app(
     sample: bool = True,
     throttle: SignInThrottle | None = None,
 ) -> Starlette:
-    """The dashboard for ``app``.
+    """The dashboard and the HTTP API (``/api/v1``) for ``app``, one ASGI application.
 
     Args:
         app: the application (its Redis, database and queues).
@@ -181,7 +185,7 @@ def create_app(
             if thread is not None:
                 thread.join(timeout=5)
 
-    web = Starlette(
+    dashboard = Starlette(
         routes=[
             *overview.routes,
             *queues.routes,
@@ -202,10 +206,25 @@ def create_app(
             SQLAlchemyError: _unavailable,
             redis.RedisError: _unavailable,
         },
-        lifespan=lifespan,
     )
+    dashboard.state.web = state
+    dashboard.add_middleware(ReadGuard, guard=guard)
+    # the API's routes first, the dashboard's pages beside them (ADR 0039)
+    web = create_api(state, lifespan=lifespan)
     web.state.web = state
-    web.add_middleware(ReadGuard, guard=guard)
+    web.mount("/", dashboard)
     # outermost: refuse unknown Hosts and large bodies before anything reads them
-    web.add_middleware(Protect, hosts=allowed_hosts(settings.host, settings.allowed_host_names()))
+    web.add_middleware(
+        Protect,
+        hosts=allowed_hosts(settings.host, settings.allowed_host_names()),
+        body_limits={**BODY_LIMITS, **API_BODY_LIMITS},
+        refuse=refusal,
+    )
     return web
+
+
+def refusal(path: str, status: int, message: str) -> Response:
+    """How the outer shell refuses a request: a problem for ``/api/``, else plain text."""
+    if path.startswith("/api/"):
+        return problem(status, message, instance=path)
+    return PlainTextResponse(message, status)
