@@ -9,12 +9,13 @@ from pathlib import Path
 
 import jinja2
 import redis
+from fastapi import FastAPI
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,7 +27,8 @@ from orders.observability.sampler import Sampler
 from orders.observability.snapshot import SystemView, read_queue_stats
 from orders.observability.urls import mask_urls_in
 from orders.web import render
-from orders.web.api.app import create_api
+from orders.web.api.app import RequestIds, create_api
+from orders.web.api.auth import TokenLookup
 from orders.web.api.problems import problem
 from orders.web.params import BadParam
 from orders.web.protect import BODY_LIMITS, Protect, allowed_hosts
@@ -137,7 +139,7 @@ def create_app(
     multiproc: Path | None = None,
     sample: bool = True,
     throttle: SignInThrottle | None = None,
-) -> Starlette:
+) -> Front:
     """The dashboard and the HTTP API (``/api/v1``) for ``app``, one ASGI application.
 
     Args:
@@ -149,16 +151,21 @@ def create_app(
         throttle: failed sign-in counter (default: 10 per minute per client).
 
     Returns:
-        A Starlette application; it stops its sampler on shutdown but does not
-        close ``app`` (the caller owns it).
+        The ASGI application (:class:`Front`); it stops its sampler on shutdown but
+        does not close ``app`` (the caller owns it).
 
     Raises:
         WeakToken: the configured token is too short (see ``orders.web.security``).
     """
     settings = settings or WebSettings()
     folder = multiproc or metrics_dir(app.settings)
+    lookup = TokenLookup(app.session_factory, settings.token_value())
     guard = Guard(
-        settings.token_value(), session_seconds=settings.session_hours * 3600, throttle=throttle
+        settings.token_value(),
+        session_seconds=settings.session_hours * 3600,
+        throttle=throttle,
+        lookup=lookup,
+        any_tokens=lookup.any_tokens,
     )
     sampler = Sampler(lambda: read_queue_stats(app), keep=settings.history_seconds)
     state = WebState(
@@ -209,18 +216,51 @@ def create_app(
     )
     dashboard.state.web = state
     dashboard.add_middleware(ReadGuard, guard=guard)
-    # the API's routes first, the dashboard's pages beside them (ADR 0039)
-    web = create_api(state, lifespan=lifespan)
-    web.state.web = state
-    web.mount("/", dashboard)
-    # outermost: refuse unknown Hosts and large bodies before anything reads them
-    web.add_middleware(
-        Protect,
+    return Front(
+        api=create_api(state, lookup, lifespan=lifespan),
+        dashboard=dashboard,
         hosts=allowed_hosts(settings.host, settings.allowed_host_names()),
-        body_limits={**BODY_LIMITS, **API_BODY_LIMITS},
-        refuse=refusal,
     )
-    return web
+
+
+class Front:
+    """The one ASGI application of ``orders web``: ``/api/...`` to the API (FastAPI),
+    every other path (any character in it) to the dashboard, and the lifespan to the
+    API (the dashboard's sampler runs in it). Outermost, :class:`Protect` refuses
+    unknown Hosts and large bodies before anything reads them (ADR 0039).
+
+    Attributes:
+        api: the FastAPI application of ``/api/v1``.
+        dashboard: the dashboard's Starlette application.
+    """
+
+    def __init__(self, *, api: FastAPI, dashboard: Starlette, hosts: frozenset[str]) -> None:
+        self.api = api
+        self.dashboard = dashboard
+        self._protected = Protect(
+            RequestIds(self._dispatch),
+            hosts=hosts,
+            body_limits={**BODY_LIMITS, **API_BODY_LIMITS},
+            refuse=refusal,
+        )
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """The dashboard's routes (the API's are in its OpenAPI document)."""
+        return list(self.dashboard.routes)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "lifespan" or path == "/api" or path.startswith("/api/"):
+            await self.api(scope, receive, send)
+        else:
+            await self.dashboard(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.api(scope, receive, send)
+            return
+        await self._protected(scope, receive, send)
 
 
 def refusal(path: str, status: int, message: str) -> Response:

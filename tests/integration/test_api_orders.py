@@ -84,7 +84,7 @@ def test_keys_belong_to_their_token(api_world: ApiWorld) -> None:
 
 
 def test_a_key_still_in_flight_is_409_and_writes_nothing(api_world: ApiWorld) -> None:
-    in_flight = api_world.client.app.state.api.in_flight  # type: ignore[attr-defined]
+    in_flight = api_world.client.app.api.state.api.in_flight  # type: ignore[attr-defined]
     with in_flight.hold("placer", "busy"):
         reply = place(api_world, key="busy")
     assert reply.status_code == 409 and reply.json()["field"] == "Idempotency-Key"

@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orders.web.api import problems
-from orders.web.api.auth import Authenticator, TokenBuckets
+from orders.web.api.auth import Authenticator, TokenBuckets, TokenLookup
 from orders.web.api.problems import ApiProblem
 from orders.web.api.routes import ApiState, router
 from orders.web.state import WebState
@@ -20,7 +20,7 @@ REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 
 
 class RequestIds:
-    """ASGI middleware: every ``/api/`` request gets an id (the client's ``X-Request-ID``
+    """ASGI middleware: every request gets an id (the client's ``X-Request-ID``
     when it is 1-64 letters, digits or ``._-``, else a new one), kept in
     ``request.state.request_id`` (the audit log records it) and sent back in
     ``X-Request-ID``."""
@@ -29,7 +29,7 @@ class RequestIds:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith("/api/"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         given = ""
@@ -51,11 +51,12 @@ class RequestIds:
         await self.app(scope, receive, send_with_id)
 
 
-def create_api(state: WebState, lifespan: object = None) -> FastAPI:
+def create_api(state: WebState, lookup: TokenLookup, lifespan: object = None) -> FastAPI:
     """The API application for the dashboard's ``state``.
 
     Args:
         state: the dashboard's parts (application, settings, sign-in throttle).
+        lookup: the named tokens (shared with the dashboard's sign-in).
         lifespan: the server's lifespan (the dashboard's sampler), run by this app.
 
     Returns:
@@ -75,8 +76,7 @@ def create_api(state: WebState, lifespan: object = None) -> FastAPI:
     api.state.api = ApiState(
         web=state,
         auth=Authenticator(
-            state.app.session_factory,
-            settings.token_value(),
+            lookup,
             state.guard.throttle,
             TokenBuckets(settings.api_rate_per_second, settings.api_burst),
         ),
@@ -92,5 +92,4 @@ def create_api(state: WebState, lifespan: object = None) -> FastAPI:
     def unknown(request: Request, rest: str) -> None:
         raise ApiProblem(404, f"no such API route: {request.method} {request.url.path}")
 
-    api.add_middleware(RequestIds)
     return api

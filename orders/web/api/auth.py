@@ -18,10 +18,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from starlette.requests import HTTPConnection
 
 from orders.app.tokens import Caller, find_caller, hash_token
-from orders.domain.access import allows
+from orders.domain.access import ApiToken, allows
 from orders.web.api.problems import ApiProblem
 from orders.web.security import SignInThrottle, client_address
 from workflows.uow import SessionFactory
@@ -73,30 +74,29 @@ class TokenBuckets:
 
 
 @dataclass
-class Authenticator:
-    """Finds the caller of a request and checks its permission and its rate.
+class TokenLookup:
+    """Named tokens read from the database, each remembered for ``ttl`` seconds.
 
     Attributes:
         session_factory: the database with the tokens.
         env_token: ``ORDERS_WEB_TOKEN`` (an admin token), or None.
-        throttle: failed sign-ins per client address (shared with the dashboard).
-        buckets: the per-token rate limits.
-        ttl: seconds a token found (or not) is remembered.
+        ttl: seconds a token found (or not) is remembered: a revocation takes effect
+            within it.
         clock: seconds, monotonic (injectable).
     """
 
     session_factory: SessionFactory
     env_token: str | None
-    throttle: SignInThrottle
-    buckets: TokenBuckets
     ttl: float = 1.0
     clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._known: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
+        self._any: tuple[bool, float] = (False, -1.0)
 
-    def _lookup(self, text: str) -> Caller | None:
+    def __call__(self, text: str) -> Caller | None:
+        """The caller ``text`` names, or None (unknown or revoked)."""
         digest = hash_token(text)
         now = self.clock()
         with self._lock:
@@ -111,6 +111,33 @@ class Authenticator:
             while len(self._known) > MAX_REMEMBERED:
                 self._known.popitem(last=False)
         return caller
+
+    def any_tokens(self) -> bool:
+        """Whether a named token that is not revoked exists (remembered ``ttl`` seconds)."""
+        now = self.clock()
+        if self._any[1] > now:
+            return self._any[0]
+        with self.session_factory() as session:
+            found = session.scalar(
+                select(ApiToken.id).where(ApiToken.revoked_at.is_(None)).limit(1)
+            )
+        self._any = (found is not None, now + self.ttl)
+        return self._any[0]
+
+
+@dataclass
+class Authenticator:
+    """Finds the caller of a request and checks its permission and its rate.
+
+    Attributes:
+        lookup: the tokens.
+        throttle: failed sign-ins per client address (shared with the dashboard).
+        buckets: the per-token rate limits.
+    """
+
+    lookup: TokenLookup
+    throttle: SignInThrottle
+    buckets: TokenBuckets
 
     def caller(self, conn: HTTPConnection, bearer: str | None, permission: str) -> Caller:
         """The caller of ``conn``, allowed ``permission`` and within its rate.
@@ -133,7 +160,7 @@ class Authenticator:
                 field="Authorization",
                 headers={"Retry-After": "60"},
             )
-        found = self._lookup(bearer) if bearer else None
+        found = self.lookup(bearer) if bearer else None
         if found is None:
             if bearer:
                 self.throttle.failed(client)
