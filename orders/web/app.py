@@ -32,7 +32,7 @@ from orders.web.api.auth import TokenLookup
 from orders.web.api.problems import problem
 from orders.web.params import BadParam
 from orders.web.protect import BODY_LIMITS, Protect, allowed_hosts
-from orders.web.routes import auth, dlq, metrics, orders, overview, queues
+from orders.web.routes import audit, auth, dlq, metrics, orders, overview, queues, search
 from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
 from orders.web.state import WebState
@@ -198,6 +198,8 @@ def create_app(
             *queues.routes,
             *orders.routes,
             *dlq.routes,
+            *search.routes,
+            *audit.routes,
             *auth.routes,
             *metrics.routes,
             Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
