@@ -62,7 +62,12 @@ def api_world(
     app = build(settings, redis_override=redis_client, engine_override=engine)
     web = create_app(
         app,
-        WebSettings(token=ENV_TOKEN, api_rate_per_second=10_000, api_burst=10_000),
+        WebSettings(
+            token=ENV_TOKEN,
+            api_rate_per_second=10_000,
+            api_burst=10_000,
+            allowed_hosts="testserver",  # the host name of ASGI test transports
+        ),
         multiproc=tmp_path / "metrics",
         sample=False,
     )

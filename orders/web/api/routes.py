@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from orders.app.api_orders import (
     InFlight,
@@ -343,16 +343,24 @@ def bulk_redrive(
     return result.as_dict()
 
 
+class PageQuery(BaseModel):
+    """A page: ``limit`` rows older than ``cursor``; no other parameter is accepted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(default=50, ge=1, le=MAX_PAGE)
+    cursor: int | None = Field(default=None, ge=1, le=MAX_ID)
+
+
 @router.get("/audit", response_model=AuditPage, summary="The operator actions")
 def audit_log(
     request: Request,
+    query: Annotated[PageQuery, Query()],
     caller: Annotated[Caller, needs(Permission.READ)],
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> dict[str, Any]:
     """Operator actions, newest first (as ``orders audit --json``)."""
     with api_state(request).web.app.session_factory() as session:
-        rows = recent_actions(session, limit=limit + 1, before_id=cursor)
-    items = [r.as_dict() for r in rows[:limit]]
-    more = len(rows) > limit
+        rows = recent_actions(session, limit=query.limit + 1, before_id=query.cursor)
+    items = [r.as_dict() for r in rows[: query.limit]]
+    more = len(rows) > query.limit
     return {"items": items, "next_cursor": items[-1]["id"] if more and items else None}
