@@ -29,7 +29,10 @@ BLOCKED = "blocked"
 ORDER_STATES = (*OrderStatus.ALL, BLOCKED)
 MAX_PAGE = 500
 """Largest page (rows)."""
-MAX_ID = 2**63 - 1
+MAX_ID = 2**31 - 1
+"""Largest id a filter or cursor takes: orders, customers, parts, step rows and audit rows
+have INTEGER ids (32-bit signed on PostgreSQL; a larger number is refused as bad input,
+not sent to the database)."""
 
 OrderState = Literal["placed", "completed", "out_of_stock", "cancelled", "blocked"]
 StepName = Literal[ALL_STEPS]  # type: ignore[valid-type]

@@ -191,6 +191,18 @@ def test_get_order_has_the_facts_of_orders_status_json(api_world: ApiWorld) -> N
     assert missing.status_code == 404 and missing.json()["field"] == "order_id"
 
 
+def test_an_order_id_past_the_id_columns_range_is_422_not_a_database_error(
+    api_world: ApiWorld,
+) -> None:
+    viewer = api_world.as_role("viewer")
+    largest = api_world.client.get("/api/v1/orders/2147483647", headers=viewer)
+    assert largest.status_code == 404
+    past = api_world.client.get("/api/v1/orders/2147483648", headers=viewer)
+    assert past.status_code == 422 and past.json()["field"] == "order_id"
+    customer = place(api_world, {**ORDER, "customer_id": 2**31})
+    assert customer.status_code == 422 and customer.json()["field"] == "customer_id"
+
+
 def test_cancel_is_idempotent_and_409_once_the_order_completed(api_world: ApiWorld) -> None:
     operator = api_world.as_role("operator")
     first = place(api_world).json()

@@ -8,9 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orders.domain.search import SearchFilter
+from orders.domain.search import MAX_ID, SearchFilter
 
-MAX_ID = 2**63 - 1
 MAX_LINES = 50
 """Most lines one order may have (TPC-H orders have 1-7)."""
 MAX_QUANTITY = 10_000

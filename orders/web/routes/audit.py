@@ -7,11 +7,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from orders.app.audit import recent_actions
+from orders.domain.search import MAX_ID
 from orders.web.params import integer
 from orders.web.render import page
 from orders.web.state import web_state
-
-MAX_ID = 2**63 - 1
 
 
 def audit_page(request: Request) -> Response:

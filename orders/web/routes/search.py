@@ -15,7 +15,13 @@ from starlette.routing import Route
 
 from orders.app.bulk import cancel_matching, redrive_matching
 from orders.domain.access import Permission
-from orders.domain.search import ORDER_STATES, SearchFilter, search_jobs, search_orders
+from orders.domain.search import (
+    MAX_ID,
+    ORDER_STATES,
+    SearchFilter,
+    search_jobs,
+    search_orders,
+)
 from orders.domain.steps import ALL_STEPS
 from orders.web.audited import web_actor
 from orders.web.params import BadParam, flag, integer, one_of
@@ -24,7 +30,6 @@ from orders.web.state import web_state
 from workflows.models import StepStatus
 
 FIELDS = tuple(SearchFilter.model_fields)
-MAX_ID = 2**63 - 1
 
 
 def parse_filter(params: Mapping[str, Any]) -> SearchFilter:
