@@ -92,7 +92,8 @@ COMMANDS: tuple[Entry, ...] = (
     Entry(
         "web",
         "orders.cli.web:web",
-        "Serve the web dashboard: overview, queues, orders, dead letters, /metrics.",
+        "Serve the web dashboard and the HTTP API (/api/v1): overview, queues, orders, dead "
+        "letters, search, audit, /metrics.",
     ),
     Entry(
         "inject",
