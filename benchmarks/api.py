@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import tempfile
 import time
 import urllib.request
@@ -209,6 +210,8 @@ def run_api(
                         "cli_place_orders": count,
                         "cli_place_per_second": round(count / cli_seconds, 1),
                         "workers": len(procs),
+                        # other work on the machine blurs every figure above: say how much
+                        "load_average_1m": round(os.getloadavg()[0], 2),
                         **environment(server),
                     }
                 )
