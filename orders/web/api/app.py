@@ -1,5 +1,6 @@
 """The FastAPI application: ``/api/v1`` routes with their OpenAPI document at
-``/api/v1/openapi.json``, request ids, and the dashboard mounted beside them."""
+``/api/v1/openapi.json``, and request ids
+(docs/adr/0039-the-front-door-tokens-and-idempotency.md)."""
 
 from __future__ import annotations
 

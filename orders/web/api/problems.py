@@ -1,5 +1,6 @@
 """Every error of ``/api/v1`` as an RFC 9457 problem (``application/problem+json``) that
-names the field at fault; nothing is written when a request is refused."""
+names the field at fault; nothing is written when a request is refused
+(docs/adr/0039-the-front-door-tokens-and-idempotency.md)."""
 
 from __future__ import annotations
 

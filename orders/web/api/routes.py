@@ -1,5 +1,6 @@
 """The routes of ``/api/v1``: place, read, cancel and search orders; search jobs; bulk
-cancel and redrive; the audit log. Each route names the permission it needs."""
+cancel and redrive; the audit log. Each route names the permission it needs
+(docs/adr/0039-the-front-door-tokens-and-idempotency.md, 0041 for the searches)."""
 
 from __future__ import annotations
 

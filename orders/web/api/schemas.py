@@ -1,5 +1,6 @@
 """The request and response bodies of ``/api/v1``: the OpenAPI document is generated
-from these models, and every answer is validated against it by the property tests."""
+from these models, and every answer is validated against it by the property tests
+(docs/adr/0039-the-front-door-tokens-and-idempotency.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The audit page: the operator actions, newest first (``orders.app.audit``)."""
+"""The audit page: the operator actions, newest first (``orders.app.audit``,
+docs/adr/0040-one-audit-row-per-operator-action.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The search page: orders or step jobs by the one search filter (``orders.domain.search``),
-and the bulk actions on what it finds (cancel, redrive) with a dry run first."""
+and the bulk actions on what it finds (cancel, redrive) with a dry run first
+(docs/adr/0041-search-answers-from-the-database.md)."""
 
 from __future__ import annotations
 
