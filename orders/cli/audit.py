@@ -9,13 +9,15 @@ import typer
 
 from orders.cli.context import emit_json, handle_errors, make_app
 from orders.cli.render import console, fitted_table, when
+from orders.domain.search import MAX_ID
 
 
 @handle_errors
 def audit(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="Most rows shown.")] = 50,
     before: Annotated[
-        int | None, typer.Option(min=1, help="Only rows older than this id (the next page).")
+        int | None,
+        typer.Option(min=1, max=MAX_ID, help="Only rows older than this id (the next page)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.render import console, fitted_table, say, when
+from orders.domain.search import MAX_ID
 
 _STATUS = "placed, completed, out_of_stock, cancelled or blocked"
 
@@ -32,7 +33,9 @@ def _filter(values: dict[str, Any]) -> Any:
 @handle_errors
 def search(
     status: Annotated[str | None, typer.Option(help=f"Order status: {_STATUS}.")] = None,
-    customer: Annotated[int | None, typer.Option(help="The order's customer id.")] = None,
+    customer: Annotated[
+        int | None, typer.Option(min=1, max=MAX_ID, help="The order's customer id.")
+    ] = None,
     step: Annotated[str | None, typer.Option(help="A step of the order (or the job's).")] = None,
     step_state: Annotated[
         str | None, typer.Option(help="That step's state: pending, dispatched, done, dead, ...")
@@ -50,7 +53,8 @@ def search(
     jobs: Annotated[bool, typer.Option("--jobs", help="List step jobs, not orders.")] = False,
     limit: Annotated[int, typer.Option(min=1, max=500, help="Rows per page.")] = 50,
     cursor: Annotated[
-        int | None, typer.Option(min=1, help="The next page: the cursor the last one printed.")
+        int | None,
+        typer.Option(min=1, max=MAX_ID, help="The next page: the cursor the last one printed."),
     ] = None,
     cancel: Annotated[
         bool, typer.Option("--cancel", help="Cancel every placed or blocked order found.")
