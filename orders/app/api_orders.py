@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -162,6 +163,7 @@ def place_api_order(
     rules: KeyRules,
     render: Callable[[OrderView], str],
     in_flight: InFlight,
+    turn: AbstractContextManager[Any] | None = None,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
 ) -> Placed:
@@ -177,6 +179,8 @@ def place_api_order(
         render: the response body (JSON text) from the order's view, in the
             transaction (it is stored with the key).
         in_flight: the keys this process serves now.
+        turn: held around the transaction, after the key is marked in flight (the
+            API lets one placement of the process at a time write on SQLite).
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
 
@@ -190,7 +194,7 @@ def place_api_order(
         sqlalchemy.exc.SQLAlchemyError: the database failed; nothing written.
     """
     held = in_flight.hold(placed_by, rules.key) if rules.key else nullcontext()
-    with held:
+    with held, turn or nullcontext():
         try:
             placed, first = _commit(session_factory, request, placed_by, rules, render, clock())
         except IntegrityError:

@@ -159,7 +159,8 @@ def create_app(
     """
     settings = settings or WebSettings()
     folder = multiproc or metrics_dir(app.settings)
-    lookup = TokenLookup(app.session_factory, settings.token_value())
+    # the engine is built at the first lookup: the server starts while the database is away
+    lookup = TokenLookup(lambda: app.session_factory(), settings.token_value())
     guard = Guard(
         settings.token_value(),
         session_seconds=settings.session_hours * 3600,

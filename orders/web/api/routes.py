@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from decimal import Decimal
@@ -55,6 +57,7 @@ from orders.web.api.schemas import (
 )
 from orders.web.state import WebState
 from reliable_queue import QueueError
+from workflows.sql import dialect_of_factory
 from workflows.uow import UnitOfWork
 
 KEY = re.compile(r'^"?([\x21\x23-\x7e]{1,255})"?$')
@@ -67,12 +70,25 @@ PRUNE_EVERY_SECONDS = 60.0
 @dataclass
 class ApiState:
     """What the API's routes share: the dashboard's state, the authenticator, the keys
-    in flight, and when expired keys were last released."""
+    in flight, when expired keys were last released, and the placements let through at
+    once (the database's ``writers_at_once``: on SQLite one, the others queue in the
+    process instead of polling for its one write turn; decided at the first placement,
+    so the server starts while the database is away)."""
 
     web: WebState
     auth: Authenticator
     in_flight: InFlight = field(default_factory=InFlight)
     pruned_at: float = 0.0
+    _placing: AbstractContextManager[Any] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def placing(self) -> AbstractContextManager[Any]:
+        """A context held around each placement."""
+        with self._lock:
+            if self._placing is None:
+                writers = dialect_of_factory(self.web.app.session_factory).writers_at_once
+                self._placing = threading.BoundedSemaphore(writers) if writers else nullcontext()
+            return self._placing
 
 
 def api_state(request: Request) -> ApiState:
@@ -197,6 +213,7 @@ def place_order(
             rules=KeyRules(key, _fingerprint(body), window),
             render=lambda view: json.dumps(order_out(view)),
             in_flight=state.in_flight,
+            turn=state.placing(),
             policy=app.publish_policy,
         )
     except KeyInFlight as exc:
