@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import Select, and_, select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from orders.domain.access import ApiOrder
@@ -161,7 +161,7 @@ def _order_conditions(f: SearchFilter) -> list[Any]:
     return out
 
 
-def _joined(query: Select[Any]) -> Select[Any]:
+def _joined(query: Any) -> Any:
     return query.join(
         Workflow, and_(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == Order.id)
     )
