@@ -4,6 +4,7 @@ reading an order back and cancelling it."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from api_world import ApiWorld
 from sqlalchemy import func, select, update
 
+from orders.app.api_orders import InFlight, KeyRules, LineRequest, PlaceRequest
+from orders.app.api_orders import place_api_order as place_direct
 from orders.domain.access import ApiOrder
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.models import Order, OrderLine
@@ -127,8 +130,13 @@ def test_a_key_past_its_window_places_a_new_order(api_world: ApiWorld) -> None:
 
 BAD_BODIES = [
     ({"customer_id": 99, "lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
-    ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": 1}, {"part_id": 99, "quantity": 1}]},
-     "lines.1.part_id"),
+    (
+        {
+            "customer_id": 1,
+            "lines": [{"part_id": 10, "quantity": 1}, {"part_id": 99, "quantity": 1}],
+        },
+        "lines.1.part_id",
+    ),
     ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": 0}]}, "lines.0.quantity"),
     ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": -3}]}, "lines.0.quantity"),
     ({"customer_id": 1, "lines": []}, "lines"),
@@ -138,7 +146,7 @@ BAD_BODIES = [
     ({"lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
     ({**ORDER, "priority": 10}, "priority"),
     ({**ORDER, "coupon": "FREE"}, "coupon"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("body", "field"), BAD_BODIES)
@@ -220,3 +228,43 @@ def test_cancel_is_idempotent_and_409_once_the_order_completed(api_world: ApiWor
     assert late.status_code == 409, late.text
     with api_world.app.session_factory() as session:
         assert session.get(Order, done["id"]).status == "completed"
+
+
+def test_a_key_another_server_commits_first_answers_that_servers_response(
+    api_world: ApiWorld, database_url: str
+) -> None:
+    """Two server processes place one key at once: the one whose insert of the key
+    fails on the unique index answers the other's stored response, placing nothing."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("on SQLite the other writer waits for this one's write lock (in-process)")
+    factory = api_world.app.session_factory
+    rules = KeyRules("raced", "f" * 64, 3600)
+    request = PlaceRequest(1, (LineRequest(10, 1),))
+    other: list[int] = []
+
+    def render(view) -> str:  # inside this placement's transaction: the other server wins
+        if not other:
+            other.append(
+                place_direct(
+                    factory,
+                    lambda: None,
+                    request,
+                    placed_by="placer",
+                    rules=rules,
+                    render=lambda v: json.dumps({"id": v.order_id}),
+                    in_flight=InFlight(),
+                ).order_id
+            )
+        return json.dumps({"id": view.order_id})
+
+    placed = place_direct(
+        factory,
+        lambda: None,
+        request,
+        placed_by="placer",
+        rules=rules,
+        render=render,
+        in_flight=InFlight(),
+    )
+    assert placed.replayed and placed.order_id == other[0]
+    assert counts(api_world)[0] == 1  # the loser's order rolled back with its key
