@@ -111,6 +111,8 @@ class WorkflowStep(Base):
     __table_args__ = (
         Index("uq_workflow_steps_workflow_id_step", "workflow_id", "step", unique=True),
         Index("ix_workflow_steps_status", "status"),
+        # searches by step and state (``orders search``, ``GET /api/v1/jobs``)
+        Index("ix_workflow_steps_step_status", "step", "status"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

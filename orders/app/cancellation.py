@@ -60,6 +60,7 @@ def cancel_then_publish(
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    record: Callable[[Session, CancelResult], None] | None = None,
 ) -> Cancellation:
     """Cancel an order in the database, then publish its compensating steps if the queue
     can be reached.
@@ -78,6 +79,8 @@ def cancel_then_publish(
         order_id: the order to cancel.
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
+        record: called in the cancellation's transaction, before its commit, with the
+            session and the result (the audit row: ``orders.app.audit.record``).
 
     Returns:
         The :class:`Cancellation` (``result.already`` when the order was cancelled
@@ -92,6 +95,8 @@ def cancel_then_publish(
     def once() -> CancelResult:
         with UnitOfWork(session_factory) as uow:
             result = cancel_order(uow.session, order_id, clock(), dispatch=True)
+            if record is not None:
+                record(uow.session, result)
             uow.commit()
             return result
 

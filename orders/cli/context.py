@@ -271,3 +271,40 @@ def setup_logging(level: str = "INFO") -> None:
     if logging.getLevelName(level.upper()) != logging.DEBUG:
         # Alembic's INFO lines ("Context impl SQLiteImpl.", ...) on every start say nothing.
         logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def audit_row(
+    app: App,
+    action: str,
+    target: dict[str, Any],
+    *,
+    count: int,
+    dry_run: bool = False,
+    result: str = "ok",
+) -> None:
+    """Write the ``operator_actions`` row of a CLI action whose effect is done (in Redis:
+    redrive, purge, pause, resume, limit, rebind), in a transaction of its own, with the
+    OS user as the actor (``orders.app.audit``).
+
+    Args:
+        app: the command's application (its database).
+        action: an ``orders.app.audit.Action`` value.
+        target: the filter or ids acted on (JSON-able, no secret).
+        count: how many it acted on (or would).
+        dry_run: it only listed.
+        result: ``ok`` or ``failed: ...``.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database failed (the action itself is done).
+    """
+    from orders.app.audit import os_actor, record_now
+
+    record_now(
+        app.session_factory,
+        os_actor(),
+        action,
+        target,
+        count=count,
+        dry_run=dry_run,
+        result=result,
+    )

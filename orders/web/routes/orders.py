@@ -5,15 +5,20 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from orders.app.cancellation import cancel
+from orders.app.audit import Action, record
+from orders.app.cancellation import cancel_then_publish
 from orders.app.step_jobs import step_jobs
+from orders.domain.access import Permission
+from orders.domain.cancellation import CancelResult
 from orders.domain.errors import OrderNotCancellable, OrderNotFound
 from orders.domain.queries import OrderView, StepView, order_status
+from orders.web.audited import web_actor
 from orders.web.params import BadParam, bounded_int
 from orders.web.queries import recent_orders
 from orders.web.render import page
@@ -117,11 +122,28 @@ async def cancel_order(request: Request) -> Response:
     order_id = bounded_int(request.path_params["order_id"], "order id", low=1, high=MAX_ID)
     state = web_state(request)
     form = await request.form()
-    state.guard.check_action(request, form)
+    caller = state.guard.check_action(request, form, Permission.OPERATE)
     app = state.app
+    who = web_actor(request, caller)
+
+    def audited(session: Session, result: CancelResult) -> None:  # in its transaction
+        record(
+            session,
+            who,
+            Action.CANCEL,
+            {"order_ids": [order_id]},
+            count=0 if result.already else 1,
+            result="already cancelled" if result.already else "ok",
+        )
+
     try:
         await run_in_threadpool(
-            cancel, app.session_factory, app.publisher, order_id, policy=app.publish_policy
+            cancel_then_publish,
+            app.session_factory,
+            lambda: app.publisher,
+            order_id,
+            policy=app.publish_policy,
+            record=audited,
         )
     except OrderNotFound as exc:
         raise BadParam(str(exc), 404) from exc
