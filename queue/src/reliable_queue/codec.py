@@ -1,8 +1,11 @@
 """JSON job records (never pickle).
 
 A record is the immutable part of a job, stored once at enqueue:
-``{"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}``.
-Short field names keep Redis memory per waiting job low.
+``{"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}``,
+plus ``"c": traceparent`` and ``"s": tracestate`` when the job has a creation context
+(docs/adr/0036-trace-context-travels-in-the-job-record.md); a record without them, or
+with text there that is no valid context, decodes with no context. Short field names
+keep Redis memory per waiting job low.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import orjson
 
 from .errors import InvalidTextError
+from .trace_context import TraceContext
 
 
 class RecordDecodeError(ValueError):
@@ -30,6 +34,7 @@ class JobRecord:
         enqueued_at_ms: producer wall-clock time of the enqueue, epoch milliseconds.
         max_attempts: total runs allowed (0 and 1 both mean "no retry").
         idempotency_key: the key given at enqueue, or None.
+        trace_context: the job's creation context (its producer's span), or None.
     """
 
     task: str
@@ -37,6 +42,7 @@ class JobRecord:
     enqueued_at_ms: int
     max_attempts: int
     idempotency_key: str | None
+    trace_context: TraceContext | None = None
 
 
 def encode_record(
@@ -45,15 +51,22 @@ def encode_record(
     enqueued_at_ms: int,
     max_attempts: int,
     idempotency_key: str | None,
+    trace_context: TraceContext | None = None,
 ) -> bytes:
     """Encode a record to compact JSON bytes.
+
+    Args:
+        trace_context: the job's creation context; None writes no ``c`` / ``s`` field.
 
     Raises:
         TypeError: if the payload holds something JSON cannot represent.
     """
-    return orjson.dumps(
-        {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
-    )
+    record = {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
+    if trace_context is not None:
+        record["c"] = trace_context.traceparent
+        if trace_context.tracestate:
+            record["s"] = trace_context.tracestate
+    return orjson.dumps(record)
 
 
 def check_text(argument: str, value: str) -> str:
@@ -140,13 +153,16 @@ def decode_record(raw: bytes | str) -> JobRecord:
     return JobRecord(*decode_fields(raw))
 
 
-def decode_fields(raw: bytes | str) -> tuple[str, Any, int, int, str | None]:
+def decode_fields(
+    raw: bytes | str,
+) -> tuple[str, Any, int, int, str | None, TraceContext | None]:
     """Decode a stored record into its fields, without building a :class:`JobRecord`
     (the worker's per-job path).
 
     Returns:
-        ``(task, payload, enqueued_at_ms, max_attempts, idempotency_key)``, as the
-        attributes of :class:`JobRecord`.
+        ``(task, payload, enqueued_at_ms, max_attempts, idempotency_key, trace_context)``,
+        as the attributes of :class:`JobRecord` (a context field that is no valid W3C
+        context reads as None: :meth:`TraceContext.parse`).
 
     Raises:
         RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
@@ -163,7 +179,9 @@ def decode_fields(raw: bytes | str) -> tuple[str, Any, int, int, str | None]:
     if not isinstance(enq, int) or not isinstance(max_attempts, int):
         raise RecordDecodeError("record fields 'e' and 'm' must be integers")
     key = data.get("k")
-    return task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None
+    parent = data.get("c")
+    context = None if parent is None else TraceContext.parse(parent, data.get("s"))
+    return task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None, context
 
 
 def dumps(value: Any) -> bytes:
