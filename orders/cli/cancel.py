@@ -34,7 +34,11 @@ def cancel(
     app = make_app(uses_redis=False)
     try:
         done = cancel_then_publish(
-            app.session_factory, app.publisher_if_running, order_id, policy=app.publish_policy
+            app.session_factory,
+            app.publisher_if_running,
+            order_id,
+            policy=app.publish_policy,
+            tracer=app.tracer("orders.cancellation"),
         )
     finally:
         app.close()
