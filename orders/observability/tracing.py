@@ -13,6 +13,7 @@ once. Reasoning: docs/adr/0036 and docs/adr/0037.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -31,6 +32,8 @@ _OFF = ("", "off", "none", "0", "false")
 MUTE_SECONDS = 30.0
 #: the OTLP protocol this build exports with
 PROTOCOL = "http/protobuf"
+#: seconds a process's exit waits for its last spans to be exported before giving up
+EXIT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class MutedOnFailure:
         self._clock = clock
         self._until = 0.0
         self._failing = False
+        self._abandoned = False
         self.dropped = 0
         self._lock = threading.Lock()
 
@@ -154,7 +158,7 @@ class MutedOnFailure:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         with self._lock:
-            if self._clock() < self._until:
+            if self._abandoned or self._clock() < self._until:
                 self.dropped += len(spans)
                 return SpanExportResult.FAILURE
         try:
@@ -185,6 +189,13 @@ class MutedOnFailure:
             self._exporter.shutdown()
         except Exception as exc:
             log.debug("%s exporter shutdown: %s", self._label, exc)
+
+    def abandon(self) -> None:
+        """Drop every batch from now on and stop the real exporter's retries (the
+        process is exiting and has waited long enough)."""
+        with self._lock:
+            self._abandoned = True
+        self.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Flush the real exporter, if it can."""
@@ -274,16 +285,21 @@ def _build(config: TracingConfig, data_dir: Path, environ: Mapping[str, str]) ->
     if config.otlp:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        logging.getLogger("opentelemetry.exporter.otlp.proto.http").addFilter(_quiet)
+        # the exporter's own per-batch complaints: MutedOnFailure says it once instead
+        logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
         exporter = MutedOnFailure(OTLPSpanExporter(), "OTLP")
         provider.add_span_processor(BatchSpanProcessor(exporter))
+        # runs before the provider's own exit hook (registered first): its last export
+        # gets EXIT_SECONDS, not the exporter's retries against a collector that is down
+        atexit.register(_bounded_exit, exporter, EXIT_SECONDS)
     return provider
 
 
-def _quiet(record: logging.LogRecord) -> bool:
-    """Drop the OTLP exporter's own per-batch complaints: :class:`MutedOnFailure` says
-    it once."""
-    return record.levelno >= logging.CRITICAL
+def _bounded_exit(exporter: MutedOnFailure, seconds: float) -> None:
+    """At exit: abandon ``exporter`` ``seconds`` from now unless the process is gone."""
+    timer = threading.Timer(seconds, exporter.abandon)
+    timer.daemon = True
+    timer.start()
 
 
 __all__ = ["LOCAL", "MutedOnFailure", "TracingConfig", "tracer_provider", "tracing_config"]
