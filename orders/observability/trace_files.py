@@ -244,7 +244,7 @@ def spans_of_line(line: bytes) -> list[SpanRecord]:
     """The spans of one OTLP/JSON line; [] for a line that does not parse."""
     try:
         data = orjson.loads(line)
-        out = []
+        out: list[SpanRecord] = []
         for resource in data.get("resourceSpans", ()):
             service = _service(resource)
             for scope in resource.get("scopeSpans", ()):

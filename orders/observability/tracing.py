@@ -21,7 +21,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger("orders.tracing")
 
@@ -281,14 +284,15 @@ def _build(config: TracingConfig, data_dir: Path, environ: Mapping[str, str]) ->
     provider = TracerProvider(resource=Resource.create(attributes))
     if config.local:
         local = LocalSpanExporter(traces_dir(data_dir), config.budget)
-        provider.add_span_processor(BatchSpanProcessor(MutedOnFailure(local, "local")))
+        muted = MutedOnFailure(local, "local")
+        provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", muted)))
     if config.otlp:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # the exporter's own per-batch complaints: MutedOnFailure says it once instead
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
         exporter = MutedOnFailure(OTLPSpanExporter(), "OTLP")
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", exporter)))
         # runs before the provider's own exit hook (registered first): its last export
         # gets EXIT_SECONDS, not the exporter's retries against a collector that is down
         atexit.register(_bounded_exit, exporter, EXIT_SECONDS)

@@ -1,9 +1,10 @@
 """Consumer spans of a worker's attempts: one middleware and four hooks, passed to ``Worker``.
 
 Each delivery is a CONSUMER span ``process <queue>`` whose parent is the job's
-creation context (``JobContext.trace_context``), so the attempts of one job are
-siblings in its trace. A handler call of several jobs (a batch task) is one more
-``process <queue>`` span of its own, a root with ``messaging.batch.message_count``
+creation context (read from its record by the ``after_fetch`` hook,
+``codec.trace_context_of``), so the attempts of one job are siblings in its trace.
+A handler call of several jobs (a batch task) is one more ``process <queue>`` span
+of its own, a root with ``messaging.batch.message_count``
 and a link to every job's context; each job's span links to it. A span stays open
 until its settlement's reply: its ``reliable_queue.outcome`` is ``acked``,
 ``retried``, ``dead-lettered``, ``timed out``, ``duplicate absorbed`` (told by the
@@ -23,9 +24,11 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode, Tracer
 
+from .codec import trace_context_of
 from .execution import Dead, Outcome, Retry
 from .job import JobContext, Lease, RawJob
 from .middleware import BatchMiddleware, CallNext, Items, Results
+from .trace_context import TraceContext
 from .tracing import (
     BATCH_COUNT,
     DESTINATION,
@@ -86,17 +89,26 @@ class AttemptTracing:
         self._tracer = tracer
         self._max_open = max_open
         self._open: dict[Lease, _Open] = {}
+        self._fetched: dict[Lease, TraceContext | None] = {}
         self._lock = threading.Lock()
         self.middleware = _AttemptSpans(self)
         """The :class:`~reliable_queue.middleware.BatchMiddleware` that opens the spans;
         put it first (outermost), so that it sees every job the others see."""
 
     # ----------------------------------------------------------------- spans
+    def creation(self, ctx: JobContext) -> TraceContext | None:
+        """The creation context of a delivery :meth:`after_fetch` read (None: none)."""
+        with self._lock:
+            return self._fetched.get(Lease(ctx.job_id, ctx.lease_token))
+
     def start(self, ctx: JobContext, links: list[Link]) -> Span:
         """Open the span of one delivery, a child of the job's creation context."""
+        lease = Lease(ctx.job_id, ctx.lease_token)
+        with self._lock:
+            creation = self._fetched.pop(lease, None)
         span = self._tracer.start_span(
             f"process {ctx.queue}",
-            context=context_of(ctx.trace_context) or Context(),
+            context=context_of(creation) or Context(),
             kind=SpanKind.CONSUMER,
             links=links,
             attributes={
@@ -112,7 +124,7 @@ class AttemptTracing:
         )
         stale: list[_Open] = []
         with self._lock:
-            self._open[Lease(ctx.job_id, ctx.lease_token)] = _Open(span)
+            self._open[lease] = _Open(span)
             while len(self._open) > self._max_open:
                 stale.append(self._open.pop(next(iter(self._open))))
         for entry in stale:
@@ -122,7 +134,9 @@ class AttemptTracing:
     def start_batch(self, items: Items) -> Span:
         """Open the root span of a handler call of several jobs, linked to each job."""
         first = items[0][1]
-        links = [Link(parent) for _, ctx in items if (parent := span_context_of(ctx.trace_context))]
+        links = [
+            Link(parent) for _, ctx in items if (parent := span_context_of(self.creation(ctx)))
+        ]
         return self._tracer.start_span(
             f"process {first.queue}",
             context=Context(),  # its own root: never a borrowed parent
@@ -155,9 +169,19 @@ class AttemptTracing:
             entry.span.record_exception(error)
 
     # ----------------------------------------------------------------- hooks
+    def after_fetch(self, jobs: list[RawJob]) -> None:
+        """Worker hook: read each fetched job's creation context from its record (a
+        worker without this piece reads nothing more per job)."""
+        read = {job.lease: trace_context_of(job.record) for job in jobs}
+        with self._lock:
+            self._fetched.update(read)
+            while len(self._fetched) > self._max_open:  # jobs that never ran: bounded
+                self._fetched.pop(next(iter(self._fetched)))
+
     def on_outcome(self, job: RawJob, outcome: Outcome) -> None:
         """Worker hook: the outcome the lane is about to settle."""
         with self._lock:
+            self._fetched.pop(job.lease, None)  # settled without running (a bad record)
             entry = self._open.get(job.lease)
             if entry is None:
                 return
@@ -175,6 +199,7 @@ class AttemptTracing:
         ended: list[tuple[_Open, str]] = []
         with self._lock:
             for lease in leases:
+                self._fetched.pop(lease, None)  # handed back unrun
                 entry = self._open.pop(lease, None)
                 if entry is None:
                     continue
@@ -207,7 +232,7 @@ class AttemptTracing:
         """
         base = base or WorkerHooks()
         return WorkerHooks(
-            after_fetch=base.after_fetch,
+            after_fetch=_both(base.after_fetch, self.after_fetch),
             before_settle=base.before_settle,
             on_outcome=_both(base.on_outcome, self.on_outcome),
             on_attempt_lost=_both(base.on_attempt_lost, self.on_attempt_lost),

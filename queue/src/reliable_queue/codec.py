@@ -145,24 +145,37 @@ def non_finite_path(value: Any, path: str = "payload") -> str | None:
 
 
 def decode_record(raw: bytes | str) -> JobRecord:
-    """Decode a stored record.
+    """Decode a stored record (its trace context too: :func:`trace_context_of`).
 
     Raises:
         RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
     """
-    return JobRecord(*decode_fields(raw))
+    return JobRecord(*decode_fields(raw), trace_context_of(raw))
 
 
-def decode_fields(
-    raw: bytes | str,
-) -> tuple[str, Any, int, int, str | None, TraceContext | None]:
+def trace_context_of(raw: bytes | str) -> TraceContext | None:
+    """The creation context a stored record carries (``c``, ``s``), or None: none, a
+    record that does not parse, or text that is no valid W3C context. Never raises.
+
+    Read apart from :func:`decode_fields`, so that a worker that does not trace
+    reads no field more per job.
+    """
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or "c" not in data:
+        return None
+    return TraceContext.parse(data["c"], data.get("s"))
+
+
+def decode_fields(raw: bytes | str) -> tuple[str, Any, int, int, str | None]:
     """Decode a stored record into its fields, without building a :class:`JobRecord`
-    (the worker's per-job path).
+    (the worker's per-job path; the trace context is not read: :func:`trace_context_of`).
 
     Returns:
-        ``(task, payload, enqueued_at_ms, max_attempts, idempotency_key, trace_context)``,
-        as the attributes of :class:`JobRecord` (a context field that is no valid W3C
-        context reads as None: :meth:`TraceContext.parse`).
+        ``(task, payload, enqueued_at_ms, max_attempts, idempotency_key)``, as the
+        attributes of :class:`JobRecord`.
 
     Raises:
         RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
@@ -179,9 +192,7 @@ def decode_fields(
     if not isinstance(enq, int) or not isinstance(max_attempts, int):
         raise RecordDecodeError("record fields 'e' and 'm' must be integers")
     key = data.get("k")
-    parent = data.get("c")
-    context = None if parent is None else TraceContext.parse(parent, data.get("s"))
-    return task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None, context
+    return task, data.get("p"), enq, max_attempts, key if isinstance(key, str) else None
 
 
 def dumps(value: Any) -> bytes:

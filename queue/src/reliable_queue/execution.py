@@ -96,7 +96,7 @@ def prepare(job: RawJob, registry: TaskRegistry, guard: Guard = ALWAYS) -> Prepa
         raises out of here and never affects its batch-mates.
     """
     try:
-        task, raw_payload, enqueued_at_ms, max_attempts, key, creation = decode_fields(job.record)
+        task, raw_payload, enqueued_at_ms, max_attempts, key = decode_fields(job.record)
     except RecordDecodeError as exc:
         return Dead(job.lease, _undecodable_reason(job.record), str(exc), "")
     try:
@@ -119,7 +119,6 @@ def prepare(job: RawJob, registry: TaskRegistry, guard: Guard = ALWAYS) -> Prepa
         enqueued_at_ms / 1000.0,
         key,
         guard,
-        creation,
     )
     return Prepared(job, definition, payload, ctx, max_attempts)
 

@@ -213,8 +213,6 @@ class JobContext:
         guard: this delivery's attempt guard (:meth:`hold_lease`); a context made
             outside a worker gets one that always allows. Not compared, hashed or
             shown.
-        trace_context: the job's creation context from its record (the producer
-            span every attempt is a child of), or None (docs/adr/0036).
     """
 
     job_id: str
@@ -227,7 +225,6 @@ class JobContext:
     enqueued_at: float
     idempotency_key: str | None
     guard: Guard = field(default=ALWAYS, compare=False, repr=False)
-    trace_context: TraceContext | None = None
 
     def hold_lease(self) -> Guard:
         """``with ctx.hold_lease():`` runs its block only while this attempt holds its lease.

@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from reliable_queue import AttemptTracing, JobContext, RawJob, TraceContext, WorkerHooks
+from reliable_queue.codec import encode_record
 from reliable_queue.execution import Dead, Retry, Succeeded
 from reliable_queue.job import Lease
 
@@ -24,16 +25,21 @@ def traced():
     provider.shutdown()
 
 
+_CREATED: dict[str, TraceContext | None] = {}
+
+
 def _ctx(job_id: str = "j1", attempt: int = 1, parent: TraceContext | None = PARENT) -> JobContext:
-    return JobContext(job_id, "stock", "orders.stock", attempt, 5, "9:w", 9, 0.0, None,
-                      trace_context=parent)  # fmt: skip
+    _CREATED[job_id] = parent
+    return JobContext(job_id, "stock", "orders.stock", attempt, 5, "9:w", 9, 0.0, None)
 
 
 def _job(ctx: JobContext) -> RawJob:
-    return RawJob(ctx.queue, ctx.job_id, ctx.lease_token, ctx.attempt, b"{}")
+    record = encode_record(ctx.task, {}, 0, 5, None, _CREATED.get(ctx.job_id))
+    return RawJob(ctx.queue, ctx.job_id, ctx.lease_token, ctx.attempt, record)
 
 
 def _run(tracing: AttemptTracing, ctxs: list[JobContext], errors=None) -> None:
+    tracing.after_fetch([_job(ctx) for ctx in ctxs])  # as the worker calls it: first
     items = [({"order_id": 1}, ctx) for ctx in ctxs]
     results = errors or [None] * len(items)
     assert tracing.middleware.around(items, lambda chosen: results) == results

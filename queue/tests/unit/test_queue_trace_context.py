@@ -6,9 +6,8 @@ import orjson
 import pytest
 
 from reliable_queue import InvalidTraceContextError, RawJob, TaskRegistry, TraceContext
-from reliable_queue.codec import decode_record, encode_record
+from reliable_queue.codec import decode_fields, decode_record, encode_record, trace_context_of
 from reliable_queue.execution import Prepared, prepare
-from reliable_queue.isolation.wire import context_data, context_from
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -64,21 +63,15 @@ def test_a_record_carries_its_context_and_an_old_record_without_one_still_decode
 def test_a_foreign_records_bad_context_reads_as_none_and_the_job_still_runs(stored) -> None:
     raw = orjson.dumps({"t": "ship", "p": {}, "e": 0, "m": 1, "c": stored, "s": 5})
     assert decode_record(raw).trace_context is None
+    assert trace_context_of(raw) is None
     registry = TaskRegistry()
     registry.task("ship")(lambda payload, ctx: None)
-    item = prepare(RawJob("q", "j1", "1:w", 1, raw), registry)
-    assert isinstance(item, Prepared) and item.ctx.trace_context is None
+    assert isinstance(prepare(RawJob("q", "j1", "1:w", 1, raw), registry), Prepared)
 
 
-def test_each_delivery_context_carries_the_records_context_also_into_an_isolated_child() -> None:
+def test_the_context_is_read_apart_from_the_fields_a_worker_decodes_per_job() -> None:
     context = TraceContext(PARENT, "k=v")
-    registry = TaskRegistry()
-    registry.task("ship")(lambda payload, ctx: None)
     raw = encode_record("ship", {}, 1_000, 3, None, context)
-    item = prepare(RawJob("q", "j1", "7:w", 2, raw), registry)
-    assert isinstance(item, Prepared)
-    assert item.ctx.trace_context == context
-    data = orjson.loads(orjson.dumps(context_data(item.ctx)))  # what crosses the socket
-    assert context_from(data, item.ctx.guard) == item.ctx
-    data["trace_context"] = ["not a traceparent", ""]
-    assert context_from(data, item.ctx.guard).trace_context is None
+    assert decode_fields(raw) == ("ship", {}, 1_000, 3, None)  # the worker's hot path
+    assert trace_context_of(raw) == context
+    assert trace_context_of(b"\xff not json") is None and trace_context_of(b"[1]") is None

@@ -21,7 +21,6 @@ from pydantic import BaseModel
 from ..attempts import REASONS, Guard
 from ..errors import AttemptLost, IsolatedError, IsolatedPermanentError, PermanentError
 from ..job import JobContext, make_context
-from ..trace_context import TraceContext
 
 #: longest frame the lane reads from its child, bytes (results: errors and tracebacks,
 #: cut to the bounds below, per job of a call)
@@ -118,12 +117,8 @@ def payload_data(payload: Any) -> Any:
 
 
 def context_data(ctx: JobContext) -> dict[str, Any]:
-    """The fields of ``ctx`` that cross to the child (every one but the guard; the trace
-    context as ``[traceparent, tracestate]`` or None)."""
-    data = {name: getattr(ctx, name) for name in CONTEXT_FIELDS}
-    trace = ctx.trace_context
-    data["trace_context"] = None if trace is None else [trace.traceparent, trace.tracestate]
-    return data
+    """The fields of ``ctx`` that cross to the child (every one but the guard)."""
+    return {name: getattr(ctx, name) for name in CONTEXT_FIELDS}
 
 
 def context_from(data: dict[str, Any], guard: Guard) -> JobContext:
@@ -132,9 +127,7 @@ def context_from(data: dict[str, Any], guard: Guard) -> JobContext:
     Raises:
         KeyError: a field is missing.
     """
-    trace = data.get("trace_context")
-    context = TraceContext.parse(*trace) if isinstance(trace, list) and len(trace) == 2 else None
-    return make_context(*(data[name] for name in CONTEXT_FIELDS), guard, context)
+    return make_context(*(data[name] for name in CONTEXT_FIELDS), guard)
 
 
 def error_data(error: BaseException, trace: str) -> dict[str, Any]:
