@@ -12,7 +12,6 @@ skipped. Reasoning: docs/adr/0037-local-traces-in-the-data-dir.md.
 
 from __future__ import annotations
 
-import base64
 import os
 import threading
 import time
@@ -42,33 +41,91 @@ def traces_dir(data_dir: Path) -> Path:
     return data_dir / FOLDER
 
 
-def _hex(value: Any) -> Any:
-    """A base64 id (protobuf's JSON form) as the hex OTLP/JSON asks for."""
-    if isinstance(value, str) and value:
-        return base64.b64decode(value).hex()
-    return value
+def _any(value: Any) -> dict[str, Any]:
+    """An attribute value as an OTLP/JSON ``AnyValue`` (64-bit integers as strings)."""
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, Sequence):
+        return {"arrayValue": {"values": [_any(v) for v in value]}}
+    return {"stringValue": str(value)}
 
 
-def otlp_json(request: Any) -> dict[str, Any]:
-    """An ``ExportTraceServiceRequest`` as an OTLP/JSON ``TracesData`` object.
+def _key_values(attributes: Any) -> list[dict[str, Any]]:
+    return [{"key": k, "value": _any(v)} for k, v in (attributes or {}).items()]
 
-    protobuf's JSON form spells ids in base64 and enums by name; OTLP/JSON wants hex
-    ids and integer enums.
+
+def _span(span: Any) -> dict[str, Any]:
+    """One SDK ``ReadableSpan`` as an OTLP/JSON ``Span`` (hex ids, integer enums)."""
+    context = span.context
+    out: dict[str, Any] = {
+        "traceId": format(context.trace_id, "032x"),
+        "spanId": format(context.span_id, "016x"),
+        "name": span.name,
+        "kind": span.kind.value + 1,  # the SDK counts from INTERNAL = 0, OTLP from 1
+        "startTimeUnixNano": str(span.start_time or 0),
+        "endTimeUnixNano": str(span.end_time or 0),
+        "attributes": _key_values(span.attributes),
+        "status": {"code": span.status.status_code.value},
+    }
+    if span.parent is not None:
+        out["parentSpanId"] = format(span.parent.span_id, "016x")
+    if span.status.description:
+        out["status"]["message"] = span.status.description
+    if span.links:
+        out["links"] = [
+            {
+                "traceId": format(link.context.trace_id, "032x"),
+                "spanId": format(link.context.span_id, "016x"),
+                "attributes": _key_values(link.attributes),
+            }
+            for link in span.links
+        ]
+    if span.events:
+        out["events"] = [
+            {
+                "timeUnixNano": str(e.timestamp),
+                "name": e.name,
+                "attributes": _key_values(e.attributes),
+            }
+            for e in span.events
+        ]
+    return out
+
+
+def otlp_json(spans: Sequence[Any]) -> dict[str, Any]:
+    """SDK ``ReadableSpan`` objects as one OTLP/JSON ``TracesData`` object, grouped by
+    resource and instrumentation scope (the OTLP file exporter's line format).
+
+    Written here rather than through the OTLP exporter's protobuf encoder and
+    protobuf's JSON form: that path cost about 100 µs per span here, this one a fifth
+    (docs/adr/0037).
     """
-    from google.protobuf import json_format
-
-    data = json_format.MessageToDict(request, use_integers_for_enums=True)
-    for resource in data.get("resourceSpans", ()):
-        for scope in resource.get("scopeSpans", ()):
-            for span in scope.get("spans", ()):
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = _hex(span[key])
-                for link in span.get("links", ()):
-                    for key in ("traceId", "spanId"):
-                        if key in link:
-                            link[key] = _hex(link[key])
-    return data
+    grouped: dict[int, tuple[Any, dict[Any, list[dict[str, Any]]]]] = {}
+    for span in spans:
+        _, scopes = grouped.setdefault(id(span.resource), (span.resource, {}))
+        scopes.setdefault(span.instrumentation_scope, []).append(_span(span))
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _key_values(resource.attributes)},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": getattr(scope, "name", "") or ""}
+                        | ({"version": scope.version} if getattr(scope, "version", None) else {}),
+                        "spans": encoded,
+                    }
+                    for scope, encoded in scopes.items()
+                ],
+            }
+            for resource, scopes in grouped.values()
+        ]
+    }
 
 
 class SpanFiles:

@@ -219,12 +219,11 @@ class LocalSpanExporter:
     def export(self, spans: Sequence[Any]) -> Any:
         """Write one line for the batch (raises ``OSError`` when it cannot)."""
         import orjson
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         from orders.observability.trace_files import otlp_json
 
-        self.files.append(orjson.dumps(otlp_json(encode_spans(spans))))
+        self.files.append(orjson.dumps(otlp_json(spans)))
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
