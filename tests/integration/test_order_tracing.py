@@ -121,6 +121,7 @@ def _order_spans(exporter) -> dict[int, object]:
     }
 
 
+@pytest.mark.slow
 def test_every_span_of_an_order_shares_its_trace_and_attempts_are_siblings(traced, catalog) -> None:
     app, exporter = traced
     FaultStore(app.redis, app.settings.queue_prefix).set(POINTS, FaultConfig(fail_rate=0.7))
