@@ -2,7 +2,7 @@
 operator audit log, and the indexes of the search filters
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-12-06
 
 Tables ``api_tokens``, ``api_orders`` and ``operator_actions`` (ADR 0039, 0040);
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -50,6 +50,7 @@ def cancel(
             order_id,
             policy=app.publish_policy,
             record=audited,
+            tracer=app.tracer("orders.cancellation"),
         )
     finally:
         app.close()

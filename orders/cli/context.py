@@ -65,15 +65,23 @@ def make_app(
         worker_lanes: the command is a worker process with this many lanes: its
             application is built for one (``orders.app.bootstrap.build_worker_app``).
 
+    Tracing is on when ``ORDERS_TRACES`` / ``OTEL_*`` say so
+    (``orders.observability.tracing``); a bad value is one warning, never a failure.
+
     Raises:
         typer.Exit(2): the settings are invalid (the message says which).
     """
     settings = load_settings(Settings)
     if uses_redis:
         _say_if_starting_redis(settings)
+    from orders.observability.tracing import tracer_provider
+
+    provider = tracer_provider(settings.resolved_data_dir())  # None: tracing is off
     if worker_lanes is not None:
-        return build_worker_app(settings, lanes=worker_lanes, auto_migrate=auto_migrate)
-    return build(settings, auto_migrate=auto_migrate)
+        return build_worker_app(
+            settings, lanes=worker_lanes, auto_migrate=auto_migrate, tracer_provider=provider
+        )
+    return build(settings, auto_migrate=auto_migrate, tracer_provider=provider)
 
 
 S = TypeVar("S", bound=BaseSettings)

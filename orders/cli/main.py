@@ -96,6 +96,12 @@ COMMANDS: tuple[Entry, ...] = (
         "letters, search, audit, /metrics.",
     ),
     Entry(
+        "trace",
+        "orders.cli.trace:trace",
+        "Show ORDER_ID's trace: every span from its placement to its last attempt, as a tree "
+        "on a time axis.",
+    ),
+    Entry(
         "inject",
         "orders.cli.inject:inject",
         "Inject failures into STEP; running workers pick them up within a second.",

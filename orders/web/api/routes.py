@@ -281,6 +281,7 @@ def cancel_order(
             order_id,
             policy=app.publish_policy,
             record=audited,
+            tracer=app.tracer("orders.cancellation"),
         )
     except OrderNotFound as exc:
         raise ApiProblem(404, str(exc), field="order_id") from exc

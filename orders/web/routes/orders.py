@@ -1,9 +1,11 @@
-"""An order's page: its steps as a timeline with attempts, errors and times."""
+"""An order's page: its steps as a timeline with attempts, errors and times, and its
+trace (the spans of the local span files, as ``orders trace`` shows them)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -17,7 +19,9 @@ from orders.app.step_jobs import step_jobs
 from orders.domain.access import Permission
 from orders.domain.cancellation import CancelResult
 from orders.domain.errors import OrderNotCancellable, OrderNotFound
-from orders.domain.queries import OrderView, StepView, order_status
+from orders.domain.queries import OrderView, StepView, order_status, order_trace_ids
+from orders.observability.trace_files import read_spans, traces_dir
+from orders.observability.trace_view import TraceView, order_trace
 from orders.web.audited import web_actor
 from orders.web.params import BadParam, bounded_int
 from orders.web.queries import recent_orders
@@ -85,6 +89,7 @@ def order_page(request: Request) -> Response:
     state = web_state(request)
     with UnitOfWork(state.app.session_factory) as uow:
         view = order_status(uow.session, order_id)
+        trace_ids = order_trace_ids(uow.session, order_id) or []
     if view is None:
         raise BadParam(f"no order {order_id}", 404)
     jobs = step_jobs(state.app.queues, view.workflow_id, view.steps)
@@ -93,8 +98,21 @@ def order_page(request: Request) -> Response:
     return page(
         request,
         "order.html",
-        {"order": view, "bars": timeline(view, now, jobs.ids), "span_end": now, "notes": notes},
+        {
+            "order": view,
+            "bars": timeline(view, now, jobs.ids),
+            "span_end": now,
+            "notes": notes,
+            "trace": _trace(state.app.settings.resolved_data_dir(), trace_ids),
+        },
     )
+
+
+def _trace(data_dir: Path, trace_ids: list[str]) -> TraceView | None:
+    """The order's trace from the data dir's span files (None: the order has none)."""
+    if not trace_ids:
+        return None
+    return order_trace(read_spans(traces_dir(data_dir), trace_ids), trace_ids)
 
 
 def orders_page(request: Request) -> Response:
@@ -144,6 +162,7 @@ async def cancel_order(request: Request) -> Response:
             order_id,
             policy=app.publish_policy,
             record=audited,
+            tracer=app.tracer("orders.cancellation"),
         )
     except OrderNotFound as exc:
         raise BadParam(str(exc), 404) from exc
