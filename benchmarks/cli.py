@@ -197,6 +197,36 @@ def soak(
 
 
 @app.command()
+def api(
+    databases: Annotated[str, typer.Option(help="sqlite,postgresql")] = "sqlite,postgresql",
+    rates: Annotated[str, typer.Option(help="offered orders/s, one run each")] = "100,250,500",
+    seconds: Annotated[float, typer.Option(help="length of one run, seconds")] = 20.0,
+    workers: Annotated[bool, typer.Option(help="one worker process per step runs")] = True,
+    save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>-api.json")] = True,
+) -> None:
+    """Orders/s and p50/p99 through POST /api/v1/orders at increasing rates (locust; 10%
+    retried with the same key after a client-side timeout), the duplicate orders, and
+    `orders place` placing as many in the same run. Needs `uv sync --group bench`."""
+    from .api import run_api
+
+    rows = [
+        row
+        for db in databases.split(",")
+        if db.strip()
+        for row in run_api(
+            db.strip(), [float(r) for r in rates.split(",") if r.strip()], seconds, workers=workers
+        )
+    ]
+    report.show(
+        report.generic_table(
+            "HTTP API: orders placed over POST /api/v1/orders", rows, COLUMNS["api"]
+        )
+    )
+    if save:
+        typer.echo(f"wrote {report.write_results(rows, 'api')}")
+
+
+@app.command()
 def markdown(
     files: Annotated[list[str], typer.Argument(help="results JSON files")],
 ) -> None:
@@ -219,6 +249,18 @@ def markdown(
 
 
 COLUMNS = {
+    "api": [
+        "variant",
+        "accepted_per_second",
+        "p50_ms",
+        "p99_ms",
+        "failures",
+        "retried_after_timeout",
+        "duplicate_orders",
+        "keys_given_up",
+        "web_cpu_ms_per_order",
+        "cli_place_per_second",
+    ],
     "scaling": ["processes", "batch_size", "concurrency", "drain_rate"],
     "depth": [
         "waiting",

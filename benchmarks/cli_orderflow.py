@@ -189,6 +189,13 @@ def e2e(
             "PostgreSQL (a server that has been up a minute); 0 = a cold start",
         ),
     ] = 0,
+    traces: Annotated[
+        str,
+        typer.Option(
+            help="off, or local: placement and the workers record spans in the data dir "
+            "(ORDERS_TRACES=local), to measure what tracing costs per order"
+        ),
+    ] = "off",
     save: Save = True,
 ) -> None:
     """Orders/s through all four steps, and DB transactions per order."""
@@ -205,6 +212,7 @@ def e2e(
             metrics=metrics,
             one_process=one_process,
             warm_up=warm_up,
+            traces=traces,
         )
         for db in databases.split(",")
         if db.strip()

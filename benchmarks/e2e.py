@@ -21,6 +21,7 @@ from orders.app.bootstrap import build
 from orders.app.placement import place
 from orders.app.settings import Settings
 from orders.domain.steps import STEPS, WORKFLOW_KIND
+from orders.observability.tracing import tracer_provider
 from orders.sources.tpch import load_tpch
 from orders.worker.counters import Counters, total
 from workflows.models import Workflow, WorkflowStatus
@@ -160,6 +161,7 @@ def run_e2e(
     metrics: bool = True,
     one_process: bool = False,
     warm_up: int = 0,
+    traces: str = "off",
 ) -> dict[str, Any]:
     """Place ``orders`` TPC-H orders and time them through every step.
 
@@ -179,6 +181,8 @@ def run_e2e(
             a minute of a table's first changes): the timed orders then meet
             the plans of a server that has been running, not those of tables
             the planner has never seen filled. 0: none (a cold start).
+        traces: ``off``, or ``local``: placement and every worker record their spans
+            in the data dir's span files (``ORDERS_TRACES=local``).
 
     Returns:
         A row with ``orders_per_second`` and DB transactions per order.
@@ -190,7 +194,9 @@ def run_e2e(
     with RedisServer(appendfsync="everysec") as server:
         env = environment(server)
         settings = Settings(redis_url=server.url, database_url=url, data_dir=data_dir)
-        app = build(settings, auto_migrate=True)
+        tracing = {"ORDERS_TRACES": traces} if traces != "off" else {}
+        provider = tracer_provider(data_dir, tracing) if tracing else None
+        app = build(settings, auto_migrate=True, tracer_provider=provider)
         log.info("%s: loading TPC-H (scale 0.01)", database)
         load_tpch(app.session_factory, data_dir)
         client = server.client()
@@ -205,6 +211,7 @@ def run_e2e(
             "ORDERS_DATABASE_URL": url,
             "ORDERS_DATA_DIR": str(data_dir),
             "PYTHONPATH": REPO,
+            **tracing,
         }
         children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         groups = [list(STEPS)] if one_process else [[step] for step in STEPS]
@@ -240,7 +247,12 @@ def run_e2e(
             pg_at_start = command_cpu_seconds("postgres") if database == "postgresql" else None
             started = time.perf_counter()
             placing_cpu = time.process_time()
-            result = place(app.session_factory, orders, publisher=app.publisher)
+            result = place(
+                app.session_factory,
+                orders,
+                publisher=app.publisher,
+                tracer=app.tracer("orders.placement"),
+            )
             placed_at = time.perf_counter() - started
             placing_cpu = time.process_time() - placing_cpu
             first = min(result.order_ids)
@@ -280,7 +292,8 @@ def run_e2e(
         "library": "orderflow",
         "version": "app",
         "variant": f"{database} {label or f'batch {batch_size}'}"
-        + (", one process" if one_process else ""),
+        + (", one process" if one_process else "")
+        + (f", traces {traces}" if traces != "off" else ""),
         "mode": "outbox + idempotent handlers + unit of work per job (batch 1) or per batch",
         "n": orders,
         "enqueue_rate": None,

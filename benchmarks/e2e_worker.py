@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.e2e_worker STEP [--concurrency C] [--batch-size B] [--no-sweep]
 [--metrics]`` (the defaults are ``orders worker``'s, except metrics: pass ``--metrics``):
-exactly what ``orders worker`` runs (``orders.worker.runner.run_worker``), plus a
-SQLAlchemy ``commit`` listener that adds each commit to a Redis counter.
+exactly what ``orders worker`` runs (``orders.worker.runner.run_worker``, traced as the
+environment says), plus a SQLAlchemy ``commit`` listener that adds each commit to a
+Redis counter.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import logging
 from sqlalchemy import event
 
 from orders.app.bootstrap import build_worker_app
+from orders.app.settings import Settings
+from orders.observability.tracing import tracer_provider
 from orders.worker import defaults
 from orders.worker.runner import run_worker
 
@@ -39,7 +42,12 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true", help="record metrics (CLI default)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    app = build_worker_app(lanes=args.concurrency * len(args.steps))
+    settings = Settings()
+    app = build_worker_app(
+        settings,
+        lanes=args.concurrency * len(args.steps),
+        tracer_provider=tracer_provider(settings.resolved_data_dir()),  # ORDERS_TRACES, OTEL_*
+    )
     count_commits(app)
     try:
         run_worker(

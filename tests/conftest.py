@@ -1,3 +1,9 @@
 """Test tree root. The shared fixtures live in ``orderflow_fixtures`` (see its docstring)."""
 
-pytest_plugins = ["orderflow_fixtures", "cluster_fixtures", "leak_check", "database_fixtures"]
+pytest_plugins = [
+    "orderflow_fixtures",
+    "cluster_fixtures",
+    "leak_check",
+    "database_fixtures",
+    "api_world",
+]

@@ -172,6 +172,9 @@ def compensate_workflow(
                 created_at=now,
                 publish_attempts=0,
                 compensates=row.step,
+                # a compensation belongs to its workflow's trace (docs/adr/0036)
+                traceparent=row.traceparent,
+                tracestate=row.tracestate,
             )
         )
         existing.add(undo)
@@ -198,7 +201,9 @@ def compensate_workflow(
         tuple(skipped),
         workflow.status == WorkflowStatus.DONE,
         tuple(
-            DispatchedStep(r.id, workflow_id, r.step, r.queue, r.task, r.payload)
+            DispatchedStep(
+                r.id, workflow_id, r.step, r.queue, r.task, r.payload, r.traceparent, r.tracestate
+            )
             for r in new_rows
             if dispatch
         ),

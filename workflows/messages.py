@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from reliable_queue.trace_context import TraceContext
+
 
 @dataclass(frozen=True)
 class StepMessage:
@@ -16,12 +18,15 @@ class StepMessage:
         task: task name, for example ``orders.stock``.
         payload: JSON-able body; holds ``workflow_id`` and ``step``.
         idempotency_key: ``f"{workflow_id}:{step}"``.
+        trace_context: the workflow's trace context from its row (None: none); the
+            job is created in it (docs/adr/0036).
     """
 
     queue: str
     task: str
     payload: dict[str, Any]
     idempotency_key: str
+    trace_context: TraceContext | None = None
 
 
 class DispatchedStep(NamedTuple):
@@ -37,6 +42,8 @@ class DispatchedStep(NamedTuple):
         payload: the message body: the mapping the writer wrote, or the JSON text
             as stored when read back by a statement (not decoded yet: it may not
             decode; the relay then refuses this row alone).
+        traceparent / tracestate: the row's W3C trace context as stored (None: none;
+            text that is no valid context is published without one).
     """
 
     row_id: int
@@ -45,6 +52,13 @@ class DispatchedStep(NamedTuple):
     queue: str
     task: str
     payload: str | Mapping[str, Any]
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+    @property
+    def trace_context(self) -> TraceContext | None:
+        """The row's trace context, or None (absent or not valid W3C)."""
+        return TraceContext.parse(self.traceparent, self.tracestate)
 
 
 class Publisher(Protocol):

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from reliable_queue.trace_context import MAX_TRACESTATE_CHARS, TRACEPARENT_CHARS
 from workflows.columns import UTCDateTime
 
 NAMING_CONVENTION = {
@@ -105,12 +106,18 @@ class WorkflowStep(Base):
     ``publish_attempts`` counts failed publishes of this row (the queue refused
     it, not a queue that was down), ``next_publish_at`` holds the row back until
     its backoff has passed, ``publish_error`` is the last refusal's text.
+
+    ``traceparent`` / ``tracestate`` are the W3C trace context of the workflow (its
+    order's, say), written with the row in its writer's transaction and copied into
+    the job record when the row is published (None: no trace; docs/adr/0036).
     """
 
     __tablename__ = "workflow_steps"
     __table_args__ = (
         Index("uq_workflow_steps_workflow_id_step", "workflow_id", "step", unique=True),
         Index("ix_workflow_steps_status", "status"),
+        # searches by step and state (``orders search``, ``GET /api/v1/jobs``)
+        Index("ix_workflow_steps_step_status", "step", "status"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -133,6 +140,8 @@ class WorkflowStep(Base):
     next_publish_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     publish_error: Mapped[str | None] = mapped_column(Text)
     compensates: Mapped[str | None] = mapped_column(String(50))
+    traceparent: Mapped[str | None] = mapped_column(String(TRACEPARENT_CHARS))
+    tracestate: Mapped[str | None] = mapped_column(String(MAX_TRACESTATE_CHARS))
 
     @property
     def idempotency_key(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.messages import DispatchedStep
 from workflows.models import (
@@ -55,11 +56,17 @@ class StepSpec:
 
 @dataclass(frozen=True)
 class WorkflowSpec:
-    """One workflow to create: its kind, subject and steps."""
+    """One workflow to create: its kind, subject and steps.
+
+    Attributes:
+        trace_context: the W3C trace context the workflow runs in (its order's span),
+            written on every step row in the same transaction; None: none.
+    """
 
     kind: str
     subject_id: int
     steps: Sequence[StepSpec]
+    trace_context: TraceContext | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,9 @@ def add_workflows(
         for spec, workflow_id in zip(specs, workflow_ids, strict=True)
         for step in spec.steps
     ]
+    contexts = [spec.trace_context for spec in specs for _ in spec.steps]
+    parents = [c.traceparent if c is not None else None for c in contexts]
+    states = [c.tracestate or None if c is not None else None for c in contexts]
     first = StepStatus.DISPATCHED if dispatch else StepStatus.PENDING
     payloads = [
         {**step.payload, "workflow_id": workflow_id, "step": step.name}
@@ -158,6 +168,8 @@ def add_workflows(
             "dispatched_at": [
                 now if status == StepStatus.DISPATCHED else None for status in statuses
             ],
+            # with no trace context anywhere (tracing off), no column more to load
+            **({"traceparent": parents, "tracestate": states} if any(parents) else {}),
         },
         load=True,
         ids=True,
@@ -168,7 +180,14 @@ def add_workflows(
         ids = tuple(step_ids[position : position + len(spec.steps)])
         dispatched = tuple(
             DispatchedStep(
-                row_id, workflow_id, step.name, step.queue, step.task, payloads[position + i]
+                row_id,
+                workflow_id,
+                step.name,
+                step.queue,
+                step.task,
+                payloads[position + i],
+                parents[position + i],
+                states[position + i],
             )
             for i, (step, row_id) in enumerate(zip(spec.steps, ids, strict=True))
             if statuses[position + i] == StepStatus.DISPATCHED

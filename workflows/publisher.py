@@ -56,7 +56,12 @@ class QueuePublisher:
                 queue.drop_untrusted_keys([m.idempotency_key for m in batch])
                 queue.enqueue_many(
                     [
-                        EnqueueRequest(m.task, m.payload, idempotency_key=m.idempotency_key)
+                        EnqueueRequest(
+                            m.task,
+                            m.payload,
+                            idempotency_key=m.idempotency_key,
+                            trace_context=m.trace_context,
+                        )
                         for m in batch
                     ],
                     replace_stale_keys=True,

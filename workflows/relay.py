@@ -24,15 +24,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from opentelemetry.trace import Tracer
 from sqlalchemy import Row, Text, cast, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.isolation import IsolatedPublish, describe, publish_isolated
 from workflows.messages import DispatchedStep, Publisher, StepMessage
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, idempotency_key
 from workflows.sql import dialect_of
+from workflows.tracing import relay_pass
 from workflows.uow import SessionFactory, UnitOfWork
 
 __all__ = [
@@ -98,12 +101,16 @@ class SweepResult:
 
 def message_for(step: WorkflowStep | Row[Any]) -> StepMessage:
     """Build the queue message of a step row (an ORM row, or a plain row with
-    ``workflow_id``, ``step``, ``queue``, ``task`` and ``payload``)."""
+    ``workflow_id``, ``step``, ``queue``, ``task``, ``payload`` and, optionally,
+    ``traceparent`` and ``tracestate``)."""
     return StepMessage(
         queue=step.queue,
         task=step.task,
         payload=dict(step.payload),
         idempotency_key=idempotency_key(step.workflow_id, step.step),
+        trace_context=TraceContext.parse(
+            getattr(step, "traceparent", None), getattr(step, "tracestate", None)
+        ),
     )
 
 
@@ -161,6 +168,8 @@ def dispatch_pending(
             _WS.c.queue,
             _WS.c.task,
             cast(_WS.c.payload, Text),
+            _WS.c.traceparent,
+            _WS.c.tracestate,
         )
     )
     return sorted((DispatchedStep(*row) for row in session.execute(statement)), key=_row_id)
@@ -177,6 +186,7 @@ def publish_dispatched(
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
 ) -> int:
     """Publish the step rows the caller's own commit marked ``dispatched``.
 
@@ -202,6 +212,9 @@ def publish_dispatched(
         rows: the rows, with their message columns.
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
+        tracer: records each chunk's pass as a ``relay publish`` root span linked to
+            every row's trace context (``workflows.tracing``); None records nothing.
+            The rows' contexts reach the queue either way.
 
     Returns:
         Number of steps published.
@@ -212,7 +225,9 @@ def publish_dispatched(
         SQLAlchemyError: putting a refused or unpublished row back failed; it
             stays dispatched, and the sweep re-publishes it after ``republish_after``.
     """
-    return _publish(session_factory, publisher, rows, clock, policy or PublishPolicy()).published
+    return _publish(
+        session_factory, publisher, rows, clock, policy or PublishPolicy(), tracer, "relay publish"
+    ).published
 
 
 @dataclass
@@ -228,8 +243,11 @@ def _publish(
     rows: Sequence[DispatchedStep],
     clock: Callable[[], datetime],
     policy: PublishPolicy,
+    tracer: Tracer | None,
+    name: str,
 ) -> _Published:
-    """:func:`publish_dispatched`, with the refusals counted."""
+    """:func:`publish_dispatched`, with the refusals counted; each chunk is one pass
+    named ``name`` (:func:`workflows.tracing.relay_pass`)."""
     done = _Published()
     for start in range(0, len(rows), _CHUNK):
         steps: list[tuple[int, StepMessage]] = []
@@ -239,7 +257,8 @@ def _publish(
                 steps.append((row.row_id, _dispatched_message(row)))
             except Exception as exc:  # noqa: BLE001 - this row's payload is unreadable
                 unreadable[row.row_id] = f"payload cannot be read: {describe(exc)}"
-        outcome = publish_isolated(publisher, steps) if steps else IsolatedPublish()
+        with relay_pass(tracer if steps else None, name, [m for _, m in steps]):
+            outcome = publish_isolated(publisher, steps) if steps else IsolatedPublish()
         outcome.refused.update(unreadable)
         done.published += len(outcome.published)
         if outcome.unavailable is None:
@@ -278,6 +297,7 @@ def _dispatched_message(row: DispatchedStep) -> StepMessage:
         task=row.task,
         payload=payload,
         idempotency_key=idempotency_key(row.workflow_id, row.step),
+        trace_context=row.trace_context,
     )
 
 
@@ -291,6 +311,7 @@ def sweep(
     limit: int = 1000,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
 ) -> SweepResult:
     """One periodic relay pass: publish pending steps, re-publish lost ones.
 
@@ -321,6 +342,8 @@ def sweep(
         limit: most rows handled per category in one pass.
         clock: current time (timezone-aware).
         policy: attempts and backoff of refused rows (default :class:`PublishPolicy`).
+        tracer: records each pass that publishes something as a ``relay sweep`` root
+            span linked to every row's trace context; None records nothing.
 
     Returns:
         A ``SweepResult`` with the counts.
@@ -337,7 +360,7 @@ def sweep(
     with UnitOfWork(session_factory) as uow:
         claimed = dispatch_pending(uow.session, clock(), limit=limit)
         uow.commit()
-    first = _publish(session_factory, publisher, claimed, clock, policy)
+    first = _publish(session_factory, publisher, claimed, clock, policy, tracer, "relay sweep")
     result.published = first.published
     result.refused, result.unpublishable = first.refused, first.unpublishable
     now = clock()
@@ -385,7 +408,8 @@ def sweep(
     lost = [(step_id, m) for step_id, m in unknown if step_id in still_open]
     if not lost:
         return result
-    outcome = publish_isolated(publisher, lost)
+    with relay_pass(tracer, "relay sweep", [m for _, m in lost], republish=True):
+        outcome = publish_isolated(publisher, lost)
     if outcome.published:
         with UnitOfWork(session_factory) as uow:
             uow.session.execute(
@@ -446,6 +470,8 @@ _MESSAGE_COLUMNS = (
     WorkflowStep.queue,
     WorkflowStep.task,
     WorkflowStep.payload,
+    WorkflowStep.traceparent,
+    WorkflowStep.tracestate,
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from opentelemetry.trace import Tracer, TracerProvider
 from redis.exceptions import RedisError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -112,11 +113,15 @@ class App:
     Attributes:
         settings: the application settings.
         redis_override / engine_override: parts handed in by a caller (tests).
+        tracer_provider: where this process's spans go (``orders.observability.tracing``
+            builds it from ``ORDERS_TRACES`` and ``OTEL_*``); None: tracing is off, and
+            the trace contexts of rows and jobs are carried on unrecorded.
     """
 
     settings: Settings
     redis_override: RedisClient | None = None
     engine_override: Engine | None = None
+    tracer_provider: TracerProvider | None = None
     embedded: EmbeddedRedis | None = field(default=None, init=False)
     _bound: bool = field(default=False, init=False)
 
@@ -194,10 +199,22 @@ class App:
         """The queue library's settings derived from :attr:`settings`."""
         return queue_settings(self.settings)
 
+    def tracer(self, name: str) -> Tracer | None:
+        """The tracer named ``name`` (an instrumentation scope: ``orders.placement``),
+        or None when tracing is off."""
+        if self.tracer_provider is None:
+            return None
+        return self.tracer_provider.get_tracer(name)
+
     def queue(self, name: str) -> Queue:
-        """The :class:`Queue` named ``name`` under the application's prefix."""
+        """The :class:`Queue` named ``name`` under the application's prefix (with a
+        tracer when tracing is on: each enqueued job gets a producer span)."""
         return Queue(
-            self.redis, name, prefix=self.settings.queue_prefix, settings=self.queue_settings
+            self.redis,
+            name,
+            prefix=self.settings.queue_prefix,
+            settings=self.queue_settings,
+            tracer=self.tracer("reliable_queue"),
         )
 
     @cached_property

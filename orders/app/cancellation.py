@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from opentelemetry.trace import Tracer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -60,6 +61,8 @@ def cancel_then_publish(
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    record: Callable[[Session, CancelResult], None] | None = None,
+    tracer: Tracer | None = None,
 ) -> Cancellation:
     """Cancel an order in the database, then publish its compensating steps if the queue
     can be reached.
@@ -78,6 +81,11 @@ def cancel_then_publish(
         order_id: the order to cancel.
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
+        record: called in the cancellation's transaction, before its commit, with the
+            session and the result (the audit row: ``orders.app.audit.record``).
+        tracer: records the publish pass (``workflows.relay.publish_dispatched``); the
+            compensating rows carry their order's trace context either way, so their
+            jobs belong to the order's trace (docs/adr/0036).
 
     Returns:
         The :class:`Cancellation` (``result.already`` when the order was cancelled
@@ -92,6 +100,8 @@ def cancel_then_publish(
     def once() -> CancelResult:
         with UnitOfWork(session_factory) as uow:
             result = cancel_order(uow.session, order_id, clock(), dispatch=True)
+            if record is not None:
+                record(uow.session, result)
             uow.commit()
             return result
 
@@ -105,7 +115,9 @@ def cancel_then_publish(
     except Exception as exc:  # the rows go back to pending through the one publish path
         queue = _Unreachable(exc)
     try:
-        published = publish_dispatched(session_factory, queue, rows, clock=clock, policy=policy)
+        published = publish_dispatched(
+            session_factory, queue, rows, clock=clock, policy=policy, tracer=tracer
+        )
     except Exception as exc:  # back to pending (or still dispatched): the sweep's
         why = queue.cause if isinstance(queue, _Unreachable) else exc
         log.warning("compensations of order %d left to the sweep: %s", order_id, why)
@@ -131,6 +143,7 @@ def cancel(
     *,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
 ) -> CancelResult:
     """Cancel an order and publish its compensating steps (:func:`cancel_then_publish`
     with a publisher in hand).
@@ -143,7 +156,7 @@ def cancel(
             :func:`cancel_then_publish`; nothing written.
     """
     return cancel_then_publish(
-        session_factory, lambda: publisher, order_id, clock=clock, policy=policy
+        session_factory, lambda: publisher, order_id, clock=clock, policy=policy, tracer=tracer
     ).result
 
 
@@ -155,6 +168,7 @@ def cancel_in_flight(
     *,
     newest: int = 50,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
 ) -> int | None:
     """Cancel one order still in flight, as a customer changing their mind would.
 
@@ -172,6 +186,7 @@ def cancel_in_flight(
         rng: chooses the order (inject a seeded one for repeatable runs).
         newest: how many of the newest placed orders to choose from.
         policy: publish attempts and backoff of refused rows.
+        tracer: as for :func:`cancel_then_publish`.
 
     Returns:
         The cancelled order's id, or None.
@@ -187,7 +202,7 @@ def cancel_in_flight(
         return None
     order_id = rng.choice(candidates)
     try:
-        result = cancel(session_factory, publisher, order_id, policy=policy)
+        result = cancel(session_factory, publisher, order_id, policy=policy, tracer=tracer)
     except OrderNotCancellable:
         return None
     return None if result.already else order_id

@@ -68,6 +68,7 @@ def place_paced(
             policy=app.publish_policy,
             result=total,
             sleep=sleep,
+            tracer=app.tracer("orders.placement"),
         )
         placed += n
         if rate:

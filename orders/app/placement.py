@@ -18,6 +18,7 @@ happens, so a command can always say how many it placed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -25,13 +26,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from opentelemetry.trace import Tracer
 from sqlalchemy.orm import Session
 
 from orders.app.commit_outcome import Attempt, Outcome, Store, store_of
+from orders.app.order_traces import OrderSpans
 from orders.domain.errors import OrdersError, UnknownSource
 from orders.domain.models import Order, OrderLine, OrderStatus
 from orders.domain.steps import ORDER_GRAPH, STEPS, order_workflow
 from orders.sources.drafts import RANDOM, TPCH, OrderDraft, next_tpch_drafts, random_drafts
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import DispatchedStep
@@ -163,6 +167,7 @@ def write_orders(
     *,
     now: datetime | None = None,
     dispatch: bool = True,
+    traces: Sequence[TraceContext | None] | None = None,
 ) -> tuple[list[PlacedOrder], list[DispatchedStep]]:
     """``place_orders``, with the first steps written ``dispatched`` (``dispatch``).
 
@@ -172,6 +177,8 @@ def write_orders(
         now: placement time (timezone-aware); default the current UTC time.
         dispatch: write the steps without prerequisites ``dispatched`` (the caller
             publishes them after its commit); False writes them ``pending``.
+        traces: each draft's trace context (``orders.app.order_traces.OrderSpans``),
+            written on its order's step rows; None: none.
 
     Returns:
         ``(placed, first)``: one ``PlacedOrder`` per draft, and the step rows
@@ -187,6 +194,11 @@ def write_orders(
     now = now or utcnow()
     order_ids = insert_orders(session, drafts, now=now)
     specs = [order_workflow(order_id) for order_id in order_ids]
+    if traces is not None and any(traces):
+        specs = [
+            dataclasses.replace(spec, trace_context=context)
+            for spec, context in zip(specs, traces, strict=True)
+        ]
     created = add_workflows(session, specs, now=now, dispatch=dispatch)
     placed = [PlacedOrder(c.subject_id, c.workflow_id, c.step_ids) for c in created]
     return placed, [row for c in created for row in c.dispatched]
@@ -265,6 +277,7 @@ def place(
     result: PlaceResult | None = None,
     reconnect: Reconnect | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    tracer: Tracer | None = None,
 ) -> PlaceResult:
     """Place the next ``count`` orders of a source, batch by batch, and publish their steps.
 
@@ -294,6 +307,10 @@ def place(
         reconnect: retries of a batch whose connection dropped (default
             :class:`Reconnect`).
         sleep: waits the backoff (seconds; injected in tests).
+        tracer: records a ``place order`` span per order, the root of the order's
+            trace or a child of the caller's current span, whose context every step
+            row of the order carries (``orders.app.order_traces``); None records
+            nothing, and the orders carry the caller's context, if any.
 
     Returns:
         ``result``, with the placed orders and the number of steps published.
@@ -325,7 +342,7 @@ def place(
         placed, first = _place_batch(
             session_factory,
             store,
-            _Batch(size, source, publisher is not None),
+            _Batch(size, source, publisher is not None, tracer),
             rng,
             clock,
             reconnect,
@@ -351,7 +368,7 @@ def place(
         if publisher is not None:
             try:
                 published = publish_dispatched(
-                    session_factory, publisher, first, clock=clock, policy=policy
+                    session_factory, publisher, first, clock=clock, policy=policy, tracer=tracer
                 )
             except Exception as exc:  # the orders are committed: publishing is deferred
                 publisher = None  # later batches are written pending, for the sweep
@@ -368,11 +385,13 @@ def place(
 @dataclass(frozen=True)
 class _Batch:
     """One batch to place: ``size`` orders of ``source``, the first steps written
-    dispatched when ``dispatch`` (a publisher is at hand), else pending."""
+    dispatched when ``dispatch`` (a publisher is at hand), else pending; each order's
+    ``place order`` span made by ``tracer`` (None: none)."""
 
     size: int
     source: str
     dispatch: bool
+    tracer: Tracer | None = None
 
 
 def _place_batch(
@@ -396,6 +415,7 @@ def _place_batch(
         attempt = Attempt(placed_at=clock())
         written: tuple[list[PlacedOrder], list[DispatchedStep]] = ([], [])
         committing = False
+        spans = OrderSpans([], [])
         try:
             with UnitOfWork(session_factory) as uow:
                 store.mark(uow.session, attempt)
@@ -403,14 +423,21 @@ def _place_batch(
                     drafts = next_tpch_drafts(uow.session, batch.size)
                 else:
                     drafts = random_drafts(uow.session, batch.size, rng)
+                spans = OrderSpans.start(batch.tracer, len(drafts), batch.source)
                 written = write_orders(
-                    uow.session, drafts, now=attempt.placed_at, dispatch=batch.dispatch
+                    uow.session,
+                    drafts,
+                    now=attempt.placed_at,
+                    dispatch=batch.dispatch,
+                    traces=spans.contexts,
                 )
                 attempt.order_ids = [p.order_id for p in written[0]]
+                spans.placed(attempt.order_ids)
                 committing = True
                 uow.commit()
             return written
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            spans.end(exc)
             if committing:  # ask briefly: the user wants out
                 brief = Reconnect(attempts=3, base_seconds=0.2, max_seconds=0.5)
                 outcome = _settle(store, session_factory, attempt, brief, sleep, rng)
@@ -420,6 +447,7 @@ def _place_batch(
                     result.uncertain = list(attempt.order_ids)
             raise
         except Exception as exc:
+            spans.end(exc)  # (a batch found committed after all keeps them saying why)
             outcome = (
                 _settle(store, session_factory, attempt, reconnect, sleep, rng)
                 if committing
@@ -442,6 +470,8 @@ def _place_batch(
                 describe(exc),
             )
             sleep(pause)
+        finally:
+            spans.end()  # after the commit (nothing if ended above)
     raise AssertionError("unreachable: the last run returns or raises")
 
 

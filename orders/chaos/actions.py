@@ -67,6 +67,7 @@ class Placer:
                 rng=self.rng,
                 batch_size=n,
                 publisher=publisher,
+                tracer=self.app.tracer("orders.placement"),
             )
         except SQLAlchemyError:
             self.counts.placement_errors += 1

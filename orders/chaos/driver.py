@@ -285,6 +285,7 @@ class ChaosRun:
                 self.first_order_id,
                 self.rng,
                 policy=self.app.publish_policy,
+                tracer=self.app.tracer("orders.cancellation"),
             )
         except (WorkflowError, SQLAlchemyError):  # the database stayed busy: skip this one
             return

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,12 +29,28 @@ def cancel(
     Exit status 1 when the order is unknown, completed (too late) or ended out of
     stock.
     """
+    from orders.app.audit import Action, os_actor, record
     from orders.app.cancellation import cancel_then_publish
+
+    def audited(session: Any, result: Any) -> None:  # in the cancellation's transaction
+        record(
+            session,
+            os_actor(),
+            Action.CANCEL,
+            {"order_ids": [order_id]},
+            count=0 if result.already else 1,
+            result="already cancelled" if result.already else "ok",
+        )
 
     app = make_app(uses_redis=False)
     try:
         done = cancel_then_publish(
-            app.session_factory, app.publisher_if_running, order_id, policy=app.publish_policy
+            app.session_factory,
+            app.publisher_if_running,
+            order_id,
+            policy=app.publish_policy,
+            record=audited,
+            tracer=app.tracer("orders.cancellation"),
         )
     finally:
         app.close()

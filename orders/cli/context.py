@@ -65,15 +65,23 @@ def make_app(
         worker_lanes: the command is a worker process with this many lanes: its
             application is built for one (``orders.app.bootstrap.build_worker_app``).
 
+    Tracing is on when ``ORDERS_TRACES`` / ``OTEL_*`` say so
+    (``orders.observability.tracing``); a bad value is one warning, never a failure.
+
     Raises:
         typer.Exit(2): the settings are invalid (the message says which).
     """
     settings = load_settings(Settings)
     if uses_redis:
         _say_if_starting_redis(settings)
+    from orders.observability.tracing import tracer_provider
+
+    provider = tracer_provider(settings.resolved_data_dir())  # None: tracing is off
     if worker_lanes is not None:
-        return build_worker_app(settings, lanes=worker_lanes, auto_migrate=auto_migrate)
-    return build(settings, auto_migrate=auto_migrate)
+        return build_worker_app(
+            settings, lanes=worker_lanes, auto_migrate=auto_migrate, tracer_provider=provider
+        )
+    return build(settings, auto_migrate=auto_migrate, tracer_provider=provider)
 
 
 S = TypeVar("S", bound=BaseSettings)
@@ -271,3 +279,40 @@ def setup_logging(level: str = "INFO") -> None:
     if logging.getLevelName(level.upper()) != logging.DEBUG:
         # Alembic's INFO lines ("Context impl SQLiteImpl.", ...) on every start say nothing.
         logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def audit_row(
+    app: App,
+    action: str,
+    target: dict[str, Any],
+    *,
+    count: int,
+    dry_run: bool = False,
+    result: str = "ok",
+) -> None:
+    """Write the ``operator_actions`` row of a CLI action whose effect is done (in Redis:
+    redrive, purge, pause, resume, limit, rebind), in a transaction of its own, with the
+    OS user as the actor (``orders.app.audit``).
+
+    Args:
+        app: the command's application (its database).
+        action: an ``orders.app.audit.Action`` value.
+        target: the filter or ids acted on (JSON-able, no secret).
+        count: how many it acted on (or would).
+        dry_run: it only listed.
+        result: ``ok`` or ``failed: ...``.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database failed (the action itself is done).
+    """
+    from orders.app.audit import os_actor, record_now
+
+    record_now(
+        app.session_factory,
+        os_actor(),
+        action,
+        target,
+        count=count,
+        dry_run=dry_run,
+        result=result,
+    )

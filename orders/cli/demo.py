@@ -69,6 +69,14 @@ def _place(app: App, options: DemoOptions, on_placed: Any) -> list[int]:
     return result.order_ids
 
 
+def _place_via_api(app: App, options: DemoOptions, on_placed: Any) -> list[int]:
+    from orders.cli.demo_api import place_via_api
+
+    if options.source == "tpch":
+        scarce(app, options.orders, options.out_of_stock_share)
+    return place_via_api(app, options, on_placed)
+
+
 def violation_lines(violations: list[dict[str, Any]], shown: int = 10) -> list[str]:
     """A readable summary: counts per invariant, the first ``shown`` violations, and
     ``… and N more``.
@@ -206,6 +214,14 @@ def demo(
         int | None,
         typer.Option(min=0, max=SEED_MAX, help="Seed of the choice of orders to cancel."),
     ] = None,
+    via_api: Annotated[
+        bool,
+        typer.Option(
+            "--via-api",
+            help="Place the orders over HTTP (POST /api/v1/orders, an Idempotency-Key each, "
+            "one in ten posted twice) instead of through `orders place`'s batches.",
+        ),
+    ] = False,
     as_json: JsonOutput = False,
 ) -> None:
     """Run TPC-H orders through stock, notification, points and logistics, with failures injected.
@@ -243,7 +259,7 @@ def demo(
         report = run_demo(
             app,
             options,
-            place_orders=_place,
+            place_orders=_place_via_api if via_api else _place,
             check_invariants=_invariants,
             on_progress=lambda p: live.update(_progress_table(p, retried_before)),
             log_dir=log_dir,

@@ -10,7 +10,7 @@ import typer
 from orders.app.bootstrap import App
 from orders.app.dead_letters import BlockingLetter, blocking_letters, ways_out
 from orders.app.previews import PAYLOAD_SHOWN, preview
-from orders.cli.context import emit_json, fail, handle_errors, make_app
+from orders.cli.context import audit_row, emit_json, fail, handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import console, fields, fitted_table, say, short_ids, warn, when
 from orders.domain.steps import ALL_STEPS, TASKS
@@ -279,6 +279,14 @@ def redrive(
             replayed.extend((queue.name, j) for j in report.redriven)
             skipped.extend(report.skipped)
             unrunnable.extend(report.unrunnable)
+        audit_row(
+            app,
+            "redrive",
+            {"step": step, "task": task, "reason": reason, "job_ids": [j for _, j in replayed]},
+            count=len(replayed),
+            dry_run=dry_run,
+            result=f"failed: {'; '.join(failed)}" if failed else "ok",
+        )
         if as_json:
             key = "would_redrive" if dry_run else "redriven"
             emit_json(
@@ -386,6 +394,19 @@ def purge(
                     removed += queue.dead_letters.purge(ids=[d.job_id for d in letters[queue.name]])
                 except QueueDataError as exc:  # refused whole: nothing of this queue purged
                     failed.append(f"queue {queue.name}: {exc}")
+        audit_row(
+            app,
+            "purge",
+            {
+                "step": step,
+                "task": task,
+                "reason": reason,
+                "force": force,
+                "job_ids": [d.job_id for found in letters.values() for d in found],
+            },
+            count=removed,
+            result=f"failed: {'; '.join(failed)}" if failed else "ok",
+        )
         say("purged {} dead letter(s)", removed)
         if blocking:
             retry_one, retry_all, cancel = ways_out(blocking[0], purged=True)

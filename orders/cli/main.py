@@ -65,6 +65,12 @@ COMMANDS: tuple[Entry, ...] = (
     ),
     Entry("cancel", "orders.cli.cancel:cancel", "Cancel ORDER_ID until its order completes."),
     Entry(
+        "search",
+        "orders.cli.search:search",
+        "Find orders (or step jobs, --jobs) by status, customer, step, step state, DLQ "
+        "reason, error text and placement time, newest first, from the database.",
+    ),
+    Entry(
         "worker",
         "orders.cli.worker:worker",
         "Run a worker for STEP... (or --all) until SIGTERM / Ctrl-C.",
@@ -87,7 +93,14 @@ COMMANDS: tuple[Entry, ...] = (
     Entry(
         "web",
         "orders.cli.web:web",
-        "Serve the web dashboard: overview, queues, orders, dead letters, workers, /metrics.",
+        "Serve the web dashboard and the HTTP API (/api/v1): overview, queues, orders, dead "
+        "letters, workers, search, audit, /metrics.",
+    ),
+    Entry(
+        "trace",
+        "orders.cli.trace:trace",
+        "Show ORDER_ID's trace: every span from its placement to its last attempt, as a tree "
+        "on a time axis.",
     ),
     Entry(
         "inject",
@@ -115,6 +128,17 @@ COMMANDS: tuple[Entry, ...] = (
         "queue",
         "orders.cli.queue_audit:queue_cli",
         "Checks and flow control of the step queues: audit, pause, resume, limit.",
+    ),
+    Entry(
+        "tokens",
+        "orders.cli.tokens:tokens",
+        "Named API tokens with roles (viewer, placer, operator, admin): create, list, revoke.",
+    ),
+    Entry(
+        "audit",
+        "orders.cli.audit:audit",
+        "Show the operator actions, newest first: who (token name or OS user), what, on "
+        "which filter or ids, dry run or not, how many, the result and the request id.",
     ),
     Entry("services", "orders.cli.services:services", "The embedded Redis server of the data dir."),
     Entry("db", "orders.cli.services:db", "Database schema (Alembic migrations)."),

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orders.cli.context import console, emit_json, fail, handle_errors, make_app
+from orders.cli.context import audit_row, console, emit_json, fail, handle_errors, make_app
 from orders.cli.render import say, when
 from orders.domain.steps import ALL_STEPS
 from reliable_queue import audit as run_audit
@@ -74,6 +74,7 @@ def pause(
         for name in steps:
             state = app.queues[name].pause(reason=reason, by=by)
             say("paused {} (since {}, by {})", name, when(state.since), state.by)
+        audit_row(app, "pause", {"steps": steps, "reason": reason}, count=len(steps))
     finally:
         app.close()
 
@@ -90,9 +91,12 @@ def resume(
     steps = _chosen(step, every)
     app = make_app()
     try:
+        resumed = 0
         for name in steps:
             was = app.queues[name].resume()
+            resumed += was
             say("resumed {}" if was else "{} was not paused", name)
+        audit_row(app, "resume", {"steps": steps}, count=resumed)
     finally:
         app.close()
 
@@ -126,9 +130,11 @@ def limit(
         queue = app.queues[step]
         if rate is None:
             was = queue.clear_limit()
+            audit_row(app, "limit", {"step": step, "limit": None}, count=int(was))
             say("cleared the limit of {}" if was else "{} had no limit", step)
         else:
             queue.set_limit(rate.n, rate.per_ms / 1000.0)
+            audit_row(app, "limit", {"step": step, "limit": rate.text()}, count=1)
             say("limited {} to {}", step, rate.text())
     finally:
         app.close()

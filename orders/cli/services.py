@@ -118,6 +118,9 @@ def rebind_redis(
         )
     try:
         deleted = rebind_namespace(app.redis, prefix, app.database_label)
+        from orders.cli.context import audit_row
+
+        audit_row(app, "rebind", {"namespace": prefix}, count=deleted)
     finally:
         app.close()
     console.print(f"deleted {deleted} key(s); namespace {prefix!r} now belongs to this database")

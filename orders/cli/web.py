@@ -83,12 +83,15 @@ def web(
     ] = None,
     log_level: Annotated[str, log_level_option()] = "INFO",
 ) -> None:
-    """Serve the web dashboard: overview, queues, orders, dead letters, workers, /metrics.
+    """Serve the web dashboard and the HTTP API (/api/v1): overview, queues, orders, dead
+    letters, workers, search, audit, /metrics.
 
-    Reading is open to clients on this machine (loopback). Redrive and purge
-    need the token (at least 16 characters): set ORDERS_WEB_TOKEN before
-    starting, then sign in on the page (or send `Authorization: Bearer <token>`).
-    Without the token every action is refused. Requests must name this server
+    Reading the dashboard is open to clients on this machine (loopback). Actions
+    need a token whose role allows them: ORDERS_WEB_TOKEN (an admin, at least 16
+    characters) or a named token (`orders tokens create NAME --role ROLE`); sign in
+    on the page or send `Authorization: Bearer <token>`. With neither, every action
+    is refused. The API always needs a bearer token; its OpenAPI document is at
+    /api/v1/openapi.json. Requests must name this server
     as localhost, 127.0.0.1, ::1 or the bound address in their Host header;
     add other names with ORDERS_WEB_ALLOWED_HOSTS (comma separated).
     """
@@ -116,10 +119,10 @@ def web(
     port = sock.getsockname()[1]
     redis_shown = mask_url(app.settings.redis_url) or "embedded"
     database_shown = mask_url(app.settings.resolved_database_url())
-    actions = "need the token" if settings.token_value() else "disabled (no ORDERS_WEB_TOKEN)"
+    actions = "need a token" if settings.token_value() else "need a named token (orders tokens)"
     console.print(
-        f"dashboard on http://{bind}:{port}/ — Redis {redis_shown}, database {database_shown}; "
-        f"actions {actions}",
+        f"dashboard on http://{bind}:{port}/, API on http://{bind}:{port}/api/v1 — Redis "
+        f"{redis_shown}, database {database_shown}; actions {actions}",
         highlight=False,
     )
     if not _loopback(bind):

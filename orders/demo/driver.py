@@ -348,7 +348,12 @@ def cancel_some(app: App, first_order_id: int, count: int, rng: random.Random) -
         if len(cancelled) >= count:
             break
         order_id = cancel_in_flight(
-            app.session_factory, app.publisher, first_order_id, rng, policy=app.publish_policy
+            app.session_factory,
+            app.publisher,
+            first_order_id,
+            rng,
+            policy=app.publish_policy,
+            tracer=app.tracer("orders.cancellation"),
         )
         if order_id is not None:
             cancelled.append(order_id)

@@ -14,14 +14,18 @@ from decimal import Decimal
 from sqlalchemy import Date, ForeignKey, Index, Integer, Numeric, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from orders.domain.access import ApiOrder, ApiToken, OperatorAction
 from workflows.columns import UTCDateTime
 from workflows.models import Base
 
 __all__ = [
+    "ApiOrder",
+    "ApiToken",
     "Base",
     "Customer",
     "Inventory",
     "Notification",
+    "OperatorAction",
     "Order",
     "OrderLine",
     "OrderStatus",
@@ -145,7 +149,12 @@ class Order(Base):
     """A placed order; its workflow has ``kind='order'`` and ``subject_id=id``."""
 
     __tablename__ = "orders"
-    __table_args__ = (Index("ix_orders_status", "status"),)
+    __table_args__ = (
+        Index("ix_orders_status", "status"),
+        # search filters (``orders.domain.search``): a customer's orders, a time range
+        Index("ix_orders_customer_id", "customer_id"),
+        Index("ix_orders_placed_at", "placed_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id"))

@@ -182,6 +182,30 @@ class Totals:
         return _jsonable(asdict(self))
 
 
+def order_trace_ids(session: Session, order_id: int) -> list[str] | None:
+    """The trace ids the order's step rows carry (from their W3C ``traceparent``).
+
+    Args:
+        session: a session (only read).
+        order_id: the order.
+
+    Returns:
+        The distinct trace ids (32 hex digits, sorted; one for an order placed with
+        tracing on; none without), or None when the order has no workflow.
+    """
+    workflow_id = session.scalar(
+        select(Workflow.id).where(Workflow.kind == WORKFLOW_KIND, Workflow.subject_id == order_id)
+    )
+    if workflow_id is None:
+        return None
+    parents = session.scalars(
+        select(WorkflowStep.traceparent)
+        .where(WorkflowStep.workflow_id == workflow_id, WorkflowStep.traceparent.is_not(None))
+        .distinct()
+    )
+    return sorted({p[3:35] for p in parents if p and len(p) >= 35})
+
+
 def totals(session: Session, *, first_order_id: int | None = None) -> Totals:
     """Count orders by status and steps by state.
 

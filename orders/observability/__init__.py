@@ -23,6 +23,9 @@ Modules, one job each (see docs/operations.md for what an operator sees):
 - ``recent_dead``: the newest dead letters across queues.
 - ``snapshot``: one look at the whole system for the live views.
 - ``workers``: the worker processes' published states, read for the views.
+- ``tracing``: this process's tracer provider from ``ORDERS_TRACES`` / ``OTEL_*``.
+- ``trace_files``: the local span files (bounded OTLP/JSON lines) and their reader.
+- ``trace_view``: an order's spans laid out as a tree on a time axis.
 
 It may import ``orders.domain`` and ``orders.app``; the worker, the dashboard
 and the CLI import it. ``urls`` imports nothing of orders, so that

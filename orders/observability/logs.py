@@ -6,6 +6,8 @@ worker middleware that remembers the job for the lane thread running it, and
 :class:`JobContextFilter` copies those fields onto each record. The worker's
 own line about a job's outcome (logged just after the handler returned, with
 ``extra={"job_id": ...}``) gets the task and order id of the same job too.
+A line logged while a span is current (a traced attempt, a placement) carries the
+span's ``trace_id`` and ``span_id`` in JSON (a readable line leaves them out).
 Credentials inside URLs are masked in every line (see ``urls``). Job text is
 untrusted: no control or bidi character reaches the stream raw (a readable line
 shows them as ``\\x1b`` escapes; a JSON line as ``\\u001b``, so the data parses
@@ -24,12 +26,16 @@ import sys
 import unicodedata
 from typing import IO, Any
 
+from opentelemetry import trace
+
 from orders.observability.urls import mask_urls_in
 from orders.observability.visible import BIDI, visible
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 
-CONTEXT_FIELDS = ("job_id", "queue", "task", "attempt", "order_id")
+CONTEXT_FIELDS = ("job_id", "queue", "task", "attempt", "order_id", "trace_id", "span_id")
 """Record attributes that describe the job being worked on, in output order."""
+TRACE_FIELDS = ("trace_id", "span_id")
+"""The current span's ids (hex), added while a span is current; JSON lines only."""
 
 _current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "orders_job_log_context", default=None
@@ -105,6 +111,10 @@ class JobContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Attach the fields; always returns True."""
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid and not hasattr(record, "trace_id"):
+            record.trace_id = format(span.trace_id, "032x")
+            record.span_id = format(span.span_id, "016x")
         fields = _current.get()
         if fields is None:
             last = _last.get()
@@ -164,7 +174,7 @@ class ReadableFormatter(logging.Formatter):
         """Render ``record`` for a person at a terminal (credentials in URLs masked)."""
         when = dt.datetime.fromtimestamp(record.created).strftime("%H:%M:%S.%f")[:-3]
         text = f"{when} {record.levelname:<7} {record.name}: {visible(record.getMessage())}"
-        extras = _extras(record)
+        extras = {k: v for k, v in _extras(record).items() if k not in TRACE_FIELDS}
         if extras:
             text += "  " + " ".join(f"{k}={visible(str(v))}" for k, v in extras.items())
         if record.exc_info:

@@ -1,4 +1,4 @@
-"""Build the dashboard's ASGI application."""
+"""Build the ASGI application of `orders web`: the dashboard and the HTTP API."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 
 import jinja2
 import redis
+from fastapi import FastAPI
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -27,9 +28,22 @@ from orders.observability.snapshot import SystemView, read_queue_stats
 from orders.observability.urls import mask_urls_in
 from orders.observability.workers import ago
 from orders.web import render
+from orders.web.api.app import RequestIds, create_api
+from orders.web.api.auth import TokenLookup
+from orders.web.api.problems import problem
 from orders.web.params import BadParam
-from orders.web.protect import Protect, allowed_hosts
-from orders.web.routes import auth, dlq, metrics, orders, overview, queues, workers
+from orders.web.protect import BODY_LIMITS, Protect, allowed_hosts
+from orders.web.routes import (
+    audit,
+    auth,
+    dlq,
+    metrics,
+    orders,
+    overview,
+    queues,
+    search,
+    workers,
+)
 from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
 from orders.web.state import WebState
@@ -40,6 +54,8 @@ log = logging.getLogger("orders.web")
 
 HERE = Path(__file__).parent
 OPEN_PATHS = ("/login", "/static/", "/healthz", "/livez", "/readyz")
+API_BODY_LIMITS = {"/api/v1/orders": 16 * 1024}
+"""Bytes, by exact path: an order of 50 lines is under 2 KiB."""
 
 
 def templates() -> Jinja2Templates:
@@ -135,8 +151,8 @@ def create_app(
     multiproc: Path | None = None,
     sample: bool = True,
     throttle: SignInThrottle | None = None,
-) -> Starlette:
-    """The dashboard for ``app``.
+) -> Front:
+    """The dashboard and the HTTP API (``/api/v1``) for ``app``, one ASGI application.
 
     Args:
         app: the application (its Redis, database and queues).
@@ -147,16 +163,22 @@ def create_app(
         throttle: failed sign-in counter (default: 10 per minute per client).
 
     Returns:
-        A Starlette application; it stops its sampler on shutdown but does not
-        close ``app`` (the caller owns it).
+        The ASGI application (:class:`Front`); it stops its sampler on shutdown but
+        does not close ``app`` (the caller owns it).
 
     Raises:
         WeakToken: the configured token is too short (see ``orders.web.security``).
     """
     settings = settings or WebSettings()
     folder = multiproc or metrics_dir(app.settings)
+    # the engine is built at the first lookup: the server starts while the database is away
+    lookup = TokenLookup(lambda: app.session_factory(), settings.token_value())
     guard = Guard(
-        settings.token_value(), session_seconds=settings.session_hours * 3600, throttle=throttle
+        settings.token_value(),
+        session_seconds=settings.session_hours * 3600,
+        throttle=throttle,
+        lookup=lookup,
+        any_tokens=lookup.any_tokens,
     )
     sampler = Sampler(lambda: read_queue_stats(app), keep=settings.history_seconds)
     state = WebState(
@@ -183,13 +205,15 @@ def create_app(
             if thread is not None:
                 thread.join(timeout=5)
 
-    web = Starlette(
+    dashboard = Starlette(
         routes=[
             *overview.routes,
             *queues.routes,
             *orders.routes,
             *workers.routes,
             *dlq.routes,
+            *search.routes,
+            *audit.routes,
             *auth.routes,
             *metrics.routes,
             Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
@@ -205,10 +229,58 @@ def create_app(
             SQLAlchemyError: _unavailable,
             redis.RedisError: _unavailable,
         },
-        lifespan=lifespan,
     )
-    web.state.web = state
-    web.add_middleware(ReadGuard, guard=guard)
-    # outermost: refuse unknown Hosts and large bodies before anything reads them
-    web.add_middleware(Protect, hosts=allowed_hosts(settings.host, settings.allowed_host_names()))
-    return web
+    dashboard.state.web = state
+    dashboard.add_middleware(ReadGuard, guard=guard)
+    return Front(
+        api=create_api(state, lookup, lifespan=lifespan),
+        dashboard=dashboard,
+        hosts=allowed_hosts(settings.host, settings.allowed_host_names()),
+    )
+
+
+class Front:
+    """The one ASGI application of ``orders web``: ``/api/...`` to the API (FastAPI),
+    every other path (any character in it) to the dashboard, and the lifespan to the
+    API (the dashboard's sampler runs in it). Outermost, :class:`Protect` refuses
+    unknown Hosts and large bodies before anything reads them (ADR 0039).
+
+    Attributes:
+        api: the FastAPI application of ``/api/v1``.
+        dashboard: the dashboard's Starlette application.
+    """
+
+    def __init__(self, *, api: FastAPI, dashboard: Starlette, hosts: frozenset[str]) -> None:
+        self.api = api
+        self.dashboard = dashboard
+        self._protected = Protect(
+            RequestIds(self._dispatch),
+            hosts=hosts,
+            body_limits={**BODY_LIMITS, **API_BODY_LIMITS},
+            refuse=refusal,
+        )
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """The dashboard's routes (the API's are in its OpenAPI document)."""
+        return list(self.dashboard.routes)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "lifespan" or path == "/api" or path.startswith("/api/"):
+            await self.api(scope, receive, send)
+        else:
+            await self.dashboard(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.api(scope, receive, send)
+            return
+        await self._protected(scope, receive, send)
+
+
+def refusal(path: str, status: int, message: str) -> Response:
+    """How the outer shell refuses a request: a problem for ``/api/``, else plain text."""
+    if path.startswith("/api/"):
+        return problem(status, message, instance=path)
+    return PlainTextResponse(message, status)

@@ -19,10 +19,10 @@ A pure ASGI middleware that runs before routing, authentication and any parsing:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CSP = (
@@ -81,6 +81,7 @@ class Protect:
         hosts: the allowed host names (see :func:`allowed_hosts`).
         body_limits: path -> limit in bytes for that exact path.
         default_body_limit: limit in bytes for every other path.
+        refuse: builds a refusal from (path, status, message); default plain text.
     """
 
     def __init__(
@@ -90,8 +91,10 @@ class Protect:
         hosts: frozenset[str],
         body_limits: Mapping[str, int] | None = None,
         default_body_limit: int = DEFAULT_BODY_LIMIT,
+        refuse: Callable[[str, int, str], Response] | None = None,
     ) -> None:
         self.app = app
+        self.refuse = refuse or (lambda _path, status, message: PlainTextResponse(message, status))
         self.hosts = hosts
         self.body_limits = dict(BODY_LIMITS if body_limits is None else body_limits)
         self.default_body_limit = default_body_limit
@@ -114,15 +117,15 @@ class Protect:
 
         headers = Headers(scope=scope)
         if host_name(headers.get("host", "")) not in self.hosts:
-            refusal = PlainTextResponse("unknown Host: see ORDERS_WEB_ALLOWED_HOSTS", 400)
+            refusal = self.refuse(path, 400, "unknown Host: see ORDERS_WEB_ALLOWED_HOSTS")
             await refusal(scope, receive, send_with_headers)
             return
         limit = self.body_limits.get(path, self.default_body_limit)
-        too_large = PlainTextResponse(f"request body over {limit} bytes", 413)
+        too_large = self.refuse(path, 413, f"request body over {limit} bytes")
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             status = 413 if declared.isdigit() else 400
-            reply = too_large if status == 413 else PlainTextResponse("bad Content-Length", 400)
+            reply = too_large if status == 413 else self.refuse(path, 400, "bad Content-Length")
             await reply(scope, receive, send_with_headers)
             return
         try:

@@ -107,7 +107,8 @@ def order_link(value: Any) -> Markup:
 def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
     """Render ``template`` with ``context`` plus the shared keys.
 
-    Shared keys: ``steps`` (queue names), ``signed_in``, ``csrf`` (the session's
+    Shared keys: ``steps`` (queue names), ``signed_in``, ``signed_in_as`` (the token's
+    name), ``csrf`` (the session's
     CSRF token or ""), ``csrf_field``, ``actions_enabled``, ``path``, ``notes``
     (what the page could not read: a Redis key of the wrong type; empty by default).
     """
@@ -116,6 +117,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     shared = {
         "steps": ALL_STEPS,
         "signed_in": session is not None,
+        "signed_in_as": session.caller.name if session else "",
         "csrf": session.csrf if session else "",
         "csrf_field": CSRF_FIELD,
         "actions_enabled": state.guard.actions_enabled,

@@ -2,10 +2,13 @@
 
 - Reading is open to loopback clients; others must be signed in (or send the
   token as ``Authorization: Bearer``).
-- Every action (a POST) needs the token, as a bearer header or through a
-  sign-in session, and is refused outright when no token is configured.
-- A session is a cookie ``<issued>.<nonce>.<hmac>`` signed with the token
-  (changing the token signs everyone out), ``HttpOnly`` and ``SameSite=Strict``,
+- Every action (a POST) needs a token, as a bearer header or through a
+  sign-in session: ``ORDERS_WEB_TOKEN`` (an admin) or a named token of
+  ``orders tokens`` whose role allows the action (ADR 0039); with neither
+  configured, every action is refused outright.
+- A session is a cookie ``<issued>.<nonce>.<hmac>`` signed with the token (or,
+  without one, a secret drawn when the server starts; changing the token signs
+  everyone out), ``HttpOnly`` and ``SameSite=Strict``,
   whose nonce must also be in the server's session table: signing out removes
   it, so a copied cookie and its CSRF token stop working at once. The table is
   in memory (a restart signs everyone out) and bounded (the oldest sign-in goes
@@ -33,6 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import HTTPConnection
+
+from orders.app.tokens import ENV_TOKEN_NAME, Caller
+from orders.domain.access import Permission, Role, allows
 
 COOKIE = "orders_session"
 CSRF_FIELD = "csrf"
@@ -137,11 +143,12 @@ def client_address(conn: HTTPConnection) -> str:
 
 @dataclass(frozen=True)
 class Session:
-    """A valid sign-in: when it was issued and its CSRF token."""
+    """A valid sign-in: when it was issued, its CSRF token, and who signed in."""
 
     issued: int
     nonce: str
     csrf: str
+    caller: Caller = Caller(ENV_TOKEN_NAME, Role.ADMIN)
 
 
 class Guard:
@@ -152,6 +159,10 @@ class Guard:
         session_seconds: how long a sign-in lasts.
         clock: epoch seconds (injectable).
         throttle: counts failed sign-ins (default: 10 per minute per client).
+        lookup: finds the named token a candidate is (``orders.app.tokens.find_caller``
+            on the database), or None; None: only ``token`` signs in.
+        any_tokens: whether a named token that is not revoked exists (actions are
+            enabled then, even without ``token``).
 
     Raises:
         WeakToken: ``token`` is shorter than :data:`MIN_TOKEN_LENGTH`.
@@ -164,18 +175,23 @@ class Guard:
         session_seconds: float = 12 * 3600,
         clock: Callable[[], float] = time.time,
         throttle: SignInThrottle | None = None,
+        lookup: Callable[[str], Caller | None] | None = None,
+        any_tokens: Callable[[], bool] | None = None,
     ) -> None:
         check_token(token)
         self.token = token
         self.session_seconds = session_seconds
         self.clock = clock
         self.throttle = throttle or SignInThrottle()
-        self._sessions: OrderedDict[str, int] = OrderedDict()  # nonce -> issued
+        self.lookup = lookup
+        self.any_tokens = any_tokens
+        self._key = token or secrets.token_hex(32)  # signs cookies and CSRF tokens
+        self._sessions: OrderedDict[str, tuple[int, Caller]] = OrderedDict()  # nonce ->
 
     @property
     def actions_enabled(self) -> bool:
-        """False when no token is configured."""
-        return self.token is not None
+        """False when neither ``ORDERS_WEB_TOKEN`` nor a named token is configured."""
+        return self.token is not None or (self.any_tokens is not None and self.any_tokens())
 
     # ------------------------------------------------------------ sessions
     def token_matches(self, candidate: str | None) -> bool:
@@ -184,11 +200,20 @@ class Guard:
             return False
         return hmac.compare_digest(candidate.encode(), self.token.encode())
 
-    def sign_in(self, conn: HTTPConnection, candidate: str | None) -> bool:
+    def identify(self, candidate: str | None) -> Caller | None:
+        """Who ``candidate`` names: the configured token (an admin), a named token, or
+        None."""
+        if self.token_matches(candidate):
+            return Caller(ENV_TOKEN_NAME, Role.ADMIN)
+        if self.lookup is None or not candidate:
+            return None
+        return self.lookup(candidate)
+
+    def sign_in(self, conn: HTTPConnection, candidate: str | None) -> Caller | None:
         """Check a token a client sent, counting a failure against its address.
 
         Returns:
-            bool: True when ``candidate`` is the token.
+            Who signed in (the configured token or a named one), or None.
 
         Raises:
             Refused: 429, the client failed too often recently (checked before the
@@ -197,20 +222,20 @@ class Guard:
         client = client_address(conn)
         if self.throttle.blocked(client):
             raise Refused("too many failed sign-ins from this address: wait a minute", 429)
-        if self.token_matches(candidate):
-            return True
+        caller = self.identify(candidate)
+        if caller is not None:
+            return caller
         self.throttle.failed(client)
-        return False
+        return None
 
-    def new_cookie(self) -> str:
-        """A fresh session cookie value, remembered server-side (call only after
-        the token was checked)."""
-        assert self.token is not None
+    def new_cookie(self, caller: Caller | None = None) -> str:
+        """A fresh session cookie value for ``caller`` (default: the configured token's
+        admin), remembered server-side (call only after the token was checked)."""
         issued, nonce = int(self.clock()), secrets.token_hex(16)
-        self._sessions[nonce] = issued
+        self._sessions[nonce] = (issued, caller or Caller(ENV_TOKEN_NAME, Role.ADMIN))
         while len(self._sessions) > MAX_SESSIONS:
             self._sessions.popitem(last=False)
-        return f"{issued}.{nonce}.{_sign(self.token, 'session', str(issued), nonce)}"
+        return f"{issued}.{nonce}.{_sign(self._key, 'session', str(issued), nonce)}"
 
     def revoke(self, conn: HTTPConnection) -> None:
         """End the request's session: its cookie and CSRF token stop working."""
@@ -221,22 +246,24 @@ class Guard:
     def session(self, conn: HTTPConnection) -> Session | None:
         """The request's valid session, or None (absent, forged, expired, or no token)."""
         raw = conn.cookies.get(COOKIE)
-        if self.token is None or not raw or raw.count(".") != 2:
+        if not raw or raw.count(".") != 2:
             return None
         issued, nonce, sig = raw.split(".")
         if not issued.isdigit():
             return None
-        if not hmac.compare_digest(sig, _sign(self.token, "session", issued, nonce)):
+        if not hmac.compare_digest(sig, _sign(self._key, "session", issued, nonce)):
             return None
         if self.clock() - int(issued) > self.session_seconds:
             self._sessions.pop(nonce, None)
             return None
-        if self._sessions.get(nonce) != int(issued):
+        known = self._sessions.get(nonce)
+        if known is None or known[0] != int(issued):
             return None  # signed out, forgotten by a restart, or pushed out by newer ones
-        return Session(int(issued), nonce, _sign(self.token, "csrf", issued, nonce))
+        return Session(int(issued), nonce, _sign(self._key, "csrf", issued, nonce), known[1])
 
-    def bearer_ok(self, conn: HTTPConnection) -> bool:
-        """True when ``Authorization: Bearer <token>`` carries the configured token.
+    def bearer(self, conn: HTTPConnection) -> Caller | None:
+        """Who ``Authorization: Bearer <token>`` names (the configured token or a named
+        one), or None.
 
         A wrong bearer token counts as a failed sign-in.
 
@@ -245,13 +272,22 @@ class Guard:
         """
         header = conn.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or self.token is None:
-            return False
+        if scheme.lower() != "bearer" or not self.actions_enabled:
+            return None
         return self.sign_in(conn, value.strip())
 
+    def bearer_ok(self, conn: HTTPConnection) -> bool:
+        """True when ``Authorization: Bearer <token>`` names a token (see :meth:`bearer`)."""
+        return self.bearer(conn) is not None
+
     def may_read(self, conn: HTTPConnection) -> bool:
-        """Loopback clients read freely; others need a session or the bearer token."""
-        return is_loopback(conn) or self.session(conn) is not None or self.bearer_ok(conn)
+        """Loopback clients read freely; others need a session or a bearer token whose
+        role may read everything (a placer's may not)."""
+        if is_loopback(conn):
+            return True
+        who = self.session(conn)
+        caller = who.caller if who is not None else self.bearer(conn)
+        return caller is not None and allows(caller.role, Permission.READ)
 
     # ------------------------------------------------------------- actions
     def check_same_origin(self, conn: HTTPConnection) -> None:
@@ -279,21 +315,41 @@ class Guard:
             if origin != expected:
                 raise Refused(f"cross-site request refused (Origin {origin} is not {expected})")
 
-    def check_action(self, conn: HTTPConnection, form: Mapping[str, Any]) -> None:
+    def check_action(
+        self,
+        conn: HTTPConnection,
+        form: Mapping[str, Any],
+        permission: str = Permission.OPERATE,
+    ) -> Caller:
         """Allow a state-changing request, or raise why not.
+
+        Args:
+            conn: the request.
+            form: its form (the CSRF token of a session).
+            permission: what the action needs (``Permission.OPERATE`` for redrive,
+                cancel, pause; ``ADMINISTER`` for purge); signing out needs none
+                (``""``).
+
+        Returns:
+            Who acts (for the audit row).
 
         Raises:
             Refused: no token configured (403); neither bearer token nor session
-                (401); cross-site origin, or a missing / wrong CSRF token (403).
+                (401); cross-site origin, a missing / wrong CSRF token, or a role
+                without ``permission`` (403).
         """
-        if self.token is None:
+        if not self.actions_enabled:
             raise Refused("actions are disabled: start `orders web` with ORDERS_WEB_TOKEN set", 403)
-        if self.bearer_ok(conn):
-            return
-        self.check_same_origin(conn)
-        session = self.session(conn)
-        if session is None:
-            raise Refused("sign in with the dashboard token first", 401)
-        sent = str(form.get(CSRF_FIELD) or "")
-        if not sent or not hmac.compare_digest(sent, session.csrf):
-            raise Refused("missing or wrong CSRF token: reload the page and try again", 403)
+        caller = self.bearer(conn)
+        if caller is None:
+            self.check_same_origin(conn)
+            session = self.session(conn)
+            if session is None:
+                raise Refused("sign in with a token first", 401)
+            sent = str(form.get(CSRF_FIELD) or "")
+            if not sent or not hmac.compare_digest(sent, session.csrf):
+                raise Refused("missing or wrong CSRF token: reload the page and try again", 403)
+            caller = session.caller
+        if permission and not allows(caller.role, permission):
+            raise Refused(f"token {caller.name!r} (role {caller.role}) may not do this", 403)
+        return caller

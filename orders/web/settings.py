@@ -21,6 +21,11 @@ class WebSettings(BaseSettings):
         session_hours: how long a sign-in lasts, hours.
         sample_seconds: seconds between two readings of the queues (charts, rates).
         history_seconds: how much chart history is kept in memory, seconds.
+        api_rate_per_second / api_burst: each API token's request rate (requests per
+            second, refilled) and burst (requests at once), in this process
+            (``ORDERS_WEB_API_RATE_PER_SECOND``, ``ORDERS_WEB_API_BURST``); past it, 429.
+        idempotency_hours: how long an ``Idempotency-Key`` of ``POST /api/v1/orders``
+            is kept, hours (``ORDERS_WEB_IDEMPOTENCY_HOURS``).
     """
 
     model_config = SettingsConfigDict(env_prefix="ORDERS_WEB_", extra="ignore", allow_inf_nan=False)
@@ -37,6 +42,13 @@ class WebSettings(BaseSettings):
     )
     history_seconds: float = Field(
         default=600.0, gt=0, le=7 * 86400, description="Chart history kept, s."
+    )
+    api_rate_per_second: float = Field(
+        default=100.0, gt=0, le=1_000_000, description="API requests per second per token."
+    )
+    api_burst: int = Field(default=200, ge=1, le=1_000_000, description="API burst per token.")
+    idempotency_hours: float = Field(
+        default=24.0, gt=0, le=24 * 366, description="Idempotency-Key lifetime, hours."
     )
 
     def token_value(self) -> str | None:

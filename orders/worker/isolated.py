@@ -17,6 +17,7 @@ from orders.app.bootstrap import build_worker_app
 from orders.app.settings import Settings
 from orders.observability.logs import configure_logging
 from orders.observability.multiproc import ENV as METRICS_ENV
+from orders.observability.tracing import tracer_provider
 from orders.observability.worker_setup import worker_observability
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
@@ -42,7 +43,12 @@ def registry() -> TaskRegistry:
     configure_logging(level if isinstance(level, str) else "INFO")
     settings = Settings()
     # one call at a time: one connection, lease-bound; the worker checked the schema
-    app = build_worker_app(settings, lanes=1, schema_checked=True)
+    app = build_worker_app(
+        settings,
+        lanes=1,
+        schema_checked=True,
+        tracer_provider=tracer_provider(settings.resolved_data_dir()),
+    )
     counters = Counters(app.redis, settings.queue_prefix)
     journal = (
         None if settings.chaos_journal_dir is None else AttemptJournal(settings.chaos_journal_dir)

@@ -35,6 +35,7 @@ def sweep_once(app: App) -> SweepResult:
         known_keys=app.publisher.known_keys,
         republish_after=app.settings.relay_republish_after_seconds,
         policy=app.publish_policy,
+        tracer=app.tracer("workflows.relay"),
     )
 
 

@@ -21,7 +21,8 @@ from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.journal import AttemptJournal
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import OnRefused, OnResults, build_registry, outcome_recorder
-from reliable_queue import Worker, WorkerHooks
+from reliable_queue import AttemptTracing, JobContext, Worker, WorkerHooks
+from reliable_queue.attempt_tracing import DUPLICATE
 from workflows.messages import DispatchedStep
 from workflows.relay import publish_dispatched
 from workflows.tracker import StepResult
@@ -90,7 +91,13 @@ def step_hooks(
     def release(rows: Sequence[DispatchedStep]) -> None:
         """Publish the steps a finished step released, at once (the sweep is the backstop)."""
         try:
-            publish_dispatched(app.session_factory, app.publisher, rows, policy=app.publish_policy)
+            publish_dispatched(
+                app.session_factory,
+                app.publisher,
+                rows,
+                policy=app.publish_policy,
+                tracer=app.tracer("workflows.relay"),
+            )
         except Exception as exc:  # back to pending, or still dispatched: the sweep's
             log.warning("released steps left to the sweep: %s", type(exc).__name__)
 
@@ -108,6 +115,7 @@ def build_worker(
     fault_rng: random.Random | None = None,
     guard: NamespaceGuard | None = None,
     isolation: str | None = None,
+    tracing: AttemptTracing | None = None,
 ) -> Worker:
     """A :class:`~reliable_queue.Worker` serving the queues of ``steps``.
 
@@ -136,6 +144,9 @@ def build_worker(
             calls in a child process that builds its own application from the
             environment (``orders.worker.isolated``) and is killed at the step's time
             limit (``reliable_queue.isolation``).
+        tracing: a span per attempt (:func:`attempt_tracing`): the outermost
+            middleware, its hooks after the worker's own; a delivery absorbed as a
+            duplicate says so on its span. None: no span.
 
     Metrics, the log context and injected faults are worker middleware: they see
     every job, one at a time or in a batch (in the worker, also with ``process``:
@@ -162,6 +173,7 @@ def build_worker(
         on_refused=on_refused,
         before_commit=faults.in_transaction,
         isolation=isolation,
+        on_absorbed=None if tracing is None else _absorbed(tracing),
     )
     record = outcome_recorder(app.session_factory)
     if guard is not None:
@@ -171,6 +183,10 @@ def build_worker(
         hooks.after_fetch, hooks.on_attempt_lost = journal.leased, journal.attempt_lost
         record = journal.recording(record)
     hooks.on_outcome = obs.on_outcome(record)
+    middleware = [*([guard] if guard else []), *obs.middleware(), faults]
+    if tracing is not None:
+        middleware.insert(0, tracing.middleware)
+        hooks = tracing.hooks(hooks)
     worker = Worker(
         app.redis,
         [queue_name(s) for s in steps],
@@ -180,7 +196,7 @@ def build_worker(
         batch_size=batch_size,
         settings=app.queue_settings,
         grace_seconds=grace_seconds,
-        middleware=[*([guard] if guard else []), *obs.middleware(), faults],
+        middleware=middleware,
         hooks=hooks,
         isolated_registry=ISOLATED_REGISTRY if isolation == "process" else None,
     )
@@ -207,6 +223,16 @@ def liveness_probe(worker: Worker, app: App) -> Callable[[], Verdict]:
         )
 
     return probe
+
+
+def attempt_tracing(app: App) -> AttemptTracing | None:
+    """The worker's attempt spans, made by the app's tracer; None when tracing is off."""
+    tracer = app.tracer("reliable_queue.worker")
+    return None if tracer is None else AttemptTracing(tracer)
+
+
+def _absorbed(tracing: AttemptTracing) -> Callable[[JobContext], None]:
+    return lambda ctx: tracing.note(ctx, DUPLICATE)
 
 
 class MetricsServerError(OrdersError):
@@ -294,6 +320,7 @@ def _serve(
     if eviction:
         log.error("WARNING: %s", eviction)
     obs = worker_observability(app, steps, record=record_metrics)
+    tracing = attempt_tracing(app)
     worker = build_worker(
         app,
         steps,
@@ -303,6 +330,7 @@ def _serve(
         observability=obs,
         guard=guard,
         isolation=isolation,
+        tracing=tracing,
     )
     stop = threading.Event()
     if metrics_port is not None:
@@ -330,5 +358,7 @@ def _serve(
     finally:
         stop.set()
         obs.close()
+        if tracing is not None:
+            tracing.close()
     if guard.lost is not None:
         raise guard.lost

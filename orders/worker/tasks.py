@@ -63,6 +63,10 @@ counters, metrics and releases are written once per batch, not once per job."""
 Items = list[tuple[StepPayload, JobContext]]
 """The jobs of one handler call: a fetched batch of one step (a single job is a batch of one)."""
 
+OnAbsorbed = Callable[[JobContext], None]
+"""Called once per delivery absorbed as a duplicate (the step was done already: no
+effect), with its context, e.g. to say so on its attempt's span; must not raise."""
+
 OnRefused = Callable[[str, str, Exception], None]
 """Called once per delivery whose commit was refused, with ``(step, reason, error)``:
 ``reason`` is its attempt guard's (``timed_out``, ``abandoned``, ``lease_lost``,
@@ -147,6 +151,7 @@ def make_handler(
     on_results: OnResults | None = None,
     on_refused: OnRefused | None = None,
     before_commit: BeforeCommit | None = None,
+    on_absorbed: OnAbsorbed | None = None,
 ) -> Callable[[Items], list[BaseException | None]]:
     """The queue handler of one step: the deliveries of one fetch in one transaction.
 
@@ -171,6 +176,7 @@ def make_handler(
         on_refused: see :data:`OnRefused`.
         before_commit: called in each unit of work right before its commit (fault
             injection).
+        on_absorbed: see :data:`OnAbsorbed`.
 
     Returns (to the worker): per delivery, None or its error: ``PermanentError``
     for a delivery of another step or naming no known workflow, step or order
@@ -212,6 +218,8 @@ def make_handler(
                     _refused(step, items[i][1], reason, result, on_refused)
             else:
                 done.append(result)
+                if result.duplicate and on_absorbed is not None:
+                    on_absorbed(items[i][1])
         if done and on_results is not None:
             on_results(step, done)
         return errors
@@ -226,6 +234,7 @@ def build_registry(
     on_refused: OnRefused | None = None,
     before_commit: Callable[[str], None] | None = None,
     isolation: str = "thread",
+    on_absorbed: OnAbsorbed | None = None,
 ) -> TaskRegistry:
     """A registry with the step tasks (``orders.stock`` ... and the compensations).
 
@@ -242,12 +251,13 @@ def build_registry(
             right before the commit (fault injection; None: nothing).
         isolation: every step task's ``TaskDefinition.isolation``, ``thread`` or
             ``process`` (``ORDERS_STEP_ISOLATION``).
+        on_absorbed: see :data:`OnAbsorbed`.
     """
     registry = TaskRegistry()
     policy = retry_policy(settings)
     for step in ALL_STEPS:
         hook = None if before_commit is None else _before_commit_of(before_commit, step)
-        handler = make_handler(session_factory, step, on_results, on_refused, hook)
+        handler = make_handler(session_factory, step, on_results, on_refused, hook, on_absorbed)
         registry.add(TaskDefinition(task_name(step), handler, StepPayload, policy, True, isolation))
     return registry
 

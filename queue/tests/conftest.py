@@ -10,6 +10,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
 from queue_helpers import FAST
 from stepped_clock import SteppedRedis, missing
 
@@ -43,6 +47,19 @@ def make_queue(redis_client: redis.Redis, key_prefix: str) -> Callable[..., Queu
         )
 
     return make
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[Tracer, InMemorySpanExporter]]:
+    """A tracer of its own (OpenTelemetry SDK, every span sampled) and the in-memory
+    exporter that receives each span as it ends; nothing global is set."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        yield provider.get_tracer("test"), exporter
+    finally:
+        provider.shutdown()
 
 
 @pytest.fixture

@@ -69,6 +69,36 @@ def test_demo_runs_200_orders_end_to_end_and_every_invariant_holds(
     assert len(logs) == 5, logs  # one per step, one for the compensating steps
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_demo_via_the_api_places_each_order_once_and_every_invariant_holds(
+    cli_env: dict[str, str], tmp_path: Path, key_prefix: str
+) -> None:
+    env = dict(cli_env, ORDERS_QUEUE_PREFIX=key_prefix)
+    proc = subprocess.run(
+        [*orders_command(), "demo", "--orders", "60", "--via-api", "--cancel", "3", "--json"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=290,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert report["ok"] is True and report["violations"] == []
+    assert report["orders_placed"] == 60  # one in ten posted twice: still 60 orders
+    url = env.get("ORDERS_DATABASE_URL") or f"sqlite:///{Path(env['ORDERS_DATA_DIR'])}/orders.db"
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            counts = conn.execute(
+                text("SELECT count(*), count(DISTINCT idempotency_key) FROM api_orders")
+            ).one()
+    finally:
+        engine.dispose()
+    assert tuple(counts) == (60, 60)
+
+
 def test_orders_help_lists_every_command(cli_env: dict[str, str]) -> None:
     proc = subprocess.run(
         [*orders_command(), "--help"], env=cli_env, capture_output=True, text=True, timeout=60

@@ -55,10 +55,14 @@ class Dialect(ABC):
         marking_rechecks: the lock plan may run an effect before the workflow rows
             are locked, so the step marking matches only rows still claimable and
             returns the ids it marked (a row missing means: roll back and rerun).
+        writers_at_once: write transactions the database runs at once (SQLite: 1, its
+            one write lock), or None (no such bound): a process's writers beyond it
+            only wait for their turn, so a caller may queue them in the process.
     """
 
     name: ClassVar[str]
     marking_rechecks: ClassVar[bool]
+    writers_at_once: ClassVar[int | None] = None
 
     def __init__(self) -> None:
         self._inserts: dict[tuple[Any, ...], Insert] = {}

@@ -95,6 +95,7 @@ class SQLiteDialect(Dialect):
 
     name = "sqlite"
     marking_rechecks = False
+    writers_at_once = 1
 
     def one_of(self, column: Any, name: str) -> ColumnElement[bool]:
         """See :meth:`Dialect.one_of`: ``column IN (SELECT value FROM json_each(:name))``."""

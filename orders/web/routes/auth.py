@@ -1,4 +1,4 @@
-"""Signing in with the dashboard token, and out."""
+"""Signing in with a token (``ORDERS_WEB_TOKEN`` or a named one), and out."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def login_page(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    """POST /login : check the token; on success set the session cookie and go to ``next``.
+    """POST /login : check the token (the configured one or a named one of ``orders
+    tokens``); on success set the session cookie and go to ``next``.
 
     A wrong token answers 401 with the form again; no token configured, 403.
     """
@@ -31,12 +32,13 @@ async def login(request: Request) -> Response:
     nxt = local_path(str(form.get("next") or "/"))
     if not state.guard.actions_enabled:
         raise Refused("actions are disabled: start `orders web` with ORDERS_WEB_TOKEN set", 403)
-    if not state.guard.sign_in(request, str(form.get("token") or "")):
+    caller = state.guard.sign_in(request, str(form.get("token") or ""))
+    if caller is None:
         return page(request, "login.html", {"next": nxt, "failed": True}, status=401)
     response = RedirectResponse(nxt, status_code=303)
     response.set_cookie(
         COOKIE,
-        state.guard.new_cookie(),
+        state.guard.new_cookie(caller),
         max_age=int(state.guard.session_seconds),
         httponly=True,
         samesite="strict",
@@ -50,7 +52,7 @@ async def logout(request: Request) -> Response:
     """POST /logout : end the session (needs its CSRF token)."""
     state = web_state(request)
     form = await request.form()
-    state.guard.check_action(request, form)
+    state.guard.check_action(request, form, permission="")
     state.guard.revoke(request)
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(COOKIE, path="/")

@@ -22,8 +22,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from orders.app.audit import Action
 from orders.app.dead_letters import BlockingLetter, blocking_letters
+from orders.domain.access import Permission
 from orders.domain.steps import ALL_STEPS, TASKS
+from orders.web.audited import audit_now
 from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_ids, one_of, stored_job_id
 from orders.web.render import page, shown_payload
@@ -261,11 +264,20 @@ async def redrive(request: Request) -> Response:
     """POST /dlq/redrive : replay dead letters (``dry_run=1`` only lists them)."""
     state = web_state(request)
     form = await request.form()
-    state.guard.check_action(request, form)
+    caller = state.guard.check_action(request, form, Permission.OPERATE)
     target = parse_target(form, job_ids(form.getlist("ids")))
     dry_run = flag(form, "dry_run")
     result = await run_in_threadpool(_redrive, state, target, dry_run)
     result["count"] = sum(len(v) for v in result["redriven"].values())
+    await audit_now(
+        request,
+        caller,
+        Action.REDRIVE,
+        {**target.filters.query(), "job_ids": [j for v in result["redriven"].values() for j in v]},
+        count=result["count"],
+        dry_run=dry_run,
+        result=f"failed: {'; '.join(result['notes'])}" if result["notes"] else "ok",
+    )
     return page(request, "redrive.html", result)
 
 
@@ -307,7 +319,7 @@ async def purge(request: Request) -> Response:
     letter, or cancel the order); ``orders dlq purge --force`` can."""
     state = web_state(request)
     form = await request.form()
-    state.guard.check_action(request, form)
+    caller = state.guard.check_action(request, form, Permission.ADMINISTER)
     target = parse_target(form, job_ids(form.getlist("ids")))
     found = await run_in_threadpool(resolve, state, target)
     confirmed = one_of(form, "confirm", ("yes",)) == "yes"
@@ -326,6 +338,18 @@ async def purge(request: Request) -> Response:
         )
     notes = list(found.notes)
     removed, blocking = await run_in_threadpool(_purge, state, found.per_queue, notes)
+    held = {b.job_id for b in blocking}
+    await audit_now(
+        request,
+        caller,
+        Action.PURGE,
+        {
+            **target.filters.query(),
+            "job_ids": [i for ids in found.per_queue.values() for i in ids if i not in held],
+        },
+        count=removed,
+        result=f"failed: {'; '.join(notes)}" if notes else "ok",
+    )
     return page(
         request,
         "purge_done.html",

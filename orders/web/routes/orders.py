@@ -1,19 +1,28 @@
-"""An order's page: its steps as a timeline with attempts, errors and times."""
+"""An order's page: its steps as a timeline with attempts, errors and times, and its
+trace (the spans of the local span files, as ``orders trace`` shows them)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from pathlib import Path
 
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from orders.app.cancellation import cancel
+from orders.app.audit import Action, record
+from orders.app.cancellation import cancel_then_publish
 from orders.app.step_jobs import step_jobs
+from orders.domain.access import Permission
+from orders.domain.cancellation import CancelResult
 from orders.domain.errors import OrderNotCancellable, OrderNotFound
-from orders.domain.queries import OrderView, StepView, order_status
+from orders.domain.queries import OrderView, StepView, order_status, order_trace_ids
+from orders.observability.trace_files import read_spans, traces_dir
+from orders.observability.trace_view import TraceView, order_trace
+from orders.web.audited import web_actor
 from orders.web.params import BadParam, bounded_int
 from orders.web.queries import recent_orders
 from orders.web.render import page
@@ -86,6 +95,7 @@ def order_page(request: Request) -> Response:
     state = web_state(request)
     with UnitOfWork(state.app.session_factory) as uow:
         view = order_status(uow.session, order_id)
+        trace_ids = order_trace_ids(uow.session, order_id) or []
     if view is None:
         raise BadParam(f"no order {order_id}", 404)
     jobs = step_jobs(state.app.queues, view.workflow_id, view.steps)
@@ -100,8 +110,16 @@ def order_page(request: Request) -> Response:
             "span_end": now,
             "end_label": view.end_label(),
             "notes": notes,
+            "trace": _trace(state.app.settings.resolved_data_dir(), trace_ids),
         },
     )
+
+
+def _trace(data_dir: Path, trace_ids: list[str]) -> TraceView | None:
+    """The order's trace from the data dir's span files (None: the order has none)."""
+    if not trace_ids:
+        return None
+    return order_trace(read_spans(traces_dir(data_dir), trace_ids), trace_ids)
 
 
 def orders_page(request: Request) -> Response:
@@ -129,11 +147,29 @@ async def cancel_order(request: Request) -> Response:
     order_id = bounded_int(request.path_params["order_id"], "order id", low=1, high=MAX_ID)
     state = web_state(request)
     form = await request.form()
-    state.guard.check_action(request, form)
+    caller = state.guard.check_action(request, form, Permission.OPERATE)
     app = state.app
+    who = web_actor(request, caller)
+
+    def audited(session: Session, result: CancelResult) -> None:  # in its transaction
+        record(
+            session,
+            who,
+            Action.CANCEL,
+            {"order_ids": [order_id]},
+            count=0 if result.already else 1,
+            result="already cancelled" if result.already else "ok",
+        )
+
     try:
         await run_in_threadpool(
-            cancel, app.session_factory, app.publisher, order_id, policy=app.publish_policy
+            cancel_then_publish,
+            app.session_factory,
+            lambda: app.publisher,
+            order_id,
+            policy=app.publish_policy,
+            record=audited,
+            tracer=app.tracer("orders.cancellation"),
         )
     except OrderNotFound as exc:
         raise BadParam(str(exc), 404) from exc

@@ -10,7 +10,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from orders.app.audit import Action
+from orders.domain.access import Permission
 from orders.domain.steps import ALL_STEPS, task_name
+from orders.web.audited import audit_now
 from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_id, stored_job_id
 from orders.web.render import page, shown_payload
@@ -87,11 +90,14 @@ async def pause_queue(request: Request) -> Response:
     """
     queue = known_queue(request)
     form = await request.form()
-    web_state(request).guard.check_action(request, form)
+    caller = web_state(request).guard.check_action(request, form, Permission.OPERATE)
     reason = str(form.get("reason") or "").strip()
     if len(reason) > MAX_REASON_CHARS:
         raise BadParam(f"a reason is at most {MAX_REASON_CHARS} characters, not {len(reason)}")
     await run_in_threadpool(queue.pause, reason=reason, by=DASHBOARD)
+    await audit_now(
+        request, caller, Action.PAUSE, {"steps": [queue.name], "reason": reason}, count=1
+    )
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 
@@ -104,8 +110,9 @@ async def resume_queue(request: Request) -> Response:
     """
     queue = known_queue(request)
     form = await request.form()
-    web_state(request).guard.check_action(request, form)
-    await run_in_threadpool(queue.resume)
+    caller = web_state(request).guard.check_action(request, form, Permission.OPERATE)
+    was = await run_in_threadpool(queue.resume)
+    await audit_now(request, caller, Action.RESUME, {"steps": [queue.name]}, count=int(was))
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 

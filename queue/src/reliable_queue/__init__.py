@@ -5,11 +5,13 @@ tokens; expired leases are reaped; failures retry with exponential backoff and
 full jitter; bad jobs go to a dead-letter queue with their reason.
 """
 
+from .attempt_tracing import AttemptTracing
 from .audit import AuditReport, audit
 from .dlq import DeadLetter, DeadLetters, RedriveReport
 from .errors import (
     AttemptLost,
     InvalidTextError,
+    InvalidTraceContextError,
     PartialRoundTripError,
     PayloadTooLargeError,
     PayloadValidationError,
@@ -38,6 +40,7 @@ from .presence import LaneInfo, WorkerInfo, WorkersView, workers
 from .queue import DEAD_REASONS, Queue
 from .registry import TaskDefinition, TaskRegistry
 from .settings import QueueSettings
+from .trace_context import TraceContext
 from .worker import Worker, WorkerHooks
 
 __all__ = [
@@ -45,12 +48,14 @@ __all__ = [
     "AckResult",
     "AmbiguousJobIdError",
     "AttemptLost",
+    "AttemptTracing",
     "AuditReport",
     "DeadLetter",
     "DeadLetters",
     "EnqueueRequest",
     "FetchResult",
     "InvalidTextError",
+    "InvalidTraceContextError",
     "JobContext",
     "JobExplanation",
     "JobIdLookupError",
@@ -78,6 +83,7 @@ __all__ = [
     "StaleLeaseError",
     "TaskDefinition",
     "TaskRegistry",
+    "TraceContext",
     "UnknownTaskError",
     "Worker",
     "WorkerHooks",

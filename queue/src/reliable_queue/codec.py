@@ -1,8 +1,11 @@
 """JSON job records (never pickle).
 
 A record is the immutable part of a job, stored once at enqueue:
-``{"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}``.
-Short field names keep Redis memory per waiting job low.
+``{"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}``,
+plus ``"c": traceparent`` and ``"s": tracestate`` when the job has a creation context
+(docs/adr/0036-trace-context-travels-in-the-job-record.md); a record without them, or
+with text there that is no valid context, decodes with no context. Short field names
+keep Redis memory per waiting job low.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import orjson
 
 from .errors import InvalidTextError
+from .trace_context import TraceContext
 
 
 class RecordDecodeError(ValueError):
@@ -30,6 +34,7 @@ class JobRecord:
         enqueued_at_ms: producer wall-clock time of the enqueue, epoch milliseconds.
         max_attempts: total runs allowed (0 and 1 both mean "no retry").
         idempotency_key: the key given at enqueue, or None.
+        trace_context: the job's creation context (its producer's span), or None.
     """
 
     task: str
@@ -37,6 +42,7 @@ class JobRecord:
     enqueued_at_ms: int
     max_attempts: int
     idempotency_key: str | None
+    trace_context: TraceContext | None = None
 
 
 def encode_record(
@@ -45,15 +51,22 @@ def encode_record(
     enqueued_at_ms: int,
     max_attempts: int,
     idempotency_key: str | None,
+    trace_context: TraceContext | None = None,
 ) -> bytes:
     """Encode a record to compact JSON bytes.
+
+    Args:
+        trace_context: the job's creation context; None writes no ``c`` / ``s`` field.
 
     Raises:
         TypeError: if the payload holds something JSON cannot represent.
     """
-    return orjson.dumps(
-        {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
-    )
+    record = {"t": task, "p": payload, "e": enqueued_at_ms, "m": max_attempts, "k": idempotency_key}
+    if trace_context is not None:
+        record["c"] = trace_context.traceparent
+        if trace_context.tracestate:
+            record["s"] = trace_context.tracestate
+    return orjson.dumps(record)
 
 
 def check_text(argument: str, value: str) -> str:
@@ -132,17 +145,33 @@ def non_finite_path(value: Any, path: str = "payload") -> str | None:
 
 
 def decode_record(raw: bytes | str) -> JobRecord:
-    """Decode a stored record.
+    """Decode a stored record (its trace context too: :func:`trace_context_of`).
 
     Raises:
         RecordDecodeError: invalid UTF-8, invalid JSON, or fields of the wrong type.
     """
-    return JobRecord(*decode_fields(raw))
+    return JobRecord(*decode_fields(raw), trace_context_of(raw))
+
+
+def trace_context_of(raw: bytes | str) -> TraceContext | None:
+    """The creation context a stored record carries (``c``, ``s``), or None: none, a
+    record that does not parse, or text that is no valid W3C context. Never raises.
+
+    Read apart from :func:`decode_fields`, so that a worker that does not trace
+    reads no field more per job.
+    """
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or "c" not in data:
+        return None
+    return TraceContext.parse(data["c"], data.get("s"))
 
 
 def decode_fields(raw: bytes | str) -> tuple[str, Any, int, int, str | None]:
     """Decode a stored record into its fields, without building a :class:`JobRecord`
-    (the worker's per-job path).
+    (the worker's per-job path; the trace context is not read: :func:`trace_context_of`).
 
     Returns:
         ``(task, payload, enqueued_at_ms, max_attempts, idempotency_key)``, as the

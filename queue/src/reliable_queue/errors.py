@@ -73,6 +73,12 @@ class InvalidTextError(QueueError, ValueError):
         self.position = position
 
 
+class InvalidTraceContextError(QueueError, ValueError):
+    """A trace context given to the queue is not W3C Trace Context (a traceparent that is
+    not ``00-<32 hex>-<16 hex>-<2 hex>``, or a tracestate that is too long or not
+    printable ASCII). Raised before anything is sent to Redis; the message says which."""
+
+
 class ScriptUnavailableError(QueueError):
     """Redis kept answering NOSCRIPT after the bounded number of re-sends.
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .attempts import ALWAYS, Guard
+from .trace_context import TraceContext
 
 _T = TypeVar("_T")
 
@@ -76,6 +77,10 @@ class EnqueueRequest:
         delay: seconds from now (Redis server clock) before the job may run.
         run_at: absolute epoch seconds before which the job may not run (wins over delay).
         max_attempts: total runs allowed; None takes the task policy or queue default.
+        trace_context: the context the job is created in (its order's, say): a queue
+            with a tracer records a producer span as its child and stores that span's
+            context in the record; without one this context is stored as it is. None:
+            the current span's context, when a queue with a tracer has one.
     """
 
     task: str
@@ -84,6 +89,7 @@ class EnqueueRequest:
     delay: float = 0.0
     run_at: float | None = None
     max_attempts: int | None = None
+    trace_context: TraceContext | None = None
 
 
 def slots_factory(cls: type[_T]) -> Callable[..., _T]:

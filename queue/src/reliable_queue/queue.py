@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel
 
 from . import codec, inspection, limits
 from .cluster import UNAVAILABLE, is_redirect, node_client, refresh
 from .dlq import DeadLetters
 from .errors import (
+    InvalidTraceContextError,
     PayloadTooLargeError,
     PayloadValidationError,
     QueueConnectionError,
@@ -45,6 +47,8 @@ from .replies import split as _split
 from .replies import text as _text
 from .scripts import Call, ScriptRunner
 from .settings import QueueSettings
+from .trace_context import TraceContext
+from .tracing import ProducerSpans
 
 #: Most ids one ``locate`` script call checks (:meth:`Queue.locate_many` sends more in
 #: one round trip, this many per call): each id may cost an LPOS walk of ``ready``, so
@@ -80,6 +84,10 @@ class Queue:
         clock: wall clock in epoch seconds (only stamps ``enqueued_at``; every
             deadline uses the queue clock: Redis TIME plus the queue's offset, which
             keeps it from stepping back, ADR 0022).
+        tracer: an OpenTelemetry tracer: each enqueued job gets a producer span whose
+            context its record stores (:mod:`reliable_queue.tracing`, ADR 0036). None
+            (the default) records no span; a request's ``trace_context`` is stored as
+            it is.
 
     Raises:
         ValueError: bad name/prefix, or a client that decodes responses.
@@ -95,6 +103,7 @@ class Queue:
         settings: QueueSettings | None = None,
         registry: TaskRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        tracer: Tracer | None = None,
     ) -> None:
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         if (
@@ -111,6 +120,7 @@ class Queue:
         self.settings = settings or QueueSettings()
         self.registry = registry
         self.clock = clock
+        self.tracer = tracer
         self.scripts = ScriptRunner(
             client,
             min_replicas=self.settings.min_replicas,
@@ -130,13 +140,16 @@ class Queue:
         delay: float = 0.0,
         run_at: float | None = None,
         max_attempts: int | None = None,
+        trace_context: TraceContext | None = None,
     ) -> str:
         """Enqueue one job; see :meth:`enqueue_many` for arguments and errors.
 
         Returns:
             The new job's id, or the first job's id for a duplicate idempotency key.
         """
-        request = EnqueueRequest(task, payload, idempotency_key, delay, run_at, max_attempts)
+        request = EnqueueRequest(
+            task, payload, idempotency_key, delay, run_at, max_attempts, trace_context
+        )
         return self.enqueue_many([request])[0]
 
     def enqueue_many(
@@ -168,6 +181,8 @@ class Queue:
                 string with a lone surrogate); nothing of the batch is enqueued.
             InvalidTextError: a task name or idempotency key UTF-8 cannot encode (a lone
                 surrogate); nothing of the batch is enqueued.
+            InvalidTraceContextError: a ``trace_context`` that is not a
+                :class:`~reliable_queue.trace_context.TraceContext`; nothing enqueued.
             QueueLimitError: a number past its bound (:mod:`reliable_queue.limits`):
                 ``delay`` outside ``0..MAX_DELAY_SECONDS`` (ten years), ``run_at``
                 outside ``0..min(MAX_RUN_AT, now + MAX_DELAY_SECONDS)``, ``max_attempts``
@@ -185,11 +200,30 @@ class Queue:
         if not requests:
             return []
         now = self.clock()
+        if self.tracer is None:
+            return self._enqueue(requests, now, None, replace_stale_keys)
+        spans = ProducerSpans.start(self.tracer, self.name, requests, now)
+        try:
+            return self._enqueue(spans.requests, now, spans, replace_stale_keys)
+        except BaseException as exc:
+            spans.failed(exc)
+            raise
+
+    def _enqueue(
+        self,
+        requests: Sequence[EnqueueRequest],
+        now: float,
+        spans: ProducerSpans | None,
+        replace_stale_keys: bool,
+    ) -> list[str]:
+        """:meth:`enqueue_many` after its producer spans (if any) started: the job ids
+        are the spans' (``spans.ids``), and each script's jobs end their spans."""
         # validate and encode the whole batch before anything is sent
         jobs = [self._encoded(req, now) for req in requests]
         self._register_name()
         window = max(_ms(self.settings.idempotency_window_seconds), 1)
         out: list[str] = []
+        ids = iter(spans.ids) if spans is not None else None
         # one script serves SCRIPT_BATCH jobs; a larger batch is several calls, each atomic
         for part in chunks(jobs):
             keys = list(self._keys)
@@ -201,9 +235,13 @@ class Queue:
                     index = len(keys) - 12
                     if replace_stale_keys:
                         index = -index
-                args.extend((new_job_id(now), record, delay_ms, run_at_ms, index))
+                job_id = new_job_id(now) if ids is None else next(ids)
+                args.extend((job_id, record, delay_ms, run_at_ms, index))
             reply = self.scripts.run("enqueue", keys, args)
-            out.extend(_text(x) for x in reply)
+            stored = [_text(x) for x in reply]
+            if spans is not None:
+                spans.sent(stored)
+            out.extend(stored)
         return out
 
     def _encoded(self, req: EnqueueRequest, now: float) -> tuple[bytes, int, int, str | None]:
@@ -235,9 +273,15 @@ class Queue:
                 policy_max if policy_max is not None else self.settings.default_max_attempts
             )
         limits.integer("max_attempts", max_attempts, low=0, high=MAX_ATTEMPTS)
+        context = req.trace_context
+        if context is not None and not isinstance(context, TraceContext):
+            raise InvalidTraceContextError(
+                f"task {req.task!r}: trace_context must be a TraceContext, not "
+                f"{type(context).__name__}"
+            )
         try:
             record = codec.encode_record(
-                req.task, payload, int(now * 1000), max_attempts, req.idempotency_key
+                req.task, payload, int(now * 1000), max_attempts, req.idempotency_key, context
             )
         except TypeError as exc:  # orjson: a type JSON has no form for, bad text, a huge int
             found = codec.unencodable_path(payload)
@@ -760,6 +804,21 @@ class Queue:
         """The script calls that release ``leases``, ``SCRIPT_BATCH`` per call (``info``
         as in :meth:`release_call`)."""
         return [self.release_call(part, info) for part in chunks(list(leases)) if part]
+
+    @staticmethod
+    def settled_leases(call: Call) -> list[Lease]:
+        """The leases a settlement call (``ack``, ``nack``, ``dead``, ``release``) names.
+
+        Returns:
+            The leases in the call's order; ``[]`` for a call of another script.
+        """
+        args = call.args
+        if call.script in ("nack", "dead"):
+            return [Lease(_text(args[0]), _text(args[1]))]
+        if call.script in ("ack", "release"):
+            n = int(args[1])
+            return [Lease(_text(args[2 + 2 * i]), _text(args[3 + 2 * i])) for i in range(n)]
+        return []
 
     def release(self, leases: Sequence[Lease], info: dict[str, Any] | None = None) -> int:
         """Hand leased, unrun jobs back to the head of the queue (graceful shutdown).

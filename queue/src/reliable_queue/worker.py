@@ -77,12 +77,17 @@ class WorkerHooks:
             (``lease_lost``). That attempt then commits nothing (its guard is
             sealed, ADR 0023). Called from the heartbeat thread; an exception is
             logged.
+        on_settled: called with ``(queue name, script, leases, refused job ids)`` for
+            each settlement call of a lane (``ack``, ``nack``, ``dead``, ``release``)
+            once its reply came back: the leases it named, and the ids among them
+            whose token was stale (refused). An exception is logged.
     """
 
     after_fetch: Callable[[list[RawJob]], None] | None = None
     before_settle: Callable[[list[Call]], None] | None = None
     on_outcome: Callable[[RawJob, Outcome], None] | None = None
     on_attempt_lost: Callable[[str, Lease, str], None] | None = None
+    on_settled: Callable[[str, str, list[Lease], list[str]], None] | None = None
 
 
 @dataclass
@@ -1196,6 +1201,16 @@ class Worker:
                 extra=extra,
             )
 
+    def _tell_settled(self, queue: Queue, call: Call, refused: list[str]) -> None:
+        """Hand one settled call to the ``on_settled`` hook (an exception is logged)."""
+        hook = self.hooks.on_settled
+        if hook is None:
+            return
+        try:
+            hook(queue.name, call.script, queue.settled_leases(call), refused)
+        except Exception:
+            log.exception("on_settled hook failed for a %s call", call.script)
+
     def _check_settled(self, queue: Queue, calls: list[Call], replies: list[Any]) -> list[Call]:
         """Count and log refused settlements; return the calls that did not run.
 
@@ -1205,6 +1220,7 @@ class Worker:
         reaped, so nothing is lost.
         """
         again: list[Call] = []
+        told = self.hooks.on_settled
         for call, reply in zip(calls, replies, strict=True):
             if reply is None:
                 again.append(call)
@@ -1215,14 +1231,20 @@ class Worker:
                 continue
             if call.script == "ack":
                 if reply and reply[-1] in (b"|", "|"):
-                    continue  # nothing refused: the '|' separator ends the reply
+                    if told is not None:  # nothing refused: '|' ends the reply
+                        self._tell_settled(queue, call, [])
+                    continue
                 _, refused = _split(reply)
                 stale = len(refused)
             elif call.script in ("nack", "dead"):
                 stale = 0 if int(reply) else 1
                 refused = [str(call.args[0])] if stale else []
             else:
+                if told is not None:
+                    self._tell_settled(queue, call, [])
                 continue
+            if told is not None:
+                self._tell_settled(queue, call, refused)
             if stale:
                 self.counters.add("stale_refused", stale)
                 for job_id in refused:

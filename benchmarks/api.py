@@ -1,0 +1,226 @@
+"""Orders/s and latency through the HTTP API, with retried requests, beside ``orders place``.
+
+One run per database: a fresh database with TPC-H (scale 0.01) loaded, its own Redis
+(AOF everysec), one worker process per step, and ``orders web`` serving the API.
+Locust (``benchmarks/api_locustfile.py``) offers each rate for a fixed time; 10% of
+the orders are first sent on a connection the client abandons after 2 ms, then sent
+again with the same key. Between two rates, ``orders place --source random`` places
+the same number of orders through the CLI (interleaved, same machine, same run).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from orders.app.bootstrap import build
+from orders.app.settings import Settings
+from orders.app.tokens import create_token
+from orders.domain.access import ApiOrder
+from orders.domain.steps import STEPS
+from orders.sources.tpch import load_tpch
+from workflows.uow import UnitOfWork
+
+from .e2e import drop_pg_database, fresh_pg_database, wait_until_serving
+from .measure import process_cpu_seconds, start_process, stop_process
+from .run_peers import REPO, environment
+from .server import RedisServer, free_port
+
+log = logging.getLogger("benchmarks")
+HERE = Path(__file__).resolve().parent
+USER_RATE = 5.0
+"""Orders per second each simulated shop places (users = rate / USER_RATE)."""
+
+
+def _wait_http(url: str, timeout: float = 60.0) -> None:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 - loopback
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def _api_orders(app: Any) -> int:
+    with app.session_factory() as session:
+        return int(session.scalar(select(func.count()).select_from(ApiOrder)) or 0)
+
+
+def _locust(port: int, token: str, rate: float, seconds: float, out: Path) -> dict[str, Any]:
+    """Offer ``rate`` orders/s for ``seconds``; return locust's figures and the client's."""
+    users = max(1, round(rate / USER_RATE))
+    env = {
+        "BENCH_TOKEN": token,
+        "BENCH_USER_RATE": str(rate / users),
+        "BENCH_OUT": str(out / f"client-{rate:g}.json"),
+        "PYTHONPATH": REPO,
+    }
+    prefix = out / f"locust-{rate:g}"
+    proc = start_process(
+        [
+            "python",
+            "-m",
+            "locust",
+            "-f",
+            str(HERE / "api_locustfile.py"),
+            "--headless",
+            "-u",
+            str(users),
+            "-r",
+            str(users),
+            "-t",
+            f"{seconds:g}s",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--csv",
+            str(prefix),
+            "--only-summary",
+            "--stop-timeout",
+            "10",
+            "--exit-code-on-error",
+            "0",
+        ],
+        env,
+        out / f"locust-{rate:g}.log",
+    )
+    proc.wait(timeout=seconds + 120)
+    with open(f"{prefix}_stats.csv") as f:
+        stats = next(r for r in csv.DictReader(f) if r["Name"] == "POST /api/v1/orders")
+    client = json.loads((out / f"client-{rate:g}.json").read_text())
+    return {"users": users, "stats": stats, "client": client}
+
+
+def _place_cli(env: dict[str, str], count: int, log_file: Path) -> float:
+    """Seconds ``orders place --count N --source random`` takes (placement only)."""
+    started = time.perf_counter()
+    proc = start_process(
+        ["python", "-m", "orders.cli.main", "place", "--count", str(count), "--source", "random"],
+        env,
+        log_file,
+    )
+    if proc.wait(timeout=600) != 0:
+        raise RuntimeError(f"orders place failed: see {log_file}")
+    return time.perf_counter() - started
+
+
+def run_api(
+    database: str, rates: list[float], seconds: float, *, workers: bool = True
+) -> list[dict[str, Any]]:
+    """One database's rows: for each offered rate, what the API accepted, its latency and
+    the duplicates, and ``orders place`` placing as many orders through the CLI.
+
+    Args:
+        database: ``sqlite`` or ``postgresql``.
+        rates: offered orders per second, one run each, in order.
+        seconds: length of one run, seconds.
+        workers: run one worker process per step throughout (the issue's setting).
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    url = fresh_pg_database() if database == "postgresql" else f"sqlite:///{data_dir}/orders.db"
+    rows: list[dict[str, Any]] = []
+    with RedisServer(appendfsync="everysec") as server:
+        settings = Settings(redis_url=server.url, database_url=url, data_dir=data_dir)
+        app = build(settings, auto_migrate=True)
+        log.info("%s: loading TPC-H (scale 0.01)", database)
+        load_tpch(app.session_factory, data_dir)
+        with UnitOfWork(app.session_factory) as uow:
+            token = create_token(uow.session, "bench-shop", "placer")
+            uow.commit()
+        env = {
+            "ORDERS_REDIS_URL": server.url,
+            "ORDERS_DATABASE_URL": url,
+            "ORDERS_DATA_DIR": str(data_dir),
+            "PYTHONPATH": REPO,
+        }
+        procs = []
+        if workers:
+            procs = [
+                start_process(
+                    ["python", "-m", "benchmarks.e2e_worker", step],
+                    env,
+                    data_dir / f"worker-{step}.log",
+                )
+                for step in STEPS
+            ]
+        port = free_port()
+        web = start_process(
+            [
+                "python",
+                "-m",
+                "orders.cli.main",
+                "web",
+                "--port",
+                str(port),
+                "--log-level",
+                "WARNING",
+            ],
+            {**env, "ORDERS_WEB_API_RATE_PER_SECOND": "1000000", "ORDERS_WEB_API_BURST": "1000000"},
+            data_dir / "web.log",
+        )
+        try:
+            _wait_http(f"http://127.0.0.1:{port}/healthz")
+            if workers:
+                wait_until_serving(server.client(), len(STEPS))
+            for rate in rates:
+                before = _api_orders(app)
+                cpu_before = process_cpu_seconds(web.pid)
+                log.info("%s: offering %g orders/s for %g s", database, rate, seconds)
+                run = _locust(port, token, rate, seconds, data_dir)
+                cpu = (process_cpu_seconds(web.pid) or 0.0) - (cpu_before or 0.0)
+                created = _api_orders(app) - before
+                stats, client = run["stats"], run["client"]
+                count = max(int(rate * seconds), 1)
+                cli_seconds = _place_cli(env, count, data_dir / f"place-{rate:g}.log")
+                rows.append(
+                    {
+                        "kind": "api",
+                        "library": "orderflow",
+                        "version": "app",
+                        "variant": f"{database} {rate:g}/s offered",
+                        "database": database,
+                        "offered_rate": rate,
+                        "seconds": seconds,
+                        "users": run["users"],
+                        "requests": int(stats["Request Count"]),
+                        "failures": int(stats["Failure Count"]),
+                        "accepted_orders": client["acknowledged"],
+                        "accepted_per_second": round(client["acknowledged"] / seconds, 1),
+                        "p50_ms": float(stats["50%"]),
+                        "p99_ms": float(stats["99%"]),
+                        "max_ms": float(stats["100%"]),
+                        "retried_after_timeout": client["abandoned"],
+                        "orders_created": created,
+                        # orders created beyond the keys acknowledged (0: no duplicate)
+                        "duplicate_orders": created - client["acknowledged"] - client["gave_up"],
+                        "keys_with_two_ids": len(client["conflicting"]),
+                        "keys_given_up": client["gave_up"],
+                        "web_cpu_ms_per_order": round(1000 * cpu / created, 2) if created else None,
+                        "cli_place_orders": count,
+                        "cli_place_per_second": round(count / cli_seconds, 1),
+                        "workers": len(procs),
+                        # other work on the machine blurs every figure above: say how much
+                        "load_average_1m": round(os.getloadavg()[0], 2),
+                        **environment(server),
+                    }
+                )
+                log.info("%s", rows[-1])
+        finally:
+            stop_process(web)
+            for p in procs:
+                stop_process(p)
+            app.close()
+    if database == "postgresql":
+        drop_pg_database()
+    return rows

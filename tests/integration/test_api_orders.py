@@ -1,0 +1,270 @@
+"""POST /api/v1/orders and the order routes on a real database and Redis: placement through
+the outbox, the Idempotency-Key rules, problems that name the field and write nothing,
+reading an order back and cancelling it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from api_world import ApiWorld
+from sqlalchemy import func, select, update
+
+from orders.app.api_orders import InFlight, KeyRules, LineRequest, PlaceRequest
+from orders.app.api_orders import place_api_order as place_direct
+from orders.domain.access import ApiOrder
+from orders.domain.handlers import StepRequest, handle_step
+from orders.domain.models import Order, OrderLine
+from orders.domain.queries import order_status
+from orders.domain.steps import STEPS
+from workflows.columns import utcnow
+from workflows.models import Workflow, WorkflowStep
+
+ORDER = {
+    "customer_id": 1,
+    "lines": [{"part_id": 10, "quantity": 2}, {"part_id": 11, "quantity": 1}],
+}
+
+
+def counts(world: ApiWorld) -> tuple[int, ...]:
+    """Rows of every table a placement writes."""
+    with world.app.session_factory() as session:
+        return tuple(
+            session.scalar(select(func.count()).select_from(t))
+            for t in (Order, OrderLine, Workflow, WorkflowStep, ApiOrder)
+        )
+
+
+def place(world: ApiWorld, body: Any = ORDER, key: str | None = None, role: str = "placer"):
+    headers = world.as_role(role)
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return world.client.post("/api/v1/orders", json=body, headers=headers)
+
+
+def test_placing_answers_201_with_location_and_the_order_published_through_the_outbox(
+    api_world: ApiWorld,
+) -> None:
+    reply = place(api_world)
+    assert reply.status_code == 201, reply.text
+    body = reply.json()
+    assert reply.headers["location"] == f"/api/v1/orders/{body['id']}"
+    assert body["status"] == "placed" and body["source"] == "api"
+    assert body["total_price"] == "28.50"  # 3 units at 9.50
+    stock = next(s for s in body["steps"] if s["step"] == "stock")
+    assert stock["status"] == "dispatched"
+    # published after the commit: the stock job is on its queue under the step's key
+    key = f"{body['workflow_id']}:stock"
+    assert api_world.app.queues["stock"].pending_job_for(key) is not None
+
+
+def test_same_key_and_body_answer_the_first_response_and_place_once(api_world: ApiWorld) -> None:
+    first = place(api_world, key="order-7")
+    again = place(api_world, key='"order-7"')  # the draft's quoted form is the same key
+    assert first.status_code == again.status_code == 201
+    assert again.text == first.text
+    assert again.headers["idempotent-replayed"] == "true"
+    assert counts(api_world)[0] == 1
+
+
+def test_same_key_with_another_body_is_422_and_writes_nothing(api_world: ApiWorld) -> None:
+    place(api_world, key="order-8")
+    before = counts(api_world)
+    other = place(api_world, {**ORDER, "customer_id": 2}, key="order-8")
+    assert other.status_code == 422
+    assert other.headers["content-type"] == "application/problem+json"
+    assert other.json()["field"] == "Idempotency-Key"
+    assert counts(api_world) == before
+
+
+def test_keys_belong_to_their_token(api_world: ApiWorld) -> None:
+    mine = place(api_world, key="shared")
+    theirs = place(api_world, key="shared", role="other")
+    assert theirs.status_code == 201 and theirs.json()["id"] != mine.json()["id"]
+
+
+def test_a_key_still_in_flight_is_409_and_writes_nothing(api_world: ApiWorld) -> None:
+    in_flight = api_world.client.app.api.state.api.in_flight  # type: ignore[attr-defined]
+    with in_flight.hold("placer", "busy"):
+        reply = place(api_world, key="busy")
+    assert reply.status_code == 409 and reply.json()["field"] == "Idempotency-Key"
+    assert counts(api_world)[0] == 0
+    assert place(api_world, key="busy").status_code == 201  # served once the first is done
+
+
+@pytest.mark.slow
+def test_twenty_threads_with_one_key_place_exactly_one_order(api_world: ApiWorld) -> None:
+    replies: list[Any] = []
+    start = threading.Barrier(20)
+
+    def client() -> None:
+        start.wait()
+        replies.append(place(api_world, key="burst"))
+
+    threads = [threading.Thread(target=client) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(replies) == 20
+    assert {r.status_code for r in replies} <= {201, 409}
+    ids = {r.json()["id"] for r in replies if r.status_code == 201}
+    assert len(ids) == 1
+    assert counts(api_world)[0] == 1
+
+
+def test_a_key_past_its_window_places_a_new_order(api_world: ApiWorld) -> None:
+    first = place(api_world, key="old")
+    with api_world.app.session_factory() as session:  # a day and a minute ago
+        session.execute(
+            update(ApiOrder).values(created_at=utcnow() - timedelta(hours=24, minutes=1))
+        )
+        session.commit()
+    second = place(api_world, key="old")
+    assert second.status_code == 201 and second.json()["id"] != first.json()["id"]
+    assert second.headers.get("idempotent-replayed") is None
+
+
+BAD_BODIES = [
+    ({"customer_id": 99, "lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
+    (
+        {
+            "customer_id": 1,
+            "lines": [{"part_id": 10, "quantity": 1}, {"part_id": 99, "quantity": 1}],
+        },
+        "lines.1.part_id",
+    ),
+    ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": 0}]}, "lines.0.quantity"),
+    ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": -3}]}, "lines.0.quantity"),
+    ({"customer_id": 1, "lines": []}, "lines"),
+    ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": 1}] * 2}, "lines"),
+    ({"customer_id": 1, "lines": [{"part_id": p, "quantity": 1} for p in range(1, 52)]}, "lines"),
+    ({"customer_id": "one", "lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
+    ({"lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
+    ({**ORDER, "priority": 10}, "priority"),
+    ({**ORDER, "coupon": "FREE"}, "coupon"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_BODIES)
+def test_a_bad_body_is_a_problem_naming_its_field_and_writes_nothing(
+    api_world: ApiWorld, body: Any, field: str
+) -> None:
+    reply = place(api_world, body, key="k")
+    assert reply.status_code == 422, reply.text
+    assert reply.headers["content-type"] == "application/problem+json"
+    problem = reply.json()
+    assert problem["status"] == 422 and problem["field"] == field, problem
+    assert counts(api_world) == (0, 0, 0, 0, 0)
+    assert place(api_world, key="k").status_code == 201  # the refused key was not kept
+
+
+def test_wrong_content_type_huge_body_and_missing_token_are_problems(api_world: ApiWorld) -> None:
+    client = api_world.client
+    auth = api_world.as_role("placer")
+    text = client.post(
+        "/api/v1/orders", content=b"{}", headers={**auth, "content-type": "text/plain"}
+    )
+    assert text.status_code == 415 and text.json()["field"] == "Content-Type"
+    huge = client.post(
+        "/api/v1/orders",
+        content=b'{"customer_id": 1, "lines": [' + b" " * 20_000 + b"]}",
+        headers={**auth, "content-type": "application/json"},
+    )
+    assert huge.status_code == 413 and huge.headers["content-type"] == "application/problem+json"
+    anonymous = client.post("/api/v1/orders", json=ORDER)
+    assert anonymous.status_code == 401 and anonymous.json()["field"] == "Authorization"
+    bad_key = place(api_world, key="no spaces allowed")
+    assert bad_key.status_code == 422 and bad_key.json()["field"] == "Idempotency-Key"
+    assert counts(api_world) == (0, 0, 0, 0, 0)
+
+
+def test_get_order_has_the_facts_of_orders_status_json(api_world: ApiWorld) -> None:
+    order_id = place(api_world).json()["id"]
+    reply = api_world.client.get(f"/api/v1/orders/{order_id}", headers=api_world.as_role("viewer"))
+    assert reply.status_code == 200
+    body = reply.json()
+    with api_world.app.session_factory() as session:
+        view = order_status(session, order_id)
+    assert view is not None
+    facts = view.to_dict()
+    assert body["id"] == facts["order_id"] and body["status"] == facts["status"]
+    assert [s["step"] for s in body["steps"]] == [s["step"] for s in facts["steps"]]
+    assert [s["status"] for s in body["steps"]] == [s["status"] for s in facts["steps"]]
+    assert body["steps"][0]["job_id"]  # the stock job, found in Redis by its key
+    missing = api_world.client.get("/api/v1/orders/999", headers=api_world.as_role("viewer"))
+    assert missing.status_code == 404 and missing.json()["field"] == "order_id"
+
+
+def test_an_order_id_past_the_id_columns_range_is_422_not_a_database_error(
+    api_world: ApiWorld,
+) -> None:
+    viewer = api_world.as_role("viewer")
+    largest = api_world.client.get("/api/v1/orders/2147483647", headers=viewer)
+    assert largest.status_code == 404
+    past = api_world.client.get("/api/v1/orders/2147483648", headers=viewer)
+    assert past.status_code == 422 and past.json()["field"] == "order_id"
+    customer = place(api_world, {**ORDER, "customer_id": 2**31})
+    assert customer.status_code == 422 and customer.json()["field"] == "customer_id"
+
+
+def test_cancel_is_idempotent_and_409_once_the_order_completed(api_world: ApiWorld) -> None:
+    operator = api_world.as_role("operator")
+    first = place(api_world).json()
+    url = f"/api/v1/orders/{first['id']}/cancel"
+    once = api_world.client.post(url, headers=operator)
+    twice = api_world.client.post(url, headers=operator)
+    assert once.status_code == twice.status_code == 200
+    assert not once.json()["already_cancelled"] and twice.json()["already_cancelled"]
+    done = place(api_world).json()
+    for step in STEPS:
+        handle_step(
+            api_world.app.session_factory, StepRequest(done["workflow_id"], done["id"], step)
+        )
+    late = api_world.client.post(f"/api/v1/orders/{done['id']}/cancel", headers=operator)
+    assert late.status_code == 409, late.text
+    with api_world.app.session_factory() as session:
+        assert session.get(Order, done["id"]).status == "completed"
+
+
+def test_a_key_another_server_commits_first_answers_that_servers_response(
+    api_world: ApiWorld, database_url: str
+) -> None:
+    """Two server processes place one key at once: the one whose insert of the key
+    fails on the unique index answers the other's stored response, placing nothing."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("on SQLite the other writer waits for this one's write lock (in-process)")
+    factory = api_world.app.session_factory
+    rules = KeyRules("raced", "f" * 64, 3600)
+    request = PlaceRequest(1, (LineRequest(10, 1),))
+    other: list[int] = []
+
+    def render(view) -> str:  # inside this placement's transaction: the other server wins
+        if not other:
+            other.append(
+                place_direct(
+                    factory,
+                    lambda: None,
+                    request,
+                    placed_by="placer",
+                    rules=rules,
+                    render=lambda v: json.dumps({"id": v.order_id}),
+                    in_flight=InFlight(),
+                ).order_id
+            )
+        return json.dumps({"id": view.order_id})
+
+    placed = place_direct(
+        factory,
+        lambda: None,
+        request,
+        placed_by="placer",
+        rules=rules,
+        render=render,
+        in_flight=InFlight(),
+    )
+    assert placed.replayed and placed.order_id == other[0]
+    assert counts(api_world)[0] == 1  # the loser's order rolled back with its key
