@@ -71,6 +71,22 @@ def scrape_cost(
     main(waiting, calls)
 
 
+@orderflow_app.command("presence-cost")
+def presence_cost(
+    n: Annotated[int, typer.Option(help="jobs per drain")] = 20_000,
+    batch: Annotated[int, typer.Option(help="batch size of the draining worker")] = 10,
+    repeat: Annotated[int, typer.Option(min=1, help="drains with and without, each")] = 5,
+    calls: Annotated[int, typer.Option(help="publishes and readings timed")] = 2000,
+    registered: Annotated[int, typer.Option(min=1, help="workers in the view read")] = 50,
+    timeout: Annotated[float, typer.Option(help="bound on one drain, seconds")] = 120.0,
+) -> None:
+    """Drain rate with the workers' presence on and off (interleaved), and the cost of one
+    publish and one reading of the workers view, µs per call (ADR 0043)."""
+    from .presence_cost import main
+
+    main(n, batch, repeat, calls, registered, timeout)
+
+
 @orderflow_app.command()
 def depth(
     waiting: Annotated[

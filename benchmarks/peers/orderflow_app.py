@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="lanes (threads)")
     parser.add_argument("--batch-size", type=int, default=10, help="jobs per fetch")
     parser.add_argument("--queue", default=QUEUE)
+    parser.add_argument(
+        "--no-presence", action="store_true", help="publish no state for the workers view"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     client = redis.Redis.from_url(redis_url(), socket_timeout=30)
@@ -48,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         batch_size=args.batch_size,
         settings=QueueSettings(),
         grace_seconds=2.0,
+        presence=not args.no_presence,
     )
     worker.run()
 

@@ -79,21 +79,22 @@ COMMANDS: tuple[Entry, ...] = (
         "status",
         "orders.cli.status:status",
         "Show ORDER_ID's steps (state, attempts, last error, times, job ids), or the overview: "
-        "orders by status, steps by state, queue depths, DLQ sizes, paused queues (who, why, "
-        "since) and injected faults.",
+        "orders by status, steps by state, queue depths, DLQ sizes, the worker processes (lanes "
+        "busy, what they run, the gone ones), paused queues (who, why, since) and injected "
+        "faults.",
     ),
     Entry(
         "watch",
         "orders.cli.watch:watch",
         "Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s, "
         "p50/p95 handler time, retries per minute, paused queues; orders placed / in progress / "
-        "completed / blocked; the newest dead letters.",
+        "completed / blocked; the newest dead letters; the worker processes.",
     ),
     Entry(
         "web",
         "orders.cli.web:web",
         "Serve the web dashboard and the HTTP API (/api/v1): overview, queues, orders, dead "
-        "letters, search, audit, /metrics.",
+        "letters, workers, search, audit, /metrics.",
     ),
     Entry(
         "trace",

@@ -293,14 +293,16 @@ def fitted_table(
     width: int | None = None,
     keep: tuple[int, ...] = (),
     drop: tuple[int, ...] = (),
+    flex_min: int = FLEX_MIN,
 ) -> Table:
     """A table of plain cells that fits the console: every column keeps its full
     width except column ``flex`` (an error text), which is cut with ``…``.
 
     Where the columns do not fit even so (a narrow terminal), the ``drop`` columns
-    are left out, in that order, until the flex column has :data:`FLEX_MIN`
-    columns; a ``keep`` column (job ids: a cut id can be an ambiguous prefix) is
-    never cut: if it still does not fit, it is folded onto more lines, whole.
+    are left out, in that order, until the flex column has ``flex_min`` columns
+    (:data:`FLEX_MIN` by default); a ``keep`` column (job ids: a cut id can be an
+    ambiguous prefix) is never cut: if it still does not fit, it is folded onto more
+    lines, whole.
 
     Args:
         headers: column titles.
@@ -311,6 +313,7 @@ def fitted_table(
         width: columns available (default: the console's width, ``COLUMNS``).
         keep: indexes of columns shown whole, folded rather than cut.
         drop: indexes of columns that may be left out, least important first.
+        flex_min: columns of the flex column worth dropping another column for.
 
     Returns:
         The table (its columns in the order of ``headers``, less those dropped).
@@ -325,7 +328,7 @@ def fitted_table(
 
     shown = list(range(len(headers)))
     for victim in drop:
-        if room_left(shown) >= min(widths[flex], FLEX_MIN):
+        if room_left(shown) >= min(widths[flex], flex_min):
             break
         shown.remove(victim)
     room = max(4, room_left(shown))

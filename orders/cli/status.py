@@ -30,8 +30,10 @@ from orders.cli.render import (
     warn,
     when,
 )
+from orders.cli.workers_view import workers_section
 from orders.domain.queries import StepView, order_status, totals
 from orders.domain.steps import ALL_STEPS, COMPENSATION_STEPS, STEPS
+from orders.observability.workers import read_workers
 from orders.worker.faults import FaultStore, describe
 from orders.worker.reconcile import reconcile_dead_letters
 from reliable_queue import stats
@@ -58,7 +60,8 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     say("order {}: {}, workflow {}", view.order_id, view.status, view.workflow_status or "-")
     if view.blocked_step:
         say("blocked on {}: {}", view.blocked_step, view.blocked_reason, style="bold red")
-    say("placed {}, completed {}", when(view.placed_at), when(view.completed_at))
+    ended = f", {view.end_label()}" + (f" {when(view.completed_at)}" if view.completed_at else "")
+    say("placed {}{}", when(view.placed_at), ended)
     short = short_ids(j for j in job_ids.values() if j)
     rows = [
         [
@@ -141,11 +144,14 @@ def _overview(app: App, as_json: bool) -> None:
     queues = {name: st.as_dict() for name, st in read.items()}
     faults, unread = _faults(app)
     unread = [f"queue {n}: {p}" for n, st in read.items() for p in st.corrupt.values()] + unread
+    workers = read_workers(app)
+    unread += [f"workers: {note}" for note in workers.notes]
     if as_json:
         emit_json(
             {
                 "orders": t.to_dict(),
                 "queues": queues,
+                "workers": workers.as_dict(),
                 "faults": faults,
                 "redis_warning": eviction,
                 "unreadable": unread,
@@ -179,6 +185,8 @@ def _overview(app: App, as_json: bool) -> None:
             retried=False,
         )
     )
+    for part in workers_section(workers):
+        console.print(part)
     waiting = {s: t.steps_by_state.get(s, {}).get("waiting", 0) for s in ALL_STEPS}
     skipped = {s: t.steps_by_state.get(s, {}).get("skipped", 0) for s in ALL_STEPS}
     for label, counts in (
@@ -247,8 +255,14 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Show ORDER_ID's steps (state, attempts, last error, times, job ids), or the overview:
-    orders by status, steps by state, queue depths, DLQ sizes, paused queues (who, why,
-    since) and injected faults."""
+    orders by status, steps by state, queue depths, DLQ sizes, the worker processes (lanes
+    busy, what they run, the gone ones), paused queues (who, why, since) and injected
+    faults.
+
+    The workers section lists each worker process (steps served, lanes busy / idle /
+    abandoned after a time limit, jobs done, when it was last heard of, start, state and
+    why it stopped) and the batch each busy lane runs since when; a worker not heard of
+    for one heartbeat interval is gone, shown with its last state (kept an hour)."""
     app = make_app()
     try:
         if order_id is None:

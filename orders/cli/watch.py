@@ -1,4 +1,5 @@
-"""``orders watch``: a live terminal view of queues, orders and the newest dead letters."""
+"""``orders watch``: a live terminal view of queues, orders, the newest dead letters and
+the worker processes."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ from rich.text import Text
 from orders.cli.context import handle_errors, make_app
 from orders.cli.options import number_option
 from orders.cli.render import compact_table, console, fitted_table, short_ids, text, when
+from orders.cli.workers_view import workers_section
 from orders.observability.multiproc import metrics_dir
 from orders.observability.snapshot import Snapshot, SystemView
+
+WATCH_WORKERS = 8
+"""Most worker processes ``orders watch`` lists (the most recently heard of)."""
 
 
 def _num(value: float | None, fmt: str = "{:.1f}") -> str:
@@ -28,7 +33,8 @@ def _ms(seconds: float | None) -> str:
 
 
 def render(snap: Snapshot, *, live: bool = False) -> Group:
-    """Draw one snapshot: queues, orders, newest dead letters, and read errors.
+    """Draw one snapshot: queues, orders, newest dead letters, the worker processes (and
+    their busy lanes), and read errors.
 
     Args:
         snap: what to draw.
@@ -126,6 +132,8 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
     headers = ["dead at", "job id", "step #order", "reason", "error"]
     table = fitted_table(headers, rows, flex=4, title="newest dead letters", keep=(1,), drop=(0, 3))
     parts.append(table)
+    if snap.workers is not None:
+        parts.extend(workers_section(snap.workers, limit=WATCH_WORKERS))
     for error in snap.errors:
         parts.append(text(f"cannot read {error}", style="bold red"))
     return Group(*parts)
@@ -145,7 +153,10 @@ def watch(
 ) -> None:
     """Watch the system live: per step ready / delayed / active / dead, jobs/s over 10 s,
     p50/p95 handler time, retries per minute, paused queues; orders placed / in progress /
-    completed / blocked; the newest dead letters.
+    completed / blocked; the newest dead letters; the worker processes.
+
+    Workers: the 8 heard of last, with lanes busy / idle / abandoned and what the busy
+    ones run; one that died reads as gone within one heartbeat interval.
 
     Ctrl-C exits (status 130).
 

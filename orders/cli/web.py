@@ -84,7 +84,7 @@ def web(
     log_level: Annotated[str, log_level_option()] = "INFO",
 ) -> None:
     """Serve the web dashboard and the HTTP API (/api/v1): overview, queues, orders, dead
-    letters, search, audit, /metrics.
+    letters, workers, search, audit, /metrics.
 
     Reading the dashboard is open to clients on this machine (loopback). Actions
     need a token whose role allows them: ORDERS_WEB_TOKEN (an admin, at least 16

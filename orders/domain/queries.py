@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from orders.domain.models import Order
+from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ALL_STEPS, STEPS, WORKFLOW_KIND
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
@@ -86,6 +86,23 @@ class OrderView:
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dictionary of the order and its steps."""
         return _jsonable(asdict(self))
+
+    def end_label(self) -> str:
+        """What its workflow's finish time (``completed_at``) is called, by the order's
+        status: ``completed``, ``cancellation finished`` (a cancelled order did not
+        complete: its skipped steps and compensations finished), ``ended out of stock``,
+        else ``finished``; ``not finished yet`` while it runs."""
+        if self.completed_at is None:
+            return "not finished yet"
+        return END_LABELS.get(self.status, "finished")
+
+
+END_LABELS = {
+    OrderStatus.COMPLETED: "completed",
+    OrderStatus.CANCELLED: "cancellation finished",
+    OrderStatus.OUT_OF_STOCK: "ended out of stock",
+}
+"""The name of an order's finish time by its status (:meth:`OrderView.end_label`)."""
 
 
 def order_status(session: Session, order_id: int) -> OrderView | None:

@@ -22,6 +22,7 @@ Modules, one job each (see docs/operations.md for what an operator sees):
 - ``histograms``: quantiles from the workers' recorded histograms.
 - ``recent_dead``: the newest dead letters across queues.
 - ``snapshot``: one look at the whole system for the live views.
+- ``workers``: the worker processes' published states, read for the views.
 - ``tracing``: this process's tracer provider from ``ORDERS_TRACES`` / ``OTEL_*``.
 - ``trace_files``: the local span files (bounded OTLP/JSON lines) and their reader.
 - ``trace_view``: an order's spans laid out as a tree on a time axis.

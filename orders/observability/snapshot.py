@@ -13,7 +13,8 @@ from orders.observability.order_counts import OrderCounts, order_counts
 from orders.observability.recent_dead import newest_dead_letters
 from orders.observability.sampler import Sample, Sampler
 from orders.observability.urls import mask_urls_in
-from reliable_queue import DeadLetter, PauseState, QueueStats, stats
+from orders.observability.workers import WORKERS_SHOWN, read_workers
+from reliable_queue import DeadLetter, PauseState, QueueStats, WorkersView, stats
 from reliable_queue.rate_limits import RateLimit
 
 THROUGHPUT_WINDOW = 10.0
@@ -69,6 +70,7 @@ class Snapshot:
         orders: counts from the database (None when it failed).
         newest_dead: newest dead letters first.
         errors: what could not be read, one line each (credentials masked).
+        workers: the worker processes, newest first (None when Redis failed).
     """
 
     at: float
@@ -76,6 +78,7 @@ class Snapshot:
     orders: OrderCounts | None = None
     newest_dead: list[DeadLetter] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    workers: WorkersView | None = None
 
 
 def read_queue_stats(app: App) -> dict[str, QueueStats]:
@@ -95,6 +98,7 @@ class SystemView:
         multiproc: the workers' metrics folder (None: no handler times).
         sampler: where queue samples are kept (default: a new one on ``app``).
         dead_limit: newest dead letters per snapshot.
+        workers_limit: most worker processes per snapshot.
     """
 
     def __init__(
@@ -104,11 +108,13 @@ class SystemView:
         multiproc: Path | None,
         sampler: Sampler | None = None,
         dead_limit: int = 5,
+        workers_limit: int = WORKERS_SHOWN,
     ) -> None:
         self.app = app
         self.sampler = sampler or Sampler(lambda: read_queue_stats(app), keep=120.0)
         self.handler_times = HandlerTimes(multiproc) if multiproc is not None else None
         self.dead_limit = dead_limit
+        self.workers_limit = workers_limit
 
     def look(self) -> Snapshot:
         """Read Redis (a new queue sample), the database and the metrics folder now.
@@ -141,12 +147,16 @@ class SystemView:
         except Exception as exc:
             errors.append(f"database: {mask_urls_in(str(exc)).splitlines()[0]}")
         dead: list[DeadLetter] = []
+        workers: WorkersView | None = None
         if latest is not None:
             try:
                 dead = newest_dead_letters(self.app.queues.values(), self.dead_limit)
+                workers = read_workers(self.app, self.workers_limit)
             except Exception as exc:
                 errors.append(f"Redis: {mask_urls_in(str(exc))}")
-        return Snapshot(time.time(), queues, orders, dead, errors)
+            if workers is not None:
+                errors.extend(f"workers: {note}" for note in workers.notes)
+        return Snapshot(time.time(), queues, orders, dead, errors, workers)
 
     def _queue_view(self, name: str, s: QueueStats) -> QueueView:
         rate = self.sampler.rate(name, "succeeded", THROUGHPUT_WINDOW)

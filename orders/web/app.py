@@ -26,13 +26,24 @@ from orders.observability.registry import metrics_registry
 from orders.observability.sampler import Sampler
 from orders.observability.snapshot import SystemView, read_queue_stats
 from orders.observability.urls import mask_urls_in
+from orders.observability.workers import ago
 from orders.web import render
 from orders.web.api.app import RequestIds, create_api
 from orders.web.api.auth import TokenLookup
 from orders.web.api.problems import problem
 from orders.web.params import BadParam
 from orders.web.protect import BODY_LIMITS, Protect, allowed_hosts
-from orders.web.routes import audit, auth, dlq, metrics, orders, overview, queues, search
+from orders.web.routes import (
+    audit,
+    auth,
+    dlq,
+    metrics,
+    orders,
+    overview,
+    queues,
+    search,
+    workers,
+)
 from orders.web.security import Guard, Refused, SignInThrottle
 from orders.web.settings import WebSettings
 from orders.web.state import WebState
@@ -66,6 +77,7 @@ def templates() -> Jinja2Templates:
     t.env.filters["rate"] = render.rate
     t.env.filters["url_part"] = render.url_part
     t.env.filters["attr_value"] = render.attr_value
+    t.env.filters["ago"] = ago
     t.env.globals["login_link"] = auth.login_link
     t.env.globals["order_link"] = render.order_link
     return t
@@ -198,6 +210,7 @@ def create_app(
             *overview.routes,
             *queues.routes,
             *orders.routes,
+            *workers.routes,
             *dlq.routes,
             *search.routes,
             *audit.routes,

@@ -11,6 +11,7 @@ per second (:class:`FaultSource`) and applies it around each handler call
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -23,8 +24,11 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from orders.observability.logs import signal_self_last
 from reliable_queue import JobContext, PermanentError
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results, call_rest
+
+log = logging.getLogger("orders.worker")
 
 
 class InjectedFailure(RuntimeError):
@@ -225,9 +229,11 @@ class FaultMiddleware(BatchMiddleware):
         source: where configs come from.
         step_of: maps a job context to its step name (default: the queue name).
         rng: randomness (inject a seeded one in tests).
-        kill: how the process dies (default SIGKILL to itself).
-        freeze: how the process stops itself (default SIGSTOP to itself; it goes on
-            when something sends it SIGCONT).
+        kill: how the process dies (default SIGKILL to itself, once every log line is
+            out: ``orders.observability.logs.signal_self_last``). The line saying why
+            is logged first, whatever ``kill`` does.
+        freeze: how the process stops itself (default SIGSTOP to itself, the same way;
+            it goes on when something sends it SIGCONT).
         stall: called with the job's context when a slow run starts; it must stop the
             lease of that job from being extended (the worker runner drops the job
             from the heartbeat's lease book). Default: nothing.
@@ -249,8 +255,8 @@ class FaultMiddleware(BatchMiddleware):
         self.source = source
         self.step_of = step_of
         self.rng = rng or random.Random()
-        self.kill = kill or (lambda: os.kill(os.getpid(), signal.SIGKILL))
-        self.freeze = freeze or (lambda: os.kill(os.getpid(), signal.SIGSTOP))
+        self.kill = kill or (lambda: signal_self_last(signal.SIGKILL))
+        self.freeze = freeze or (lambda: signal_self_last(signal.SIGSTOP))
         self.stall = stall
         self.on_injected = on_injected
 
@@ -292,6 +298,13 @@ class FaultMiddleware(BatchMiddleware):
         key = ctx.idempotency_key or ""
         if config is not None and config.poison_key and key.startswith(config.poison_key):
             self.on_injected(step, "poison")
+            log.warning(
+                "injected poison job on step %s (idempotency key %s): this process kills "
+                "itself (SIGKILL) before the handler, as a native crash would",
+                step,
+                key,
+                extra={"exit_reason": "injected poison job"},
+            )
             self.kill()
         decision = decide(config, self.rng)
         if decision.hang_seconds:
@@ -321,6 +334,12 @@ class FaultMiddleware(BatchMiddleware):
             return
         if config.freeze_in_tx_rate and self.rng.random() < config.freeze_in_tx_rate:
             self.on_injected(step, "freeze_in_tx")
+            log.warning(
+                "injected freeze on step %s (freeze rate %g): this process stops itself "
+                "(SIGSTOP) inside its transaction until it gets SIGCONT",
+                step,
+                config.freeze_in_tx_rate,
+            )
             self.freeze()
         if config.hang_in_tx_ms and self.source.store.claim_hang_in_tx(step):
             self.on_injected(step, "hang_in_tx")
@@ -334,6 +353,16 @@ class FaultMiddleware(BatchMiddleware):
         )
         if decision.crash_after or crash_once:
             self.on_injected(step, "crash")
+            rate = config.crash_rate if config is not None else 0.0
+            rule = "crash once" if crash_once else f"crash rate {rate:g}"
+            log.warning(
+                "injected crash on step %s (%s, orders inject): this process kills itself "
+                "(SIGKILL) after the effect committed, before the ack; the job is delivered "
+                "again and the redelivery absorbed",
+                step,
+                rule,
+                extra={"exit_reason": "injected crash"},
+            )
             self.kill()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -222,6 +223,8 @@ def liveness_probe(worker: Worker, app: App) -> Callable[[], Verdict]:
         )
 
     return probe
+
+
 def attempt_tracing(app: App) -> AttemptTracing | None:
     """The worker's attempt spans, made by the app's tracer; None when tracing is off."""
     tracer = app.tracer("reliable_queue.worker")
@@ -261,6 +264,10 @@ def run_worker(
             (None: no server).
         metrics_host: address the metrics server binds.
 
+    The process's last log line says why it ends: the worker's ``stopped (<reason>)``
+    (a signal, the namespace found bound elsewhere), or ``exits: fatal error: ...``
+    for an error raised here, before the command prints its own line.
+
     Raises:
         MetricsServerError: the metrics server cannot listen on that host and port.
         NamespaceClaimed: the Redis namespace belongs to another database: at start, or
@@ -268,6 +275,45 @@ def run_worker(
             interval): the worker then stopped fetching and handed back what it held.
         KeyEvictionPossible: Redis may evict keys and ``allow_key_eviction`` is off.
     """
+    try:
+        _serve(
+            app,
+            steps,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            sweep=sweep,
+            grace_seconds=grace_seconds,
+            record_metrics=record_metrics,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            isolation=isolation,
+        )
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        log.error(
+            "worker process %d exits: fatal error: %s: %s",
+            os.getpid(),
+            type(exc).__name__,
+            first,
+            extra={"exit_reason": "fatal error"},
+        )
+        raise
+
+
+def _serve(
+    app: App,
+    steps: Sequence[str],
+    *,
+    concurrency: int,
+    batch_size: int,
+    sweep: bool,
+    grace_seconds: float,
+    record_metrics: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    isolation: str | None,
+) -> None:
+    """:func:`run_worker`'s work, whose errors it logs as the process's last words."""
     app.bind_namespace()  # never serve another database's jobs
     guard = NamespaceGuard(app)
     eviction = check_key_eviction(app.redis, allow=app.settings.allow_key_eviction)
@@ -300,8 +346,12 @@ def run_worker(
     if loop is not None:
         loop.start()
     interval = app.settings.relay_sweep_interval_seconds
+    lost = "the Redis namespace is bound to another database"
     threading.Thread(
-        target=guard.watch, args=(worker.request_stop, interval, stop), name="binding", daemon=True
+        target=guard.watch,
+        args=(lambda: worker.request_stop(lost), interval, stop),
+        name="binding",
+        daemon=True,
     ).start()
     try:
         worker.run()

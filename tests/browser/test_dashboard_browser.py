@@ -2,10 +2,10 @@
 against a real `orders web` server and a real worker process.
 
 A person opens the overview, places orders from the CLI and sees the counts move;
-opens an order; signs in, dry-runs and then redrives a dead-lettered job from the
-DLQ page and sees its order complete; is refused the purge of another whose
-order it blocks. A
-screenshot of each page goes to ``test-output/browser/``.
+sees the worker on the workers page; opens an order; signs in, dry-runs and then
+redrives a dead-lettered job from the DLQ page and sees its order complete; is refused
+the purge of another whose order it blocks, cancels that order instead and sees it
+counted as cancelled. A screenshot of each page goes to ``test-output/browser/``.
 """
 
 from __future__ import annotations
@@ -168,10 +168,19 @@ def test_an_operator_watches_orders_flow_and_redrives_a_dead_letter(
     expect(page.locator("#orders-in-progress")).to_have_text("0", timeout=30_000)
     assert number(page, "#orders-completed") + number(page, "#orders-out-of-stock") == 8
     expect(page.locator("#queue-stock")).to_be_visible()
+    expect(page.locator("#orders-cancelled")).to_have_text("0")
+    expect(page.locator("#workers-running")).to_have_text("1")
     page.wait_for_timeout(1500)  # let the throughput chart draw a few samples
     shot(page, "overview")
 
-    # open an order from the newest-orders list
+    # the workers page: the one worker process, serving every step
+    page.click("text=Workers")
+    expect(page.locator("#worker-1-state")).to_have_text("running")
+    expect(page.locator("#workers tbody tr")).to_have_count(1)
+    shot(page, "workers")
+
+    # open an order from the overview's newest-orders list
+    page.goto(d.url + "/")
     page.locator("#recent-orders a").first.click()
     expect(page.locator("#order-status")).to_have_text(re.compile("completed|out_of_stock"))
     expect(page.locator("#step-logistics")).to_be_visible()
@@ -221,3 +230,17 @@ def test_an_operator_watches_orders_flow_and_redrives_a_dead_letter(
     expect(page.locator("#purge-question")).to_contain_text("nothing to purge")
     shot(page, "purge-refused")
     assert dead_letters(d.app) == 1
+
+    # cancelled instead: its skipped step draws no run, and its end is not "completed"
+    run_orders(["cancel", str(blocked_id)], d.env)
+
+    def undone() -> bool:  # its compensations ran: the order's workflow finished
+        page.goto(f"{d.url}/orders/{blocked_id}")
+        return "cancellation finished" in page.text_content("#order-end")
+
+    wait_until(undone, 30, "the cancelled order's compensations", every=0.5)
+    expect(page.locator("#step-logistics .run")).to_have_count(0)
+    expect(page.locator("#step-return_stock .run")).to_have_count(1)
+    shot(page, "order-cancelled")
+    page.goto(d.url + "/")
+    expect(page.locator("#orders-cancelled")).to_have_text("1")

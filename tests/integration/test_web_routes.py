@@ -5,6 +5,7 @@ action is refused without the token, without a session's CSRF token, or cross-si
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from sqlalchemy import Engine, select
 from starlette.testclient import TestClient
 
 from orders.app.bootstrap import App, build
+from orders.app.cancellation import cancel
 from orders.app.placement import place_orders
 from orders.app.settings import Settings
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
@@ -24,6 +26,9 @@ from orders.domain.steps import LOGISTICS, STEPS
 from orders.sources.drafts import OrderDraft
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
+from reliable_queue import QueueSettings, TaskRegistry, Worker, explain
+from reliable_queue.presence import WorkerState
+from reliable_queue.presence_publisher import PresencePublisher
 from workflows.models import StepStatus, WorkflowStep
 from workflows.relay import publish_dispatched
 from workflows.uow import UnitOfWork
@@ -730,3 +735,74 @@ def test_a_large_payload_is_cut_on_the_dead_letter_and_job_pages_unless_full(
         full = client.get(f"{url}?full=1")
         assert full.status_code == 200 and "00024999" in full.text, url
         assert 'id="payload-cut"' not in full.text, url
+
+
+def test_a_cancelled_order_is_counted_and_its_page_says_cancelled_not_completed(
+    client: TestClient, world: World
+) -> None:
+    cancel(world.app.session_factory, world.app.publisher, world.waiting_order)
+
+    overview = client.get("/partials/overview").text
+    cards = ("placed", "in-progress", "completed", "out-of-stock", "cancelled", "blocked")
+    count = {}
+    for card in cards:
+        found = re.search(rf'id="orders-{card}">\s*(\d+)<', overview)
+        assert found, card
+        count[card] = int(found.group(1))
+    assert count["cancelled"] == 1
+    assert count["placed"] == sum(n for card, n in count.items() if card != "placed")
+    page = client.get(f"/orders/{world.waiting_order}").text
+    assert 'id="order-status">cancelled<' in page
+    end = re.search(r'id="order-end">([^<]*)<', page)
+    assert end and end.group(1).startswith("cancellation finished ")
+    assert "completed" not in end.group(1)
+    # stock was dispatched, then skipped by the cancellation before it ran: no run bar
+    stock_row = page.split('id="step-stock"')[1].split('class="state"')[0]
+    assert "skipped" in page.split('id="step-stock"')[1].split("</div>\n  </div>")[0]
+    assert 'class="run' not in stock_row and 'class="wait"' in stock_row
+
+
+def test_the_workers_page_shows_each_worker_its_busy_lane_and_a_gone_one_escaped(
+    client: TestClient, world: World
+) -> None:
+    release = threading.Event()
+    registry = TaskRegistry()
+    registry.task("orders.stock")(lambda payload, ctx: release.wait(10))
+    prefix = world.app.settings.queue_prefix
+    settings = QueueSettings(lease_seconds=3.0, max_block_seconds=0.2)
+    worker = Worker(world.app.redis, ["stock"], registry, prefix=prefix, settings=settings)
+    foreign = WorkerState(
+        host="\x1b[31mbox", pid=7, queues=["stock"], concurrency=1, batch_size=1,
+        up_seconds=5.0, every=0.05, state="running", exit_reason=None, counts={}, lanes=[],
+    )  # fmt: skip
+    PresencePublisher(
+        world.app.redis, prefix, "ghost", lambda: foreign, 0.05, threading.Event()
+    ).publish()  # then silent: gone after 0.1 s
+    worker.start()
+    try:
+
+        def busy() -> str:
+            page = client.get("/partials/workers").text
+            return page if 'class="status active">busy<' in page else ""
+
+        deadline = time.monotonic() + 15
+        while not (page := busy()):
+            assert time.monotonic() < deadline, "the busy lane never showed"
+            time.sleep(0.2)
+        link = re.search(r'href="/queues/stock/jobs/([0-9a-f]+)"', page)
+        assert link and explain(world.app.queues["stock"], link.group(1)).state == "active"
+        whole = client.get("/workers")
+        assert whole.status_code == 200 and 'class="here">Workers<' in whole.text
+    finally:
+        release.set()
+        worker.request_stop("the test is over")
+        worker.join(10)
+    assert worker.worker_id in page and 'class="status running"' in page
+    assert "<td>orders.stock</td>" in page  # the task of the batch's first job
+    assert 'class="status gone"' in page  # the silent one, with its last state
+    assert "\\x1b[31mbox" in page and "\x1b" not in page
+    time.sleep(1.1)  # the view's snapshot is cached for a second
+    stopped = client.get("/partials/workers").text
+    assert "the test is over" in stopped and 'class="status stopped"' in stopped
+    overview = client.get("/partials/overview").text
+    assert re.search(r'id="workers-running">\s*0<', overview)

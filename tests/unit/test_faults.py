@@ -196,3 +196,20 @@ def test_a_freeze_in_a_transaction_stops_the_process_at_its_rate_and_is_counted(
     assert FaultConfig(freeze_in_tx_rate=0.01).active
     with pytest.raises(ValidationError):
         FaultConfig(freeze_in_tx_rate=1.5)
+
+
+def test_an_injected_crash_logs_why_before_the_process_kills_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    said_before_kill: list[list[str]] = []
+    faults = middleware(
+        {"stock": FaultConfig(crash_rate=1.0)},
+        kill=lambda: said_before_kill.append([r.getMessage() for r in caplog.records]),
+    )
+
+    with caplog.at_level("WARNING", logger="orders.worker"):
+        faults(context("stock"), {}, lambda: None)
+
+    (said,) = said_before_kill
+    assert len(said) == 1 and said[0].startswith("injected crash on step stock (crash rate 1,")
+    assert caplog.records[0].exit_reason == "injected crash"  # type: ignore[attr-defined]

@@ -39,8 +39,10 @@ class Bar:
 
     Attributes:
         step: the step view.
-        wait_left / wait_width: placement to the start of the last run.
-        run_left / run_width: the last run (start to finish, or to now if running).
+        wait_left / wait_width: placement to the start of the last run (a skipped
+            step: to when it was skipped).
+        run_left / run_width: the last run (start to finish, or to now if running); 0
+            for a step that never ran (skipped, not started yet).
         job_id: the step's queue job (from the step row, or Redis for unstarted ones).
     """
 
@@ -67,6 +69,10 @@ def timeline(view: OrderView, now: dt.datetime, job_ids: dict[str, str | None]) 
 
     bars = []
     for s in view.steps:
+        if s.status == StepStatus.SKIPPED:  # it never ran: a wait up to its skip, no run
+            skipped = pct(s.finished_at)
+            bars.append(Bar(s, 0.0, skipped, skipped, 0.0, s.job_id or job_ids.get(s.step)))
+            continue
         run_start = s.started_at or s.dispatched_at
         run_end = s.finished_at or (now if s.status != StepStatus.DEAD else run_start)
         left = pct(run_start)
@@ -102,6 +108,7 @@ def order_page(request: Request) -> Response:
             "order": view,
             "bars": timeline(view, now, jobs.ids),
             "span_end": now,
+            "end_label": view.end_label(),
             "notes": notes,
             "trace": _trace(state.app.settings.resolved_data_dir(), trace_ids),
         },

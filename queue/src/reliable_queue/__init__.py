@@ -36,6 +36,7 @@ from .lookup import (
 )
 from .pausing import PauseState
 from .policy import RetryPolicy
+from .presence import LaneInfo, WorkerInfo, WorkersView, workers
 from .queue import DEAD_REASONS, Queue
 from .registry import TaskDefinition, TaskRegistry
 from .settings import QueueSettings
@@ -60,6 +61,7 @@ __all__ = [
     "JobIdLookupError",
     "JobIdNotFoundError",
     "JobIdTooShortError",
+    "LaneInfo",
     "Lease",
     "PartialRoundTripError",
     "PayloadTooLargeError",
@@ -85,9 +87,12 @@ __all__ = [
     "UnknownTaskError",
     "Worker",
     "WorkerHooks",
+    "WorkerInfo",
+    "WorkersView",
     "audit",
     "explain",
     "oldest_waiting_seconds",
     "find_job",
     "stats",
+    "workers",
 ]

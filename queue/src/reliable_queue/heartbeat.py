@@ -14,7 +14,7 @@ import redis
 from .attempts import ABANDONED, ALWAYS, LEASE_LOST, TIMED_OUT, Guard, GuardPolicy
 from .errors import QueueConnectionError
 from .gate import Ticket
-from .job import Lease
+from .job import Lease, RawJob
 from .queue import Queue
 
 log = logging.getLogger("reliable_queue.worker")
@@ -42,6 +42,8 @@ class LaneRun:
             wait for work, a batch), on the worker's monotonic clock, seconds.
         busy_since: when the lane began running the batch it runs now (same clock);
             None between batches.
+        batch: the jobs of that batch (None between batches): what the workers view
+            shows a busy lane running (``reliable_queue.presence``).
     """
 
     queue: Queue
@@ -51,6 +53,7 @@ class LaneRun:
     child: Any = None
     progress_at: float = 0.0
     busy_since: float | None = None
+    batch: list[RawJob] | None = None
 
 
 @dataclass(slots=True)

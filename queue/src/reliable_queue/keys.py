@@ -97,3 +97,35 @@ class QueueKeys:
     def registry(self) -> str:
         """SET of queue names known under this prefix (outside any hash tag)."""
         return f"{self.prefix}:queues"
+
+
+#: The hash tag of the worker processes' presence keys: queue names cannot hold ``:``
+#: (:func:`validate_name`), so no queue's ``{<name>}`` is ever this one.
+WORKERS_TAG = "{:workers}"
+
+
+@dataclass(frozen=True)
+class WorkerKeys:
+    """Key names of the worker processes' presence under one prefix (ADR 0043).
+
+    Both keys share the hash tag :data:`WORKERS_TAG`, so the presence script touches one
+    slot on Redis Cluster. They hold no job: a job's place is never read from them.
+
+    Attributes:
+        prefix: the namespace shared with the queues.
+    """
+
+    prefix: str
+
+    def __post_init__(self) -> None:
+        validate_name(self.prefix)
+
+    @property
+    def seen(self) -> str:
+        """ZSET worker id -> when it last published its state (ms, Redis TIME)."""
+        return f"{self.prefix}:{WORKERS_TAG}:seen"
+
+    @property
+    def states(self) -> str:
+        """HASH worker id -> the JSON state it last published (``reliable_queue.presence``)."""
+        return f"{self.prefix}:{WORKERS_TAG}:states"

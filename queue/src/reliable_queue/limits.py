@@ -68,6 +68,24 @@ MAX_DLQ_SIZE = 100_000_000
 #: Fastest a redrive may be paced, jobs per second.
 MAX_REDRIVE_RATE = 100_000.0
 
+#: Largest state one worker process publishes, bytes of JSON (``presence.lua`` refuses
+#: more; the worker cuts its lane list first, :data:`MAX_LANES_PUBLISHED`).
+MAX_WORKER_STATE_BYTES = 65_536
+
+#: Most lanes one worker's published state lists (its counts of busy, idle and
+#: abandoned lanes cover every lane).
+MAX_LANES_PUBLISHED = 64
+
+#: Most worker processes the presence keys remember; past it the least recently heard
+#: of are forgotten (ADR 0043).
+WORKERS_KEPT = 1_000
+
+#: Entries one presence publish forgets at most (``presence.lua``'s ``PRESENCE_TRIM``).
+PRESENCE_TRIM = 100
+
+#: Most workers one reading of the presence keys returns (``presence.workers``).
+MAX_WORKERS_SHOWN = 1_000
+
 
 def number(name: str, value: Any, *, low: float, high: float, low_open: bool = False) -> float:
     """``value`` as a float checked against ``[low, high]`` (``(low, high]`` with ``low_open``).

@@ -26,6 +26,7 @@ import redis
 
 from .attempts import GuardPolicy
 from .audit import audit
+from .codec import RecordDecodeError, decode_fields
 from .errors import IsolatedChildError, QueueConnectionError, ReplicationTimeoutError
 from .execution import (
     Dead,
@@ -46,6 +47,8 @@ from .job import FetchResult, Lease, RawJob
 from .limits import MAX_FETCH
 from .middleware import BatchMiddleware
 from .policy import should_retry, time_limit_of
+from .presence import COUNTS, LaneState, WorkerState, publish_every
+from .presence_publisher import PresencePublisher
 from .queue import Queue
 from .registry import TaskRegistry
 from .replies import split as _split
@@ -114,6 +117,9 @@ class LaneView:
             idle lane turns at least every ``max_block_seconds``.
         busy_since: when it began running its current batch (monotonic seconds), or
             None between batches.
+        job_id: the first job of that batch (None between batches).
+        task: that job's task (None between batches, or when its record does not decode).
+        jobs: jobs in that batch (0 between batches).
     """
 
     queue: str
@@ -121,6 +127,20 @@ class LaneView:
     abandoned: bool
     progress_at: float
     busy_since: float | None
+    job_id: str | None = None
+    task: str | None = None
+    jobs: int = 0
+
+
+def _batch_head(batch: list[RawJob] | None) -> tuple[str | None, str | None, int]:
+    """``(first job id, its task, jobs)`` of a lane's batch; ``(None, None, 0)`` for none."""
+    if not batch:
+        return None, None, 0
+    try:
+        task: str | None = decode_fields(batch[0].record)[0]
+    except RecordDecodeError:
+        task = None
+    return batch[0].job_id, task, len(batch)
 
 
 def _ended(thread: threading.Thread) -> bool:
@@ -130,6 +150,14 @@ def _ended(thread: threading.Thread) -> bool:
 
 #: the result of a run the lane settled itself (an isolated call it stopped)
 _SETTLED = object()
+
+
+def _signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``signal 64`` for a number with no name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def default_worker_id() -> str:
@@ -164,6 +192,9 @@ class Worker:
             returning the :class:`TaskRegistry` an isolated child runs handlers from
             (needed when a task has ``isolation="process"``; the child calls it, so
             engines and clients are built there).
+        presence: publish this process's state for the workers view
+            (``reliable_queue.presence``): one script call every half heartbeat
+            interval (at most every 5 s), and a last one, saying why, when it stops.
 
     Time limits: a run of a task with a time limit (its ``RetryPolicy.time_limit``,
     else ``settings.default_time_limit_seconds``) that is still going at the first
@@ -220,6 +251,7 @@ class Worker:
         worker_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         isolated_registry: str | None = None,
+        presence: bool = True,
     ) -> None:
         if concurrency < 1 or not 1 <= batch_size <= MAX_FETCH:
             raise ValueError(f"concurrency must be >= 1 and batch_size 1..{MAX_FETCH}")
@@ -267,6 +299,21 @@ class Worker:
         self._lanes_lock = threading.Lock()
         self._lane_seq = 0
         self._stop_signals = StopSignals(clock=clock)
+        self._started_at: float | None = None
+        self.stop_reason: str | None = None
+        """Why the worker stops (a signal, a caller's reason), once it does."""
+        self.presence = (
+            PresencePublisher(
+                client,
+                prefix,
+                self.worker_id,
+                self._presence_state,
+                publish_every(self.heartbeat.interval),
+                self._halt,
+            )
+            if presence
+            else None
+        )
 
     def _attempt_lost(self, held: Held, reason: str) -> None:
         hook = self.hooks.on_attempt_lost
@@ -278,13 +325,17 @@ class Worker:
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:
-        """Start the heartbeat, the upkeep thread and the lanes (non-blocking)."""
+        """Start the heartbeat, the upkeep thread, the lanes and the presence publisher
+        (non-blocking)."""
+        self._started_at = self.clock()
         self.heartbeat.start()
         if self.settings.maintenance_interval_seconds or self.settings.audit_interval_seconds:
             threading.Thread(target=self._upkeep, name="upkeep", daemon=True).start()
         for queue in self.queues:
             for _ in range(self.concurrency):
                 self._open_lane(queue)
+        if self.presence is not None:
+            self.presence.start()
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
 
     def _open_lane(self, queue: Queue) -> None:
@@ -317,20 +368,67 @@ class Worker:
         """
         with self._lanes_lock:
             runs = list(self._lane_runs.items())
-        return [
-            LaneView(
-                queue=run.queue.name,
-                alive=not _ended(thread),
-                abandoned=run.abandoned.is_set(),
-                progress_at=run.progress_at,
-                busy_since=run.busy_since,
+        views = []
+        for thread, run in runs:
+            if _ended(thread) and run.abandoned.is_set():
+                continue
+            busy_since = run.busy_since
+            job_id, task, jobs = _batch_head(run.batch if busy_since is not None else None)
+            views.append(
+                LaneView(
+                    queue=run.queue.name,
+                    alive=not _ended(thread),
+                    abandoned=run.abandoned.is_set(),
+                    progress_at=run.progress_at,
+                    busy_since=busy_since,
+                    job_id=job_id,
+                    task=task,
+                    jobs=jobs,
+                )
             )
-            for thread, run in runs
-            if not (_ended(thread) and run.abandoned.is_set())
-        ]
+        return views
 
-    def request_stop(self) -> None:
-        """Stop fetching; in-flight jobs finish, unstarted ones are handed back."""
+    def _presence_state(self, state: str | None = None) -> WorkerState:
+        """This process's state for the workers view (``reliable_queue.presence``).
+
+        Args:
+            state: ``stopped`` for the last one; None: ``running``, or ``stopping``
+                once a stop was asked for.
+        """
+        now = self.clock()
+        lanes = []
+        for view in self.lanes():
+            if not view.alive:
+                continue
+            kind = "abandoned" if view.abandoned else "idle" if view.busy_since is None else "busy"
+            busy = None if view.busy_since is None else max(now - view.busy_since, 0.0)
+            lanes.append(LaneState(view.queue, kind, busy, view.job_id, view.task, view.jobs))
+        with self.counters.lock:
+            counts = {k: self.counters.counts[k] for k in COUNTS if k in self.counters.counts}
+        host, pid = socket.gethostname(), os.getpid()
+        return WorkerState(
+            host=host,
+            pid=pid,
+            queues=[q.name for q in self.queues],
+            concurrency=self.concurrency,
+            batch_size=self.batch_size,
+            up_seconds=0.0 if self._started_at is None else now - self._started_at,
+            every=self.presence.every if self.presence is not None else 0.0,
+            state=state or ("stopping" if self.stopping.is_set() else "running"),
+            exit_reason=self.stop_reason,
+            counts=counts,
+            lanes=lanes,
+        )
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop fetching; in-flight jobs finish, unstarted ones are handed back.
+
+        Args:
+            reason: why, as the worker's last log line and its published state say it
+                (the first reason given is kept).
+        """
+        if self.stop_reason is None:
+            self.stop_reason = reason
         self.stopping.set()
         self.gate.close()  # a lane waiting for its turn goes on to stop
 
@@ -347,6 +445,8 @@ class Worker:
         if not clean:
             self._hand_back()
         self._halt.set()
+        if self.presence is not None:
+            self.presence.last(self._presence_state("stopped"))
         return clean
 
     def run(self, install_signals: bool = True, freeze_gc: bool = True) -> None:
@@ -379,20 +479,35 @@ class Worker:
         self.start()
         while not self.stopping.wait(0.5):
             if not any(lane.is_alive() for lane in self._live_lanes()):
+                self.stop_reason = self.stop_reason or "every lane ended"
                 break
-        self.join(self.grace_seconds)
-        log.info("worker %s stopped: %s", self.worker_id, dict(self.counters.counts))
+        clean = self.join(self.grace_seconds)
+        reason = self.stop_reason or "stop requested"
+        log.info(
+            "worker %s stopped (%s)%s: %s",
+            self.worker_id,
+            reason,
+            "" if clean else f"; in-flight jobs handed back after {self.grace_seconds:g} s",
+            dict(self.counters.counts),
+            extra={"exit_reason": reason},
+        )
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         request = self._stop_signals.receive(signum)
+        name = _signal_name(signum)
         if request is StopRequest.REPEAT:
-            log.debug("signal %d again at once: a forwarded copy, still draining", signum)
+            log.debug("%s again at once: a forwarded copy, still draining", name)
             return
         if request is StopRequest.EXIT:
-            log.warning("second signal: exiting now; held leases will expire and be reaped")
+            log.warning(
+                "worker %s: second signal (%s), exiting now; held leases will expire and be reaped",
+                self.worker_id,
+                name,
+                extra={"exit_reason": f"second signal {name}"},
+            )
             os._exit(128 + signum)
-        log.info("signal %d: finishing in-flight jobs (grace %.1fs)", signum, self.grace_seconds)
-        self.request_stop()
+        log.info("%s: finishing in-flight jobs (grace %.1fs)", name, self.grace_seconds)
+        self.request_stop(f"signal {name}")
 
     def _hand_back(self) -> None:
         held = self.book.take_all()
@@ -705,6 +820,7 @@ class Worker:
         self, queue: Queue, jobs: list[RawJob], run: LaneRun, sent: float | None = None
     ) -> list[Call]:
         entries = self.book.add(queue, [j.lease for j in jobs], run, sent)
+        run.batch = jobs  # before busy_since: a reader that sees busy sees its jobs
         run.busy_since = self.clock()
         try:
             return self._run_held(queue, jobs, entries, run)
@@ -716,6 +832,7 @@ class Worker:
             raise
         finally:
             run.busy_since = None
+            run.batch = None
 
     def _deadline(self, item: Prepared, limits: dict[str, float | None]) -> float | None:
         """Monotonic seconds ``item``'s run must end by if it starts now (None: no limit).

@@ -14,8 +14,13 @@ from reliable_queue.shutdown import REPEAT_WINDOW_SECONDS
 pytestmark = pytest.mark.chaos
 
 
+def last_line(tmp_path: Path, n: int = 0) -> str:
+    """The last line worker process ``n`` wrote."""
+    return (tmp_path / f"worker-{n}.log").read_text().rstrip().splitlines()[-1]
+
+
 def test_sigterm_finishes_the_in_flight_job_and_hands_back_the_unstarted_batch(
-    make_queue, spawn_worker, effects_db
+    make_queue, spawn_worker, effects_db, tmp_path: Path
 ):
     queue = make_queue()
     ids = queue.enqueue_many([EnqueueRequest("record", {"sleep": 1.0}) for _ in range(3)])
@@ -33,10 +38,11 @@ def test_sigterm_finishes_the_in_flight_job_and_hands_back_the_unstarted_batch(
     s = stats(queue)
     assert (s.counters["succeeded"], s.counters["released"], s.active) == (1, 2, 0)
     assert [d[0] for d in deliveries(effects_db)] == [ids[0]]
+    assert "stopped (signal SIGTERM)" in last_line(tmp_path)  # its last line says why
 
 
 def test_second_signal_exits_at_once_and_the_lease_is_reaped_later(
-    make_queue, spawn_worker, effects_db
+    make_queue, spawn_worker, effects_db, tmp_path: Path
 ):
     queue = make_queue()
     job_id = queue.enqueue("record", {"sleep": 10.0})
@@ -50,6 +56,7 @@ def test_second_signal_exits_at_once_and_the_lease_is_reaped_later(
 
     assert proc.wait(timeout=5) == 128 + signal.SIGTERM
     assert time.monotonic() - sent < 3.0  # not the 10 s grace: at once, allowing a loaded machine
+    assert "second signal (SIGTERM), exiting now" in last_line(tmp_path)
     assert explain(queue, job_id).state == "active" and effects(effects_db) == []
     job = wait_until(lambda: queue.fetch(1).jobs, timeout=10)[0]
     # a first loss with the worker is not charged (ADR 0002): the same attempt again,

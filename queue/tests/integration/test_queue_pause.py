@@ -196,8 +196,14 @@ def test_an_idle_worker_of_a_paused_queue_does_not_poll(private_client, key_pref
     queue.pause()
     for _ in range(5):
         queue.enqueue("t", {})
-    with running_worker(
-        private_client, ["quiet"], registry, prefix=key_prefix, settings=settings, concurrency=2
+    with running_worker(  # the lanes alone (the presence publisher writes on its own period)
+        private_client,
+        ["quiet"],
+        registry,
+        prefix=key_prefix,
+        settings=settings,
+        concurrency=2,
+        presence=False,
     ):
         time.sleep(0.3)
         private_client.config_resetstat()

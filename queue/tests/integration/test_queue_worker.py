@@ -37,8 +37,15 @@ def registry():
 def test_idle_worker_blocks_on_redis_instead_of_polling(private_client, key_prefix, registry):
     registry.task("t")(lambda p, c: None)
     settings = QueueSettings(lease_seconds=3.0)  # default max_block_seconds: 2 s
+    # the lanes alone: the presence publisher's period is test_queue_presence's subject
     with running_worker(
-        private_client, ["idle"], registry, prefix=key_prefix, settings=settings, concurrency=2
+        private_client,
+        ["idle"],
+        registry,
+        prefix=key_prefix,
+        settings=settings,
+        concurrency=2,
+        presence=False,
     ):
         time.sleep(0.3)  # start-up: first fetch, script load
         private_client.config_resetstat()

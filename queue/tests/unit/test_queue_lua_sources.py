@@ -63,6 +63,16 @@ def test_the_lua_limits_agree_with_the_python_limits():
         assert int(match.group(1)) == getattr(limits, python_name), name
 
 
+def test_the_presence_scripts_limits_agree_with_the_python_limits():
+    from reliable_queue import limits
+
+    source = script_source("presence")
+    for name in ("MAX_ID_BYTES", "MAX_WORKER_STATE_BYTES", "PRESENCE_TRIM"):
+        match = re.search(rf"^local {name} = (\d+)", source, re.MULTILINE)
+        assert match, name
+        assert int(match.group(1)) == getattr(limits, name), name
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_no_script_unpacks_a_whole_list_at_once(name):
     """unpack of more than ~8000 values fails mid-script; every unpack is a slice or a
