@@ -88,7 +88,9 @@ def e2e_peers(
     threads: Annotated[
         int,
         typer.Option(
-            min=1, help="threads per Dramatiq process (default: orderflow's lanes per worker)"
+            min=1,
+            help="tasks at a time per peer worker process: Celery's threads pool, Dramatiq's "
+            "threads (default: orderflow's lanes per worker)",
         ),
     ] = 2,
     timeout: Annotated[

@@ -1,10 +1,12 @@
 """The libraries of the end-to-end peer benchmark: how each starts its workers, says it is
 ready, and places orders.
 
-Contract: every contender runs ``processes`` worker processes started by its own CLI
-(orderflow: ``orders worker STEP``, one per step, at the CLI's defaults; Celery: one
-``celery worker`` with a prefork pool of ``processes`` children; Dramatiq: ``dramatiq
---processes N --threads T``) and places the same TPC-H orders in transactions of 500 from
+Contract: every contender runs ``processes`` worker processes started by its own CLI, each
+running ``threads`` tasks at a time where the library has threads (orderflow: ``orders
+worker STEP``, one per step, at the CLI's defaults; Celery: ``processes`` worker nodes,
+``celery worker -n wN@%h --pool threads --concurrency T``, each its own broker consumer;
+Dramatiq: ``dramatiq --processes N --threads T``) and places the same TPC-H orders in
+transactions of 500 from
 the benchmark's process: orderflow through its outbox (``place_paced``, what ``orders
 place`` runs), the peers with the same order and line inserts (``insert_orders``)
 followed by one workflow message per order.
@@ -227,21 +229,28 @@ class Peer:
 
 
 def _celery_argvs(processes: int, threads: int) -> list[list[str]]:
+    """One ``celery worker`` node per process, each its own broker consumer, running
+    ``threads`` tasks at a time in its threads pool (docs/performance.md says why)."""
     return [
         [
             script("celery"),
             "-A",
             "benchmarks.peers.celery_workflow",
             "worker",
+            "--hostname",
+            f"w{index}@%h",
+            "--pool",
+            "threads",
             "--concurrency",
-            str(processes),
+            str(threads),
             "--loglevel",
             "WARNING",
-            # one worker node: no events to or from other nodes
+            # the nodes need no events to or from each other
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
         ]
+        for index in range(processes)
     ]
 
 
@@ -264,7 +273,8 @@ def make(name: str, processes: int, threads: int) -> Contender:
     Args:
         name: ``orderflow``, ``celery`` or ``dramatiq``.
         processes: worker processes (orderflow: one per step, so 4).
-        threads: threads per process for the peers that have them (Dramatiq).
+        threads: tasks at a time per process for the peers (Celery's threads pool,
+            Dramatiq's worker threads).
 
     Raises:
         ValueError: an unknown name, or orderflow with another process count.
@@ -279,10 +289,10 @@ def make(name: str, processes: int, threads: int) -> Contender:
             "at-least-once: task_acks_late + task_reject_on_worker_lost, Redis broker and "
             "result backend, chain into a chord",
             _celery_argvs,
-            lambda p, _: f"celery worker, prefork pool of {p} processes, prefetch x64",
-            lambda _: 1,  # worker_ready: once, from the main process, its pool started
+            lambda p, t: f"{p} x celery worker --pool threads --concurrency {t}, prefetch x64",
+            lambda p: p,  # worker_ready: once per node, its pool started
             processes,
-            1,
+            threads,
         )
     if name == "dramatiq":
         return Peer(

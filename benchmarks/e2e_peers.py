@@ -75,7 +75,8 @@ class E2EPeerOptions:
         runs: rounds of turns; every figure is the median of this many runs.
         warm_up: orders run to completion before the clock starts.
         processes: worker processes per library (orderflow: one per step).
-        threads: threads per worker process of the peers that have them (Dramatiq).
+        threads: tasks at a time per worker process of the peers (Celery's threads pool,
+            Dramatiq's threads).
         timeout: the deadline of one run, seconds; orders not finished by then are lost.
         ready_timeout: longest wait for a library's workers to say they are ready, seconds.
         scale: TPC-H scale factor of the template.

@@ -24,8 +24,15 @@ callback) marks the order completed. Each task runs the domain's own effect
 - Ending a chain early: raise ``Ignore`` (the message is acked, no callback runs), as the
   out-of-stock order skips its other steps in orderflow too:
   https://docs.celeryq.dev/en/stable/userguide/tasks.html#ignore
-- The prefork pool, one child process per ``--concurrency`` slot; readiness from the
-  ``worker_ready`` signal: https://docs.celeryq.dev/en/stable/userguide/workers.html and
+- Several worker nodes on one machine, each named with ``--hostname`` ("there's even some
+  evidence to support that having multiple worker instances running, may perform better
+  than having a single worker"), here one per worker process of the other libraries:
+  https://docs.celeryq.dev/en/stable/userguide/workers.html#starting-the-worker and
+  https://docs.celeryq.dev/en/stable/userguide/workers.html#concurrency
+- The threads pool (``--pool threads``, ``--concurrency`` tasks at a time per node), for
+  tasks that mostly wait on Redis and the database:
+  https://docs.celeryq.dev/en/stable/userguide/concurrency/index.html
+- Readiness from the ``worker_ready`` signal, once per node:
   https://docs.celeryq.dev/en/stable/userguide/signals.html#worker-ready
 """
 
