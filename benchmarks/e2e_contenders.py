@@ -32,11 +32,13 @@ from orders.app.settings import Settings
 from orders.domain.steps import STEPS
 from orders.sources.drafts import next_tpch_drafts
 from orders.worker import defaults
+from orders.worker.counters import Counters
 from workflows.columns import utcnow
 from workflows.uow import UnitOfWork
 
+from .e2e_counts import StepRuns, from_counters, from_run_counts
 from .peers.base import URL_ENV, script
-from .peers.order_steps import DATABASE_ENV, READY_KEY, THREADS_ENV
+from .peers.order_steps import DATABASE_ENV, READY_KEY, RUNS_KEY, THREADS_ENV
 
 PLACE_BATCH = batch_size_for(None)
 """Orders per placement transaction: what ``orders place`` uses unpaced (500)."""
@@ -86,6 +88,10 @@ class Contender(Protocol):
 
     def place(self, turn: TurnContext, count: int) -> list[int]:
         """Place ``count`` orders and start their workflows; returns their ids."""
+
+    def step_runs(self, turn: TurnContext) -> StepRuns:
+        """The step runs the workers counted over the turn so far (Redis is flushed
+        before each turn)."""
 
     def end_turn(self) -> None:
         """Release what the placing side holds for the turn."""
@@ -142,6 +148,11 @@ class Orderflow:
             )
             self._app = build(settings)
         return place_paced(self._app, count).order_ids
+
+    def step_runs(self, turn: TurnContext) -> StepRuns:
+        """The workers' run counters (``applied:<step>``, ``duplicate:<step>``)."""
+        prefix = Settings(redis_url=turn.redis_url).queue_prefix
+        return from_counters(Counters(turn.client, prefix).read())
 
     def end_turn(self) -> None:
         """Release the placing side's connections."""
@@ -219,6 +230,10 @@ class Peer:
                 start(order_id)
             placed += ids
         return placed
+
+    def step_runs(self, turn: TurnContext) -> StepRuns:
+        """The tasks' committed runs per step and order (``order_steps.RUNS_KEY``)."""
+        return from_run_counts(turn.client.hgetall(RUNS_KEY))
 
     def end_turn(self) -> None:
         """The workflow module's own housekeeping between turns (``end_turn``), if any;
