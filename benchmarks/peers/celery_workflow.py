@@ -11,10 +11,13 @@ callback) marks the order completed. Each task runs the domain's own effect
   https://docs.celeryq.dev/en/stable/userguide/canvas.html#chords
 - Redis as broker and result backend:
   https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html
-- At-least-once: ``task_acks_late`` and ``task_reject_on_worker_lost`` (a task whose
-  process dies is redelivered, so it must be idempotent; the effects are):
-  https://docs.celeryq.dev/en/stable/userguide/tasks.html#Task.acks_late and
+- At-least-once: ``task_acks_late`` (a message is acked after its task ran; one whose
+  node dies stays unacked and the Redis transport restores it after its visibility
+  timeout, so tasks must be idempotent; the effects are) and
+  ``task_reject_on_worker_lost`` (the same for a prefork child that dies):
+  https://docs.celeryq.dev/en/stable/userguide/tasks.html#Task.acks_late,
   https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-reject-on-worker-lost
+  and https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
 - Prefetch for many short tasks ("this number should be large ... say 64, or 128"):
   https://docs.celeryq.dev/en/stable/userguide/optimizing.html#prefetch-limits
 - Results only where they are used (``ignore_result`` on the chain's first task and the
