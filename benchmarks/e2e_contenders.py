@@ -42,6 +42,15 @@ from .peers.order_steps import DATABASE_ENV, READY_KEY, RUNS_KEY, THREADS_ENV
 
 PLACE_BATCH = batch_size_for(None)
 """Orders per placement transaction: what ``orders place`` uses unpaced (500)."""
+CELERY_CONCURRENCY = 8
+"""Tasks at a time per Celery node unless ``--threads`` says otherwise: the better of 2
+(orderflow's lanes) and 8 on two cores, 1.2-1.7x the orders/s of 2 (medians of 3
+interleaved 500-order runs; three such comparisons on SQLite, one on PostgreSQL,
+2026-12-06, in the commit that set it)."""
+DRAMATIQ_THREADS = defaults.CONCURRENCY
+"""Threads per Dramatiq process unless ``--threads`` says otherwise: orderflow's lanes (2),
+the better of 2 and Dramatiq's own default 8, which gave 0.83-0.84x the orders/s of 2 on
+SQLite and 1.05x on PostgreSQL (within its spread) in the same runs."""
 
 
 @dataclass
@@ -282,14 +291,15 @@ def _dramatiq_argvs(processes: int, threads: int) -> list[list[str]]:
     ]
 
 
-def make(name: str, processes: int, threads: int) -> Contender:
+def make(name: str, processes: int, threads: int | None = None) -> Contender:
     """The contender named ``name`` with ``processes`` worker processes.
 
     Args:
         name: ``orderflow``, ``celery`` or ``dramatiq``.
         processes: worker processes (orderflow: one per step, so 4).
         threads: tasks at a time per process for the peers (Celery's threads pool,
-            Dramatiq's worker threads).
+            Dramatiq's worker threads); None: each peer's own (``CELERY_CONCURRENCY``,
+            ``DRAMATIQ_THREADS``).
 
     Raises:
         ValueError: an unknown name, or orderflow with another process count.
@@ -307,7 +317,7 @@ def make(name: str, processes: int, threads: int) -> Contender:
             lambda p, t: f"{p} x celery worker --pool threads --concurrency {t}, prefetch x64",
             lambda p: p,  # worker_ready: once per node, its pool started
             processes,
-            threads,
+            CELERY_CONCURRENCY if threads is None else threads,
         )
     if name == "dramatiq":
         return Peer(
@@ -320,7 +330,7 @@ def make(name: str, processes: int, threads: int) -> Contender:
             lambda p, t: f"dramatiq --processes {p} --threads {t}",
             lambda p: p,  # after_worker_boot: once per process
             processes,
-            threads,
+            DRAMATIQ_THREADS if threads is None else threads,
         )
     raise ValueError(f"unknown library {name!r}; use orderflow, celery or dramatiq")
 

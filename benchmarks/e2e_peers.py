@@ -26,7 +26,6 @@ from typing import Any
 from sqlalchemy import text
 
 from orders.domain.steps import STEPS
-from orders.worker import defaults
 
 from . import e2e_db
 from .e2e import redis_cpu_seconds
@@ -79,7 +78,8 @@ class E2EPeerOptions:
         warm_up: orders run to completion before the clock starts.
         processes: worker processes per library (orderflow: one per step).
         threads: tasks at a time per worker process of the peers (Celery's threads pool,
-            Dramatiq's threads).
+            Dramatiq's threads); None: each peer's own (``e2e_contenders.CELERY_CONCURRENCY``,
+            ``DRAMATIQ_THREADS``).
         timeout: the deadline of one run, seconds; orders not finished by then are lost.
         ready_timeout: longest wait for a library's workers to say they are ready, seconds.
         count_timeout: longest wait for the workers' step-run counts to cover the runs
@@ -94,7 +94,7 @@ class E2EPeerOptions:
     runs: int = 3
     warm_up: int = 100
     processes: int = len(STEPS)
-    threads: int = defaults.CONCURRENCY
+    threads: int | None = None
     timeout: float = 300.0
     ready_timeout: float = 120.0
     count_timeout: float = 5.0
