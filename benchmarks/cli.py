@@ -86,11 +86,14 @@ def e2e_peers(
         int, typer.Option(min=0, help="orders run to completion before the clock starts")
     ] = 100,
     threads: Annotated[
-        int,
+        int | None,
         typer.Option(
-            min=1, help="threads per Dramatiq process (default: orderflow's lanes per worker)"
+            min=1,
+            help="tasks at a time per peer worker process, Celery's threads pool and "
+            "Dramatiq's threads (default: each peer's better of 2 and 8 on two cores: "
+            "Celery 8, Dramatiq 2)",
         ),
-    ] = 2,
+    ] = None,
     timeout: Annotated[
         float, typer.Option(min=1.0, help="deadline of one run, seconds (unfinished = lost)")
     ] = 300.0,

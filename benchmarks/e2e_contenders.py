@@ -1,10 +1,12 @@
 """The libraries of the end-to-end peer benchmark: how each starts its workers, says it is
 ready, and places orders.
 
-Contract: every contender runs ``processes`` worker processes started by its own CLI
-(orderflow: ``orders worker STEP``, one per step, at the CLI's defaults; Celery: one
-``celery worker`` with a prefork pool of ``processes`` children; Dramatiq: ``dramatiq
---processes N --threads T``) and places the same TPC-H orders in transactions of 500 from
+Contract: every contender runs ``processes`` worker processes started by its own CLI, each
+running ``threads`` tasks at a time where the library has threads (orderflow: ``orders
+worker STEP``, one per step, at the CLI's defaults; Celery: ``processes`` worker nodes,
+``celery worker -n wN@%h --pool threads --concurrency T``, each its own broker consumer;
+Dramatiq: ``dramatiq --processes N --threads T``) and places the same TPC-H orders in
+transactions of 500 from
 the benchmark's process: orderflow through its outbox (``place_paced``, what ``orders
 place`` runs), the peers with the same order and line inserts (``insert_orders``)
 followed by one workflow message per order.
@@ -30,14 +32,25 @@ from orders.app.settings import Settings
 from orders.domain.steps import STEPS
 from orders.sources.drafts import next_tpch_drafts
 from orders.worker import defaults
+from orders.worker.counters import Counters
 from workflows.columns import utcnow
 from workflows.uow import UnitOfWork
 
+from .e2e_counts import StepRuns, from_counters, from_run_counts
 from .peers.base import URL_ENV, script
-from .peers.order_steps import DATABASE_ENV, READY_KEY, THREADS_ENV
+from .peers.order_steps import DATABASE_ENV, READY_KEY, RUNS_KEY, THREADS_ENV
 
 PLACE_BATCH = batch_size_for(None)
 """Orders per placement transaction: what ``orders place`` uses unpaced (500)."""
+CELERY_CONCURRENCY = 8
+"""Tasks at a time per Celery node unless ``--threads`` says otherwise: the better of 2
+(orderflow's lanes) and 8 on two cores, 1.2-1.7x the orders/s of 2 (medians of 3
+interleaved 500-order runs; three such comparisons on SQLite, one on PostgreSQL,
+2026-12-06, in the commit that set it)."""
+DRAMATIQ_THREADS = defaults.CONCURRENCY
+"""Threads per Dramatiq process unless ``--threads`` says otherwise: orderflow's lanes (2),
+the better of 2 and Dramatiq's own default 8, which gave 0.83-0.84x the orders/s of 2 on
+SQLite and 1.05x on PostgreSQL (within its spread) in the same runs."""
 
 
 @dataclass
@@ -84,6 +97,10 @@ class Contender(Protocol):
 
     def place(self, turn: TurnContext, count: int) -> list[int]:
         """Place ``count`` orders and start their workflows; returns their ids."""
+
+    def step_runs(self, turn: TurnContext) -> StepRuns:
+        """The step runs the workers counted over the turn so far (Redis is flushed
+        before each turn)."""
 
     def end_turn(self) -> None:
         """Release what the placing side holds for the turn."""
@@ -140,6 +157,11 @@ class Orderflow:
             )
             self._app = build(settings)
         return place_paced(self._app, count).order_ids
+
+    def step_runs(self, turn: TurnContext) -> StepRuns:
+        """The workers' run counters (``applied:<step>``, ``duplicate:<step>``)."""
+        prefix = Settings(redis_url=turn.redis_url).queue_prefix
+        return from_counters(Counters(turn.client, prefix).read())
 
     def end_turn(self) -> None:
         """Release the placing side's connections."""
@@ -218,6 +240,10 @@ class Peer:
             placed += ids
         return placed
 
+    def step_runs(self, turn: TurnContext) -> StepRuns:
+        """The tasks' committed runs per step and order (``order_steps.RUNS_KEY``)."""
+        return from_run_counts(turn.client.hgetall(RUNS_KEY))
+
     def end_turn(self) -> None:
         """The workflow module's own housekeeping between turns (``end_turn``), if any;
         the producer's connections stay for the next turn."""
@@ -227,21 +253,28 @@ class Peer:
 
 
 def _celery_argvs(processes: int, threads: int) -> list[list[str]]:
+    """One ``celery worker`` node per process, each its own broker consumer, running
+    ``threads`` tasks at a time in its threads pool (docs/performance.md says why)."""
     return [
         [
             script("celery"),
             "-A",
             "benchmarks.peers.celery_workflow",
             "worker",
+            "--hostname",
+            f"w{index}@%h",
+            "--pool",
+            "threads",
             "--concurrency",
-            str(processes),
+            str(threads),
             "--loglevel",
             "WARNING",
-            # one worker node: no events to or from other nodes
+            # the nodes need no events to or from each other
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
         ]
+        for index in range(processes)
     ]
 
 
@@ -258,13 +291,15 @@ def _dramatiq_argvs(processes: int, threads: int) -> list[list[str]]:
     ]
 
 
-def make(name: str, processes: int, threads: int) -> Contender:
+def make(name: str, processes: int, threads: int | None = None) -> Contender:
     """The contender named ``name`` with ``processes`` worker processes.
 
     Args:
         name: ``orderflow``, ``celery`` or ``dramatiq``.
         processes: worker processes (orderflow: one per step, so 4).
-        threads: threads per process for the peers that have them (Dramatiq).
+        threads: tasks at a time per process for the peers (Celery's threads pool,
+            Dramatiq's worker threads); None: each peer's own (``CELERY_CONCURRENCY``,
+            ``DRAMATIQ_THREADS``).
 
     Raises:
         ValueError: an unknown name, or orderflow with another process count.
@@ -279,10 +314,10 @@ def make(name: str, processes: int, threads: int) -> Contender:
             "at-least-once: task_acks_late + task_reject_on_worker_lost, Redis broker and "
             "result backend, chain into a chord",
             _celery_argvs,
-            lambda p, _: f"celery worker, prefork pool of {p} processes, prefetch x64",
-            lambda _: 1,  # worker_ready: once, from the main process, its pool started
+            lambda p, t: f"{p} x celery worker --pool threads --concurrency {t}, prefetch x64",
+            lambda p: p,  # worker_ready: once per node, its pool started
             processes,
-            1,
+            CELERY_CONCURRENCY if threads is None else threads,
         )
     if name == "dramatiq":
         return Peer(
@@ -295,7 +330,7 @@ def make(name: str, processes: int, threads: int) -> Contender:
             lambda p, t: f"dramatiq --processes {p} --threads {t}",
             lambda p: p,  # after_worker_boot: once per process
             processes,
-            threads,
+            DRAMATIQ_THREADS if threads is None else threads,
         )
     raise ValueError(f"unknown library {name!r}; use orderflow, celery or dramatiq")
 

@@ -4,8 +4,8 @@ Contract: :class:`TemplateDatabase` migrates one database and loads TPC-H into i
 every turn gets a fresh copy of it (PostgreSQL ``CREATE DATABASE ... TEMPLATE``, SQLite
 the file's online backup), so every library starts from the same rows and the same
 stream position and places the same orders. The checks count, from the tables alone,
-orders finished, effects applied twice (rows sharing an effect table's natural key),
-parts whose stock does not add up, and completed orders missing an effect.
+orders finished, the step runs they needed, parts whose stock does not add up (a stock
+effect applied twice) and completed orders missing an effect.
 """
 
 from __future__ import annotations
@@ -36,19 +36,12 @@ from orders.domain.models import (
     StockDeduction,
     StockReturn,
 )
+from orders.domain.steps import STEPS, STOCK
 from orders.sources.tpch import load_tpch
 
 from .e2e import PG_ADMIN
 
 DATABASES = ("sqlite", "postgresql")
-NATURAL_KEYS = {
-    "stock_deductions": (StockDeduction, ("order_id", "part_id")),
-    "notifications": (Notification, ("order_id", "kind")),
-    "points_ledger": (PointsEntry, ("order_id", "reason")),
-    "shipments": (Shipment, ("order_id",)),
-}
-"""Effect table -> (model, the columns one effect is unique on): a second row with the
-same key is an effect applied twice."""
 
 
 def _pg_url(name: str) -> str:
@@ -176,21 +169,24 @@ def finished_orders(factory: sessionmaker[Session], first_id: int) -> int:
         )
 
 
-def duplicate_effects(factory: sessionmaker[Session]) -> dict[str, int]:
-    """Effect table -> rows beyond the first that share a natural key (effects applied twice)."""
-    out: dict[str, int] = {}
+def expected_step_runs(factory: sessionmaker[Session], first_id: int) -> dict[str, int]:
+    """Step -> orders (id >= ``first_id``) that must have run it: stock for the completed
+    and the out-of-stock ones, the other steps for the completed ones (an order out of
+    stock skips them)."""
     with factory() as session:
-        for table, (model, columns) in NATURAL_KEYS.items():
-            counts = (
-                select(func.count().label("n"))
-                .select_from(model)
-                .group_by(*(getattr(model, c) for c in columns))
-                .having(func.count() > 1)
-                .subquery()
-            )
-            extra = session.scalar(select(func.coalesce(func.sum(counts.c.n - 1), 0)))
-            out[table] = int(extra or 0)
-    return out
+        by_status = dict(
+            session.execute(
+                select(Order.status, func.count())
+                .where(
+                    Order.id >= first_id,
+                    Order.status.in_((OrderStatus.COMPLETED, OrderStatus.OUT_OF_STOCK)),
+                )
+                .group_by(Order.status)
+            ).all()
+        )
+    completed = int(by_status.get(OrderStatus.COMPLETED, 0))
+    stocked = completed + int(by_status.get(OrderStatus.OUT_OF_STOCK, 0))
+    return {step: stocked if step == STOCK else completed for step in STEPS}
 
 
 def inventory_drift(factory: sessionmaker[Session]) -> int:

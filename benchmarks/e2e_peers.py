@@ -7,8 +7,10 @@ they are ready, runs a warm-up of orders to completion (then ``ANALYZE`` on
 PostgreSQL), and times placing ``orders`` orders until all are finished or the
 deadline passes. CPU is read from ``/proc`` over that window: the whole machine's
 (``cpu_ms_per_order``) and the run's own processes' (workers, Redis, PostgreSQL,
-placing). After the workers stop, the tables are checked for effects applied twice
-and for completed orders missing an effect.
+placing). Then the workers' counts of step runs give the runs beyond the first of an
+order's step over the turn (``benchmarks.e2e_counts``; "unknown" when they fall short
+of the runs the tables say happened), and after the workers stop the tables are checked
+for stock that does not add up and for completed orders missing an effect.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from typing import Any
 from sqlalchemy import text
 
 from orders.domain.steps import STEPS
-from orders.worker import defaults
 
 from . import e2e_db
 from .e2e import redis_cpu_seconds
 from .e2e_contenders import CONTENDERS, Contender, TurnContext, make
+from .e2e_counts import duplicate_runs
 from .harness import group_runs, summarize, take_turns
 from .measure import (
     command_cpu_seconds,
@@ -75,9 +77,13 @@ class E2EPeerOptions:
         runs: rounds of turns; every figure is the median of this many runs.
         warm_up: orders run to completion before the clock starts.
         processes: worker processes per library (orderflow: one per step).
-        threads: threads per worker process of the peers that have them (Dramatiq).
+        threads: tasks at a time per worker process of the peers (Celery's threads pool,
+            Dramatiq's threads); None: each peer's own (``e2e_contenders.CELERY_CONCURRENCY``,
+            ``DRAMATIQ_THREADS``).
         timeout: the deadline of one run, seconds; orders not finished by then are lost.
         ready_timeout: longest wait for a library's workers to say they are ready, seconds.
+        count_timeout: longest wait for the workers' step-run counts to cover the runs
+            the tables say happened, seconds (the peers add theirs every 0.2 s).
         scale: TPC-H scale factor of the template.
         log_dir: where worker logs go.
     """
@@ -88,9 +94,10 @@ class E2EPeerOptions:
     runs: int = 3
     warm_up: int = 100
     processes: int = len(STEPS)
-    threads: int = defaults.CONCURRENCY
+    threads: int | None = None
     timeout: float = 300.0
     ready_timeout: float = 120.0
+    count_timeout: float = 5.0
     scale: float = 0.01
     log_dir: Path = field(default=Path("/tmp/bench-logs/e2e-peers"))
 
@@ -188,17 +195,31 @@ def timed_run(
     }
 
 
+def count_duplicate_runs(
+    contender: Contender, turn: TurnContext, first: int, timeout: float
+) -> int | None:
+    """Step runs beyond the first of an order's step over the turn (orders >= ``first``).
+
+    Polls the workers' counts (every 100 ms, up to ``timeout`` seconds) until they cover
+    every step run the tables say happened.
+
+    Returns:
+        The count, or None when the counts still fall short at the deadline.
+    """
+    expected = e2e_db.expected_step_runs(turn.factory, first)
+    deadline = time.perf_counter() + timeout
+    while True:
+        counted = duplicate_runs(contender.step_runs(turn), expected)
+        if counted is not None or time.perf_counter() > deadline:
+            return counted
+        time.sleep(0.1)
+
+
 def checks(factory: Any, first: int) -> dict[str, Any]:
-    """What the tables say after the run: effects applied twice, stock that does not
-    add up, completed orders missing an effect."""
-    duplicates = e2e_db.duplicate_effects(factory)
-    drift = e2e_db.inventory_drift(factory)
+    """What the tables say after the run: parts whose stock does not add up (a stock
+    effect applied twice), completed orders missing an effect."""
     return {
-        # an effect applied twice: rows sharing an effect table's natural key, plus
-        # parts whose stock moved more than their deductions say
-        "duplicate_runs": sum(duplicates.values()) + drift,
-        "duplicate_effects": duplicates,
-        "inventory_drift_parts": drift,
+        "inventory_drift_parts": e2e_db.inventory_drift(factory),
         "missing_effects": e2e_db.missing_effects(factory, first),
     }
 
@@ -232,8 +253,9 @@ def one_turn(
         startup = wait_for(
             lambda: contender.ready(turn), opts.ready_timeout, f"{contender.name} ready", alive
         )
+        turn_first: int | None = None
         if opts.warm_up:
-            first = min(contender.place(turn, opts.warm_up))
+            first = turn_first = min(contender.place(turn, opts.warm_up))
             wait_for(
                 lambda: e2e_db.finished_orders(factory, first) >= opts.warm_up,
                 opts.timeout,
@@ -245,6 +267,12 @@ def one_turn(
                     conn.execute(text("ANALYZE"))
                     conn.commit()
         row = timed_run(contender, turn, opts, [p.pid for p in procs], postgres)
+        row["duplicate_runs"] = count_duplicate_runs(
+            contender,
+            turn,
+            row["first_order_id"] if turn_first is None else turn_first,
+            opts.count_timeout,
+        )
     finally:
         for p in procs:
             stop_process(p)
@@ -256,7 +284,7 @@ def one_turn(
     row["worker_startup_seconds"] = round(startup, 2)
     log.info(
         "%s %s: %d/%d orders in %.1f s = %.0f orders/s; CPU %s ms/order (own %s); "
-        "%d duplicate effects, %d lost, %d missing effects",
+        "%s step runs again, %d parts' stock off, %d lost, %d missing effects",
         template.kind,
         contender.name,
         row["orders_done"],
@@ -265,7 +293,8 @@ def one_turn(
         row["orders_per_second"],
         row["cpu_ms_per_order"],
         row["own_cpu_ms_per_order"],
-        row["duplicate_runs"],
+        "unknown" if row["duplicate_runs"] is None else row["duplicate_runs"],
+        row["inventory_drift_parts"],
         row["lost_orders"],
         row["missing_effects"],
     )
@@ -290,8 +319,8 @@ def run_e2e_peers(opts: E2EPeerOptions) -> list[dict[str, Any]]:
 
     Returns:
         One row per (database, library): medians with min, max and every run
-        (``<field>_runs``), each run's load average, ``duplicate_effects`` summed over
-        the runs and ``duplicate_effects_runs`` per run.
+        (``<field>_runs``; ``duplicate_runs`` is None in a run whose counts fell short)
+        and each run's load average.
 
     Raises:
         RuntimeError: a library's workers did not start, or exited, or a warm-up did
@@ -321,10 +350,5 @@ def run_e2e_peers(opts: E2EPeerOptions) -> list[dict[str, Any]]:
             for group in group_runs(runs, ["library"]).values():
                 row = summarize(group, FIELDS)
                 row.pop("first_order_id", None)  # one run's, meaningless for the row
-                row["duplicate_effects_runs"] = [r["duplicate_effects"] for r in group]
-                row["duplicate_effects"] = {
-                    table: sum(r["duplicate_effects"][table] for r in group)
-                    for table in e2e_db.NATURAL_KEYS
-                }
                 rows.append(row)
     return rows

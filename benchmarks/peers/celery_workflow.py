@@ -11,10 +11,13 @@ callback) marks the order completed. Each task runs the domain's own effect
   https://docs.celeryq.dev/en/stable/userguide/canvas.html#chords
 - Redis as broker and result backend:
   https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html
-- At-least-once: ``task_acks_late`` and ``task_reject_on_worker_lost`` (a task whose
-  process dies is redelivered, so it must be idempotent; the effects are):
-  https://docs.celeryq.dev/en/stable/userguide/tasks.html#Task.acks_late and
+- At-least-once: ``task_acks_late`` (a message is acked after its task ran; one whose
+  node dies stays unacked and the Redis transport restores it after its visibility
+  timeout, so tasks must be idempotent; the effects are) and
+  ``task_reject_on_worker_lost`` (the same for a prefork child that dies):
+  https://docs.celeryq.dev/en/stable/userguide/tasks.html#Task.acks_late,
   https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-reject-on-worker-lost
+  and https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
 - Prefetch for many short tasks ("this number should be large ... say 64, or 128"):
   https://docs.celeryq.dev/en/stable/userguide/optimizing.html#prefetch-limits
 - Results only where they are used (``ignore_result`` on the chain's first task and the
@@ -24,8 +27,15 @@ callback) marks the order completed. Each task runs the domain's own effect
 - Ending a chain early: raise ``Ignore`` (the message is acked, no callback runs), as the
   out-of-stock order skips its other steps in orderflow too:
   https://docs.celeryq.dev/en/stable/userguide/tasks.html#ignore
-- The prefork pool, one child process per ``--concurrency`` slot; readiness from the
-  ``worker_ready`` signal: https://docs.celeryq.dev/en/stable/userguide/workers.html and
+- Several worker nodes on one machine, each named with ``--hostname`` ("there's even some
+  evidence to support that having multiple worker instances running, may perform better
+  than having a single worker"), here one per worker process of the other libraries:
+  https://docs.celeryq.dev/en/stable/userguide/workers.html#starting-the-worker and
+  https://docs.celeryq.dev/en/stable/userguide/workers.html#concurrency
+- The threads pool (``--pool threads``, ``--concurrency`` tasks at a time per node), for
+  tasks that mostly wait on Redis and the database:
+  https://docs.celeryq.dev/en/stable/userguide/concurrency/index.html
+- Readiness from the ``worker_ready`` signal, once per node:
   https://docs.celeryq.dev/en/stable/userguide/signals.html#worker-ready
 """
 

@@ -5,14 +5,20 @@ idempotent SQL orderflow's handlers run) to one order in one unit of work, rerun
 lost race as orderflow's tracker reruns it (``workflows.conflicts.retry_on_conflict``);
 :func:`complete` marks an order completed (``effects.complete_orders``). Each process
 opens its own engine on ``BENCH_DATABASE_URL`` with orderflow's connection settings
-(``orders.app.db.make_engine``: SQLite writers take turns, ADR 0018). What a peer adds is
-only its way of chaining the steps (``celery_workflow``, ``dramatiq_workflow``).
+(``orders.app.db.make_engine``: SQLite writers take turns, ADR 0018). Each committed run
+is counted per ``<step>:<order id>`` in memory and added to the Redis hash ``RUNS_KEY``
+every ``FLUSH_SECONDS`` by a thread of the process, off the task's path
+(``benchmarks.e2e_counts`` reads them). What a peer adds is only its way of chaining
+the steps (``celery_workflow``, ``dramatiq_workflow``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
+from collections import Counter
 
 import redis
 from sqlalchemy import bindparam, select
@@ -25,12 +31,21 @@ from workflows.columns import utcnow
 from workflows.conflicts import retry_on_conflict
 from workflows.uow import UnitOfWork
 
+from ..e2e_counts import run_field
+from .base import redis_url as bench_redis_url
+
+log = logging.getLogger("benchmarks.peers")
+
 DATABASE_ENV = "BENCH_DATABASE_URL"
 """The database every peer worker process uses (a SQLAlchemy URL)."""
 THREADS_ENV = "BENCH_WORKER_THREADS"
 """Threads per worker process (sizes each process's connection pool); default 1."""
 READY_KEY = "bench:e2e:ready"
 """Incremented (INCR) by each peer worker once it is ready to take work."""
+RUNS_KEY = "bench:e2e:runs"
+"""Hash ``<step>:<order id>`` -> committed runs of that step for that order."""
+FLUSH_SECONDS = 0.2
+"""How often a worker process adds its counted runs to ``RUNS_KEY`` (seconds)."""
 
 _ORDER = Order.__table__
 _ONE_ORDER = select(_ORDER.c.customer_id, _ORDER.c.total_price, _ORDER.c.status).where(
@@ -41,6 +56,9 @@ reads them."""
 
 _lock = threading.Lock()
 _factories: dict[int, sessionmaker[Session]] = {}
+_runs: Counter[str] = Counter()
+_flushing: set[int] = set()
+"""Process ids whose flushing thread runs (a forked child starts its own)."""
 
 
 def session_factory() -> sessionmaker[Session]:
@@ -60,7 +78,8 @@ def session_factory() -> sessionmaker[Session]:
 
 
 def run_step(step: str, order_id: int) -> str:
-    """Apply one step's effect to one order and commit it (one unit of work).
+    """Apply one step's effect to one order and commit it (one unit of work); the
+    committed run is counted (:func:`count_run`).
 
     Args:
         step: ``stock``, ``notification``, ``points`` or ``logistics``.
@@ -88,7 +107,51 @@ def run_step(step: str, order_id: int) -> str:
             uow.commit()
             return outcome
 
-    return retry_on_conflict(work)
+    outcome = retry_on_conflict(work)
+    count_run(step, order_id)
+    return outcome
+
+
+def count_run(step: str, order_id: int) -> None:
+    """Count one committed run of ``step`` for ``order_id``; starts this process's
+    flushing thread on its first run."""
+    with _lock:
+        _runs[run_field(step, order_id)] += 1
+        if os.getpid() in _flushing:
+            return
+        _flushing.add(os.getpid())
+    threading.Thread(target=_flush_forever, name="bench-run-counts", daemon=True).start()
+
+
+def flush_runs(client: redis.Redis) -> int:
+    """Add the runs counted since the last flush to ``RUNS_KEY`` in one round trip.
+
+    Returns:
+        Fields written; on a Redis error none, and the runs are kept for the next flush.
+    """
+    with _lock:
+        pending = dict(_runs)
+        _runs.clear()
+    if not pending:
+        return 0
+    try:
+        pipe = client.pipeline(transaction=False)
+        for field, runs in pending.items():
+            pipe.hincrby(RUNS_KEY, field, runs)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("run counts kept for the next flush: %s", exc)
+        with _lock:
+            _runs.update(pending)
+        return 0
+    return len(pending)
+
+
+def _flush_forever() -> None:
+    client = redis.Redis.from_url(bench_redis_url())
+    while True:
+        time.sleep(FLUSH_SECONDS)
+        flush_runs(client)
 
 
 def complete(order_id: int) -> None:
