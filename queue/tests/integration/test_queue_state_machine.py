@@ -19,7 +19,11 @@ keeps it. A fetch leases a suspect only as its one job, and only when it is ``al
 (its caller runs nothing else in its process, ADR 0021); one that is not says so when
 a suspect at the head leaves it empty (see ``expected_fetch``). A paused queue's fetch
 leases nothing and says so when jobs wait; reaping, settlements and promotion go on, and
-a resume restores fetching as it was (ADR 0031).
+a resume restores fetching as it was (ADR 0031). A rate limit (ADR 0032; hour-long
+windows here, so none reopens during a run) lets a fetch lease at most what its window
+still allows: setting or changing one opens a new window at the next fetch, clearing it
+lifts it, and a fetch it allows none says ``rate_limited`` (when jobs wait) and counts
+it, charging no attempt.
 
 CI runs a fixed, small example budget. A longer run:
 
@@ -98,7 +102,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             self.stale: list[Lease] = []
             self.counters = dict.fromkeys(
                 ("enqueued", "succeeded", "retried", "dead", "reaped", "stale_refused",
-                 "stale_extends", "released", "redriven", "purged", "replayed"),
+                 "stale_extends", "released", "redriven", "purged", "replayed",
+                 "rate_limited"),
                 0,
             )  # fmt: skip
             # fencing numbers in the order they were handed out (never rolled back), how
@@ -108,6 +113,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             self.max_fence = 0
             self.issued: list[tuple[str, str]] = []  # (job id, lease token), as fenced
             self.paused = False
+            # the rate limit in force: [n, used in the window], None when none is set
+            self.limit: list[int] | None = None
 
         def teardown(self) -> None:
             keys = list(client.scan_iter(match=f"{self.queue.keys.base}:*"))
@@ -212,13 +219,19 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             ready = client.lrange(self.queue.keys.key("ready"), 0, -1)
             line = [r.decode() for r in reversed(ready)]  # the head (next to pop) first
             result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG, alone=alone)
-            if self.paused:  # nothing is leased; the reply says so when jobs wait
+            allowed = count if self.limit is None else self.limit[0] - self.limit[1]
+            limited = not self.paused and allowed == 0 and bool(line)
+            if self.paused or limited:  # nothing is leased; the reply says so when jobs wait
                 expected, waiting = [], False
-            else:
-                expected, waiting = self.expected_fetch(line, count, alone)
+            else:  # a limit cuts the line before the suspect rule (below 500: one call)
+                expected, waiting = self.expected_fetch(line, min(count, allowed), alone)
             assert [raw.job_id for raw in result.jobs] == expected
             assert result.suspect_waiting == waiting
             assert result.paused == (self.paused and bool(line))
+            assert result.rate_limited == limited
+            self.counters["rate_limited"] += limited
+            if self.limit is not None:
+                self.limit[1] += len(result.jobs)
             for raw in result.jobs:
                 job = self.jobs[raw.job_id]
                 job.attempts += 1
@@ -328,7 +341,9 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 for i, key in enumerate(keys)
                 if replies[2 * i] is not None
             ]
-            model = copy.deepcopy((self.jobs, self.keyed, self.stale, self.counters, self.paused))
+            model = copy.deepcopy(
+                (self.jobs, self.keyed, self.stale, self.counters, self.paused, self.limit)
+            )
             leased = len(self.fences)
             self.enqueue(n=1, delayed=False, max_attempts=3)
             self.fetch(count=count, tiny=False, alone=True)
@@ -342,7 +357,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             for key, ttl, value in dumped:
                 pipe.restore(key, ttl, value)
             pipe.execute()
-            self.jobs, self.keyed, self.stale, self.counters, self.paused = model
+            self.jobs, self.keyed, self.stale, self.counters, self.paused, self.limit = model
             self.stale += lost  # the leases of the lost steps are stale now
             # a restart takes longer than the numbers ran ahead of the clock (they do
             # only past 1,000 leases per ms): wait for the Redis clock to pass them
@@ -366,12 +381,24 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             assert self.queue.resume() is self.paused
             self.paused = False
 
+        @rule(n=st.integers(1, 5))
+        def set_limit(self, n):
+            assert self.queue.set_limit(n, LONG) is (self.limit is not None)
+            self.limit = [n, 0]  # a new window opens at the next fetch
+
+        @rule()
+        def clear_limit(self):
+            assert self.queue.clear_limit() is (self.limit is not None)
+            self.limit = None
+
         @rule()
         def script_flush(self):
             client.script_flush()  # as after a restart or failover: scripts reload
 
         @rule(
-            where=st.sampled_from(["idempotency", "done", "delayed", "stats", "dead", "paused"]),
+            where=st.sampled_from(
+                ["idempotency", "done", "delayed", "stats", "dead", "paused", "limit"]
+            ),
             data=st.data(),
         )
         def wrong_type_key_in_the_way(self, where, data):
@@ -405,6 +432,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                         self.queue.maintain()  # the bounded trims touch both
                     elif where == "paused":
                         self.queue.pause()
+                    elif where == "limit":
+                        self.queue.set_limit(1, LONG)
                     else:
                         self.queue.enqueue("t", {}, delay=LONG)
             finally:
@@ -460,6 +489,12 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             state = self.queue.paused()
             assert (state is not None) == self.paused
             assert (stats(self.queue).paused is not None) == self.paused
+
+        @invariant()
+        def the_rate_limit_is_the_models(self):
+            limit = self.queue.rate_limit()
+            assert (limit and limit.n) == (self.limit and self.limit[0])
+            assert stats(self.queue).rate_limit == limit
 
         @invariant()
         def the_audit_finds_nothing(self):
