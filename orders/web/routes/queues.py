@@ -1,5 +1,5 @@
-"""A queue's page: jobs by state, its pause state with the pause / resume actions, and
-"explain" for one job."""
+"""A queue's page: jobs by state, its pause state and rate limit with the pause / resume
+and limit actions, and "explain" for one job."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_id, stored_job_id
 from orders.web.render import page, shown_payload
 from orders.web.state import web_state
-from reliable_queue import Queue, explain, stats
+from reliable_queue import Queue, QueueLimitError, explain, stats
 from reliable_queue.inspection import ids_in
 from reliable_queue.pausing import MAX_REASON_CHARS
+from reliable_queue.rate_limits import parse_spec
 
 #: Who a pause made from the dashboard names (its sessions carry no user name).
 DASHBOARD = "dashboard"
@@ -109,6 +110,33 @@ async def resume_queue(request: Request) -> Response:
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 
+async def limit_queue(request: Request) -> Response:
+    """POST /queues/{queue}/limit (form: ``limit`` as ``N/s``, ``N/m``, ``N/h`` or ``N/Ks``,
+    or ``clear``; the CSRF token) : set, change or clear the queue's rate limit (ADR 0032),
+    then back to its page (303). Token-protected like every action.
+
+    Raises:
+        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        BadParam(400): a limit that does not parse (``0/s``, ``abc``), or neither a limit
+            nor ``clear``.
+    """
+    queue = known_queue(request)
+    form = await request.form()
+    web_state(request).guard.check_action(request, form)
+    if form.get("clear"):
+        await run_in_threadpool(queue.clear_limit)
+        return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+    spec = str(form.get("limit") or "").strip()
+    if not spec:
+        raise BadParam("give a limit (N/s, N/m, N/h or N/Ks) or clear it")
+    try:
+        rate = parse_spec(spec[:40])
+    except QueueLimitError as exc:
+        raise BadParam(str(exc)) from None
+    await run_in_threadpool(queue.set_limit, rate.n, rate.per_ms / 1000.0)
+    return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+
+
 def job_path(queue: str, job: str) -> str:
     """The explain page of ``job`` in ``queue`` (the id percent-encoded).
 
@@ -163,6 +191,7 @@ routes = [
     Route("/queues/{queue}", queue_page, methods=["GET"]),
     Route("/queues/{queue}/pause", pause_queue, methods=["POST"]),
     Route("/queues/{queue}/resume", resume_queue, methods=["POST"]),
+    Route("/queues/{queue}/limit", limit_queue, methods=["POST"]),
     Route("/queues/{queue}/jobs", explain_lookup, methods=["GET"]),
     Route("/queues/{queue}/jobs/{job_id:job_id}", explain_page, methods=["GET"]),
 ]
