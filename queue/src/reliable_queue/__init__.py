@@ -21,6 +21,7 @@ from .errors import (
     ReplicationTimeoutError,
     ScriptUnavailableError,
     StaleLeaseError,
+    Throttled,
     UnknownTaskError,
 )
 from .inspection import JobExplanation, QueueStats, explain, stats
@@ -76,6 +77,7 @@ __all__ = [
     "StaleLeaseError",
     "TaskDefinition",
     "TaskRegistry",
+    "Throttled",
     "UnknownTaskError",
     "Worker",
     "WorkerHooks",

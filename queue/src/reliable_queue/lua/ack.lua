@@ -1,14 +1,16 @@
 -- ack: record success of N leased jobs; stale lease tokens are refused.
--- KEYS[1..12]: see _common.lua
+-- KEYS[1..19]: see _common.lua
 -- ARGV[1] retention ms (0 = delete the record now)
 -- ARGV[2] n (at most MAX_BATCH), then n pairs: job id, lease token
+-- ARGV[3 + 2n] wake-token cap (a freed slot of a capped fairness key wakes a worker)
 -- Returns: {acked ids..., '|', refused ids...}  (a '|' separator; ids never contain '|').
 --   A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
 --   type or too many leases. Keys are checked when this call would touch them: jobs,
 --   attempts and info only when it deletes records (retention 0, or a trim).
--- Changes: active, leases, done (or jobs/attempts/info deleted), stats succeeded /
+-- Changes: active, leases, done (or jobs/attempts/info/flow deleted), stats succeeded /
 --          stale_refused; trims done records older than the retention window (bounded);
---          the queue clock's stats fields (see _common.lua).
+--          the queue clock's stats fields (see _common.lua); running (the acked jobs'
+--          slots, ADR 0033) and wake (one token when a slot of a capped key is freed).
 -- @include _common.lua
 local retention, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = check_count(n)
@@ -53,6 +55,13 @@ if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget
   keys[#keys + 1] = K_ATTEMPTS
   keys[#keys + 1] = K_INFO
 end
+-- a key cap's running slots (ADR 0033): one EXISTS when no cap was ever used
+local slots = #ok > 0 and redis.call('EXISTS', K_RUNNING) == 1
+if slots then
+  keys[#keys + 1] = K_RUNNING
+  keys[#keys + 1] = K_FLOW
+  keys[#keys + 1] = K_WAKE
+end
 if #keys > 0 or #counters > 0 then
   helpers()
   bad = H.check(keys, counters)
@@ -86,6 +95,9 @@ if #ok > 0 then
   chunked('ZREM', K_ACTIVE, ok)
   if deferred then redis.call('HINCRBY', K_STATS, counter, by) end
   chunked('HDEL', K_LEASES, ok)
+  if slots and H.unrun(ok) > 0 and redis.call('EXISTS', K_KEYCAP) == 1 then
+    H.wake(1, tonumber(ARGV[3 + 2 * n]) or 1)
+  end
   if retention > 0 then
     chunked('ZADD', K_DONE, zdone)
   else
