@@ -11,13 +11,17 @@ from __future__ import annotations
 import time
 
 import pytest
+from queue_helpers import running_worker, wait_until
 
 from reliable_queue import (
     EnqueueRequest,
     InvalidTextError,
+    Lease,
     Queue,
     QueueDataError,
     QueueLimitError,
+    QueueSettings,
+    TaskRegistry,
     audit,
     explain,
     stats,
@@ -195,9 +199,7 @@ def test_priority_and_key_survive_every_route_back_to_waiting(make_queue):
     assert all(queue.locate(j) == "ready" for j in lows)
 
 
-def _lease_of(queue: Queue, job_id: str):
-    from reliable_queue import Lease
-
+def _lease_of(queue: Queue, job_id: str) -> Lease:
     token = queue.client.hget(queue.keys.key("leases"), job_id)
     assert token is not None, job_id
     return Lease(job_id, token.decode())
@@ -300,8 +302,6 @@ def test_a_waiting_member_without_a_flow_value_is_completed_by_the_repair(make_q
 
 
 def test_purge_and_retention_delete_flow_values_with_their_records(make_queue):
-    from reliable_queue import QueueSettings
-
     queue: Queue = make_queue(settings=QueueSettings(job_retention_seconds=0))
     done = queue.enqueue("t", {}, priority=2)
     dead = queue.enqueue("t", {}, priority=2)
@@ -313,3 +313,26 @@ def test_purge_and_retention_delete_flow_values_with_their_records(make_queue):
     assert queue.client.hkeys(queue.keys.key("flow")) == [dead.encode()]
     assert queue.dead_letters.purge(ids=[dead]) == 1
     assert queue.client.exists(queue.keys.key("flow")) == 0
+
+
+def test_twenty_small_customers_all_start_before_the_big_ones_200th(redis_client, key_prefix):
+    registry = TaskRegistry()
+    starts: list[str] = []
+    registry.task("order")(lambda payload, ctx: starts.append(payload["customer"]))
+    settings = QueueSettings(lease_seconds=30.0, max_block_seconds=0.5)
+    queue = Queue(redis_client, "orders", prefix=key_prefix, settings=settings)
+    big = [EnqueueRequest("order", {"customer": "big"}, fairness_key="big")] * 5000
+    queue.enqueue_many(big)
+    small = [
+        EnqueueRequest("order", {"customer": f"c{i}"}, fairness_key=f"c{i}")
+        for _ in range(5)
+        for i in range(20)
+    ]
+    queue.enqueue_many(small)
+    with running_worker(
+        redis_client, ["orders"], registry, prefix=key_prefix, settings=settings, concurrency=2
+    ):
+        wait_until(lambda: starts.count("big") >= 200, timeout=30)
+    seen = list(starts)
+    cut = [i for i, c in enumerate(seen) if c == "big"][199]
+    assert sum(1 for c in seen[:cut] if c != "big") == 100  # every small one went before
