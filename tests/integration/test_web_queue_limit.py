@@ -102,3 +102,21 @@ def test_limit_actions_are_refused_without_csrf_or_cross_site(client: TestClient
     assert cross.status_code == 403
     assert client.post("/queues/nosuch/limit", data={"csrf": csrf}).status_code == 404
     assert queue.rate_limit() is None
+
+
+def test_set_and_clear_a_per_customer_cap_from_the_queue_page(client: TestClient, app: App) -> None:
+    queue = app.queues["notification"]
+    assert "No per-customer cap" in client.get("/queues/notification").text
+    csrf = sign_in(client)
+    for bad in ("0", "-1", "x", "", "1000000"):
+        reply = client.post("/queues/notification/cap", data={"csrf": csrf, "cap": bad})
+        assert reply.status_code == 400, bad
+    assert queue.key_cap() is None
+    assert client.post("/queues/notification/cap", data={"cap": "2"}).status_code == 403
+    done = client.post(
+        "/queues/notification/cap", data={"csrf": csrf, "cap": "2"}, follow_redirects=False
+    )
+    assert done.status_code == 303 and queue.key_cap() == 2
+    assert 'id="clear-cap"' in client.get("/queues/notification").text
+    client.post("/queues/notification/cap", data={"csrf": csrf, "clear": "1"})
+    assert queue.key_cap() is None

@@ -1,5 +1,5 @@
-"""A queue's page: jobs by state, its pause state and rate limit with the pause / resume
-and limit actions, and "explain" for one job."""
+"""A queue's page: jobs by state, its pause state, rate limit and per-customer cap with
+the pause / resume, limit and cap actions, and "explain" for one job."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from orders.web.render import page, shown_payload
 from orders.web.state import web_state
 from reliable_queue import Queue, QueueLimitError, explain, stats
 from reliable_queue.inspection import ids_in
+from reliable_queue.limits import MAX_KEY_CAP
 from reliable_queue.pausing import MAX_REASON_CHARS
 from reliable_queue.rate_limits import parse_spec
 
@@ -137,6 +138,29 @@ async def limit_queue(request: Request) -> Response:
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 
+async def cap_queue(request: Request) -> Response:
+    """POST /queues/{queue}/cap (form: ``cap``, a whole number 1..100000, or ``clear``;
+    the CSRF token) : set, change or clear the per-customer cap (ADR 0033), then back to
+    its page (303). Token-protected like every action.
+
+    Raises:
+        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        BadParam(400): a cap that is not a whole number in range, or neither a cap nor
+            ``clear``.
+    """
+    queue = known_queue(request)
+    form = await request.form()
+    web_state(request).guard.check_action(request, form)
+    if form.get("clear"):
+        await run_in_threadpool(queue.clear_key_cap)
+        return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+    raw = str(form.get("cap") or "").strip()
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw[:7]) <= MAX_KEY_CAP):
+        raise BadParam(f"a cap is a whole number 1..{MAX_KEY_CAP}, not {raw[:40]!r}")
+    await run_in_threadpool(queue.set_key_cap, int(raw))
+    return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+
+
 def job_path(queue: str, job: str) -> str:
     """The explain page of ``job`` in ``queue`` (the id percent-encoded).
 
@@ -192,6 +216,7 @@ routes = [
     Route("/queues/{queue}/pause", pause_queue, methods=["POST"]),
     Route("/queues/{queue}/resume", resume_queue, methods=["POST"]),
     Route("/queues/{queue}/limit", limit_queue, methods=["POST"]),
+    Route("/queues/{queue}/cap", cap_queue, methods=["POST"]),
     Route("/queues/{queue}/jobs", explain_lookup, methods=["GET"]),
     Route("/queues/{queue}/jobs/{job_id:job_id}", explain_page, methods=["GET"]),
 ]
