@@ -172,6 +172,8 @@ def compensate_workflow(
                 created_at=now,
                 publish_attempts=0,
                 compensates=row.step,
+                priority=row.priority,
+                fairness_key=row.fairness_key,
             )
         )
         existing.add(undo)
@@ -198,7 +200,9 @@ def compensate_workflow(
         tuple(skipped),
         workflow.status == WorkflowStatus.DONE,
         tuple(
-            DispatchedStep(r.id, workflow_id, r.step, r.queue, r.task, r.payload)
+            DispatchedStep(
+                r.id, workflow_id, r.step, r.queue, r.task, r.payload, r.priority, r.fairness_key
+            )
             for r in new_rows
             if dispatch
         ),

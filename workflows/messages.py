@@ -16,12 +16,18 @@ class StepMessage:
         task: task name, for example ``orders.stock``.
         payload: JSON-able body; holds ``workflow_id`` and ``step``.
         idempotency_key: ``f"{workflow_id}:{step}"``.
+        priority: the queue priority of the job (the queue's range; lower runs sooner),
+            or None for the queue's default.
+        fairness_key: the job's fairness key (jobs of different keys are served in
+            turn), or None for none.
     """
 
     queue: str
     task: str
     payload: dict[str, Any]
     idempotency_key: str
+    priority: int | None = None
+    fairness_key: str | None = None
 
 
 class DispatchedStep(NamedTuple):
@@ -37,6 +43,7 @@ class DispatchedStep(NamedTuple):
         payload: the message body: the mapping the writer wrote, or the JSON text
             as stored when read back by a statement (not decoded yet: it may not
             decode; the relay then refuses this row alone).
+        priority / fairness_key: as the row holds them (None: the queue's default).
     """
 
     row_id: int
@@ -45,6 +52,8 @@ class DispatchedStep(NamedTuple):
     queue: str
     task: str
     payload: str | Mapping[str, Any]
+    priority: int | None = None
+    fairness_key: str | None = None
 
 
 class Publisher(Protocol):

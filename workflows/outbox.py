@@ -55,11 +55,19 @@ class StepSpec:
 
 @dataclass(frozen=True)
 class WorkflowSpec:
-    """One workflow to create: its kind, subject and steps."""
+    """One workflow to create: its kind, subject and steps.
+
+    Attributes:
+        priority: the queue priority of its steps' messages (None: the queue's default).
+        fairness_key: their fairness key (None: none); steps of different keys are
+            served in turn.
+    """
 
     kind: str
     subject_id: int
     steps: Sequence[StepSpec]
+    priority: int | None = None
+    fairness_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,7 @@ def add_workflows(
         for spec, workflow_id in zip(specs, workflow_ids, strict=True)
         for step in spec.steps
     ]
+    flow = [(spec.priority, spec.fairness_key) for spec in specs for _ in spec.steps]
     first = StepStatus.DISPATCHED if dispatch else StepStatus.PENDING
     payloads = [
         {**step.payload, "workflow_id": workflow_id, "step": step.name}
@@ -158,6 +167,8 @@ def add_workflows(
             "dispatched_at": [
                 now if status == StepStatus.DISPATCHED else None for status in statuses
             ],
+            "priority": [priority for priority, _ in flow],
+            "fairness_key": [key for _, key in flow],
         },
         load=True,
         ids=True,
@@ -168,7 +179,14 @@ def add_workflows(
         ids = tuple(step_ids[position : position + len(spec.steps)])
         dispatched = tuple(
             DispatchedStep(
-                row_id, workflow_id, step.name, step.queue, step.task, payloads[position + i]
+                row_id,
+                workflow_id,
+                step.name,
+                step.queue,
+                step.task,
+                payloads[position + i],
+                spec.priority,
+                spec.fairness_key,
             )
             for i, (step, row_id) in enumerate(zip(spec.steps, ids, strict=True))
             if statuses[position + i] == StepStatus.DISPATCHED

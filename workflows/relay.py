@@ -104,6 +104,8 @@ def message_for(step: WorkflowStep | Row[Any]) -> StepMessage:
         task=step.task,
         payload=dict(step.payload),
         idempotency_key=idempotency_key(step.workflow_id, step.step),
+        priority=step.priority,
+        fairness_key=step.fairness_key,
     )
 
 
@@ -161,6 +163,8 @@ def dispatch_pending(
             _WS.c.queue,
             _WS.c.task,
             cast(_WS.c.payload, Text),
+            _WS.c.priority,
+            _WS.c.fairness_key,
         )
     )
     return sorted((DispatchedStep(*row) for row in session.execute(statement)), key=_row_id)
@@ -278,6 +282,8 @@ def _dispatched_message(row: DispatchedStep) -> StepMessage:
         task=row.task,
         payload=payload,
         idempotency_key=idempotency_key(row.workflow_id, row.step),
+        priority=row.priority,
+        fairness_key=row.fairness_key,
     )
 
 
@@ -446,6 +452,8 @@ _MESSAGE_COLUMNS = (
     WorkflowStep.queue,
     WorkflowStep.task,
     WorkflowStep.payload,
+    WorkflowStep.priority,
+    WorkflowStep.fairness_key,
 )
 
 

@@ -200,6 +200,7 @@ def write_orders(
             "source": [draft.source for draft in drafts],
             "source_key": [draft.source_key for draft in drafts],
             "placed_at": [now] * len(drafts),
+            "priority": [draft.priority for draft in drafts],
         },
         load=True,
         ids=True,
@@ -223,7 +224,10 @@ def write_orders(
         },
         load=True,
     )
-    specs = [order_workflow(order_id) for order_id in order_ids]
+    specs = [
+        order_workflow(order_id, priority=draft.priority, customer_id=draft.customer_id)
+        for draft, order_id in zip(drafts, order_ids, strict=True)
+    ]
     created = add_workflows(session, specs, now=now, dispatch=dispatch)
     placed = [PlacedOrder(c.subject_id, c.workflow_id, c.step_ids) for c in created]
     return placed, [row for c in created for row in c.dispatched]

@@ -113,7 +113,7 @@ COMMANDS: tuple[Entry, ...] = (
     Entry(
         "queue",
         "orders.cli.queue_audit:queue_cli",
-        "Checks and flow control of the step queues: audit, pause, resume, limit.",
+        "Checks and flow control of the step queues: audit, pause, resume, limit, cap.",
     ),
     Entry("services", "orders.cli.services:services", "The embedded Redis server of the data dir."),
     Entry("db", "orders.cli.services:db", "Database schema (Alembic migrations)."),
