@@ -47,9 +47,9 @@ def test_a_job_throttled_three_times_keeps_its_attempt(redis_client, key_prefix)
 def test_a_throttled_job_goes_first_in_its_band_when_due(make_queue):
     queue: Queue = make_queue()
     first = queue.enqueue("t", {}, priority=3, fairness_key="a")
-    others = [queue.enqueue("t", {}, priority=3, fairness_key=k) for k in "bcd"]
     raw = queue.fetch(1, lease_seconds=60).jobs[0]
     assert raw.job_id == first
+    others = [queue.enqueue("t", {}, priority=3, fairness_key=k) for k in "bcd"]
     assert queue.throttle(raw.lease, 0.05, error="429") == "throttled"
     e = explain(queue, first)
     assert (e.state, e.attempts, e.last_failure["reason"]) == ("delayed", 0, "throttled")

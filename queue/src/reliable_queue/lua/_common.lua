@@ -123,18 +123,6 @@ local function save_clock()
   end
 end
 
--- A flow value "[f]<priority>|<fairness key>" (ADR 0033): band, key ('' for none) and
--- the front flag; nil for none or a value of another shape (the job is then served as
--- one of the default band without a key; the audit reports the value).
-local function parse_flow(v)
-  if not v then return nil end
-  local front = string.byte(v, 1) == 102  -- 'f'
-  local at = front and 2 or 1
-  local p = string.byte(v, at)
-  if not p or p < 48 or p > 57 or string.byte(v, at + 1) ~= 124 then return nil end
-  return p - 48, string.sub(v, at + 2), front
-end
-
 -- Call a variadic command over a list in chunks (Lua's unpack limit is ~8000).
 local function chunked(cmd, key, list, from)
   local n = #list
@@ -247,6 +235,18 @@ local function helpers()
     chunked('HDEL', K_ATTEMPTS, ids)
     chunked('HDEL', K_INFO, ids)
     if K_FLOW then chunked('HDEL', K_FLOW, ids) end
+  end
+
+  -- A flow value "[f]<priority>|<fairness key>" (ADR 0033): band, key ('' for none) and
+  -- the front flag; nil for none or a value of another shape (the job is then served as
+  -- one of the default band without a key; the audit reports the value).
+  local function parse_flow(v)
+    if not v then return nil end
+    local front = string.byte(v, 1) == 102  -- 'f'
+    local at = front and 2 or 1
+    local p = string.byte(v, at)
+    if not p or p < 48 or p > 57 or string.byte(v, at + 1) ~= 124 then return nil end
+    return p - 48, string.sub(v, at + 2), front
   end
 
   -- A tags field's number: an integer in 0..BAND-1, else 0 (a foreign value; the audit
@@ -445,7 +445,7 @@ local function helpers()
        push_head = push_head, wake = wake, forget = forget, trim_dead = trim_dead,
        trim_done = trim_done, to_dead = to_dead, is_suspect = is_suspect,
        max_attempts_in = max_attempts_in, valid_utf8 = valid_utf8, tag_of = tag_of,
-       to_waiting = to_waiting, unrun = unrun, read_cap = read_cap}
+       to_waiting = to_waiting, unrun = unrun, read_cap = read_cap, parse_flow = parse_flow}
 end
 
 

@@ -30,7 +30,7 @@ if ARGV[1] == 'stale' then
     for i = 3, #ARGV do
       local id = ARGV[i]
       local v = redis.call('HGET', K_FLOW, id)
-      if v and (redis.call('HEXISTS', K_JOBS, id) == 0 or not parse_flow(v)) then
+      if v and (redis.call('HEXISTS', K_JOBS, id) == 0 or not H.parse_flow(v)) then
         redis.call('HDEL', K_FLOW, id)
         done[#done + 1] = id
       end
@@ -42,7 +42,7 @@ if ARGV[1] == 'stale' then
       local ok = false
       if at then
         local id = string.sub(m, at + 1)
-        local _, k = parse_flow(redis.call('HGET', K_FLOW, id))
+        local _, k = H.parse_flow(redis.call('HGET', K_FLOW, id))
         ok = redis.call('ZSCORE', K_ACTIVE, id) and k == string.sub(m, 1, at - 1)
       end
       if not ok and redis.call('ZREM', K_RUNNING, m) == 1 then done[#done + 1] = m end
@@ -58,7 +58,7 @@ if ARGV[1] == 'stale' then
     for i = 3, #ARGV do
       local id = ARGV[i]
       local score = redis.call('ZSCORE', K_WAITING, id)
-      if score and not parse_flow(redis.call('HGET', K_FLOW, id)) then
+      if score and not H.parse_flow(redis.call('HGET', K_FLOW, id)) then
         local b = math.min(math.max(math.floor(tonumber(score) / BAND), 0), 9)
         redis.call('HSET', K_FLOW, id, b .. '|')
         done[#done + 1] = id

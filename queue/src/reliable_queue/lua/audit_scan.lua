@@ -79,7 +79,7 @@ elseif kind == 'flow' then
     local id = r[2][i]
     if redis.call('HEXISTS', K_JOBS, id) == 0 then
       first[#first + 1] = id
-    elseif not parse_flow(r[2][i + 1]) then
+    elseif not H.parse_flow(r[2][i + 1]) then
       first[#first + 1] = id
       first[#first + 1] = '!'
     end
@@ -93,7 +93,7 @@ elseif kind == 'running' then
     local ok = false
     if at then
       local id = string.sub(m, at + 1)
-      local _, k = parse_flow(redis.call('HGET', K_FLOW, id))
+      local _, k = H.parse_flow(redis.call('HGET', K_FLOW, id))
       ok = redis.call('ZSCORE', K_ACTIVE, id) and k == string.sub(m, 1, at - 1)
     end
     if not ok then first[#first + 1] = m end

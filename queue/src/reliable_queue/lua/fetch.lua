@@ -293,7 +293,7 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
         if #w.ids > 0 then
           local f = redis.call('HMGET', K_FLOW, unpack(w.ids, 1, #w.ids))  -- <= MAX_BATCH + 100
           for i = 1, #w.ids do
-            local _, k = parse_flow(f[i])
+            local _, k = H.parse_flow(f[i])
             w.keys[i] = k or ''
           end
         end
