@@ -242,154 +242,154 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
           .. ' field rate_limited is not an integer')
       end
     elseif waiting > 0 then
-    -- the lease order while the waiting zset exists (ADR 0033), decided before any write
-    -- (made here, not per call: a closure costs every call that makes it):
-    -- up to `c` picks {id, from the ready list, band, tag, key, share count, share band}
-    -- from the ready list's tail `line` (RPOP order: one lane of band 5) and the waiting
-    -- zset. Returns the picks and the state they start from: {cap, V by band, the ready
-    -- list's last tag, running slots found stale}; or nil and an error.
-    local function select_flow(line, c)
-      helpers()
-      local cap, e = H.read_cap()
-      if e then return nil, e end
-      local tv
-      local _
-      tv, e = read('hash', 'HMGET', K_TAGS, 'n', 's', 'r', 'v0', 'v1', 'v2', 'v3', 'v4', 'v5',
-                   'v6', 'v7', 'v8', 'v9')
-      if not e then _, e = read('hash', 'HLEN', K_FLOW) end
-      if not e and cap then _, e = read('zset', 'ZCARD', K_RUNNING) end
-      if not e and cap then _, e = read('zset', 'ZCARD', K_ACTIVE) end
-      if e then return nil, e end
-      local V = {}
-      for b = 0, 9 do V[b] = H.tag_of(tv[4 + b]) end
-      local nshare, rlast = H.tag_of(tv[1]), H.tag_of(tv[3])
-      local sband = tonumber(tv[2]) or -1
-      -- the waiting bands, lowest first: one read per band found (at most ten)
-      local present = {}
-      local r = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
-      for _ = 1, 10 do
-        if #r == 0 then break end
-        local b = math.min(math.max(math.floor(tonumber(r[2]) / BAND), 0), 9)
-        present[b] = true
-        if b == 9 then break end
-        r = redis.call('ZRANGEBYSCORE', K_WAITING, string.format('%d', (b + 1) * BAND), '+inf',
-                       'WITHSCORES', 'LIMIT', '0', '1')
-      end
-      if #line > 0 then present[DEFAULT_BAND] = true end
-      local bands = {}
-      for b = 0, 9 do if present[b] then bands[#bands + 1] = b end end
-      -- a band's window: its first c + SCAN_EXTRA waiting jobs, their tags and keys
-      local win = {}
-      local function load(b)
-        local lo = b == 0 and '-inf' or string.format('%d', b * BAND)
-        local hi = b == 9 and '+inf' or '(' .. string.format('%d', (b + 1) * BAND)
-        local z = redis.call('ZRANGEBYSCORE', K_WAITING, lo, hi, 'WITHSCORES', 'LIMIT', '0',
-                             string.format('%d', c + SCAN_EXTRA))
-        local w = {ids = {}, tags = {}, keys = {}, pos = 1}
-        for i = 1, #z, 2 do
-          w.ids[#w.ids + 1] = z[i]
-          w.tags[#w.tags + 1] = tonumber(z[i + 1]) - b * BAND
+      -- the lease order while the waiting zset exists (ADR 0033), decided before any write
+      -- (made here, not per call: a closure costs every call that makes it):
+      -- up to `c` picks {id, from the ready list, band, tag, key, share count, share band}
+      -- from the ready list's tail `line` (RPOP order: one lane of band 5) and the waiting
+      -- zset. Returns the picks and the state they start from: {cap, V by band, the ready
+      -- list's last tag, running slots found stale}; or nil and an error.
+      local function select_flow(line, c)
+        helpers()
+        local cap, e = H.read_cap()
+        if e then return nil, e end
+        local tv
+        local _
+        tv, e = read('hash', 'HMGET', K_TAGS, 'n', 's', 'r', 'v0', 'v1', 'v2', 'v3', 'v4', 'v5',
+                     'v6', 'v7', 'v8', 'v9')
+        if not e then _, e = read('hash', 'HLEN', K_FLOW) end
+        if not e and cap then _, e = read('zset', 'ZCARD', K_RUNNING) end
+        if not e and cap then _, e = read('zset', 'ZCARD', K_ACTIVE) end
+        if e then return nil, e end
+        local V = {}
+        for b = 0, 9 do V[b] = H.tag_of(tv[4 + b]) end
+        local nshare, rlast = H.tag_of(tv[1]), H.tag_of(tv[3])
+        local sband = tonumber(tv[2]) or -1
+        -- the waiting bands, lowest first: one read per band found (at most ten)
+        local present = {}
+        local r = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
+        for _ = 1, 10 do
+          if #r == 0 then break end
+          local b = math.min(math.max(math.floor(tonumber(r[2]) / BAND), 0), 9)
+          present[b] = true
+          if b == 9 then break end
+          r = redis.call('ZRANGEBYSCORE', K_WAITING, string.format('%d', (b + 1) * BAND), '+inf',
+                         'WITHSCORES', 'LIMIT', '0', '1')
         end
-        if #w.ids > 0 then
-          local f = redis.call('HMGET', K_FLOW, unpack(w.ids, 1, #w.ids))  -- <= MAX_BATCH + 100
-          for i = 1, #w.ids do
-            local _, k = H.parse_flow(f[i])
-            w.keys[i] = k or ''
+        if #line > 0 then present[DEFAULT_BAND] = true end
+        local bands = {}
+        for b = 0, 9 do if present[b] then bands[#bands + 1] = b end end
+        -- a band's window: its first c + SCAN_EXTRA waiting jobs, their tags and keys
+        local win = {}
+        local function load(b)
+          local lo = b == 0 and '-inf' or string.format('%d', b * BAND)
+          local hi = b == 9 and '+inf' or '(' .. string.format('%d', (b + 1) * BAND)
+          local z = redis.call('ZRANGEBYSCORE', K_WAITING, lo, hi, 'WITHSCORES', 'LIMIT', '0',
+                               string.format('%d', c + SCAN_EXTRA))
+          local w = {ids = {}, tags = {}, keys = {}, pos = 1}
+          for i = 1, #z, 2 do
+            w.ids[#w.ids + 1] = z[i]
+            w.tags[#w.tags + 1] = tonumber(z[i + 1]) - b * BAND
           end
-        end
-        win[b] = w
-        return w
-      end
-      -- a key's running slots, counted once per call (then by this call's picks); when it
-      -- looks capped, slots whose job is not active are found stale (dropped at the writes)
-      local running, stale = {}, {}
-      local function count_of(k)
-        local n = running[k]
-        if n then return n end
-        local lo, hi = '[' .. k .. '\0', '(' .. k .. '\1'
-        n = redis.call('ZLEXCOUNT', K_RUNNING, lo, hi)
-        if n >= cap then
-          for _, m in ipairs(redis.call('ZRANGEBYLEX', K_RUNNING, lo, hi, 'LIMIT', '0',
-                                        string.format('%d', HEAL_MAX))) do
-            if not redis.call('ZSCORE', K_ACTIVE, string.sub(m, #k + 2)) then
-              stale[#stale + 1] = m
-              n = n - 1
+          if #w.ids > 0 then
+            local f = redis.call('HMGET', K_FLOW, unpack(w.ids, 1, #w.ids))  -- <= MAX_BATCH + 100
+            for i = 1, #w.ids do
+              local _, k = H.parse_flow(f[i])
+              w.keys[i] = k or ''
             end
           end
+          win[b] = w
+          return w
         end
-        running[k] = n
-        return n
-      end
-      -- the next waiting job of band b that may be leased (its key below the cap), or nil
-      local function zcand(b)
-        local w = win[b] or load(b)
-        local i = w.pos
-        while i <= #w.ids do
-          local k = w.keys[i]
-          if k == '' or not cap or count_of(k) < cap then break end
-          i = i + 1  -- capped: passed over, it stays waiting
-        end
-        w.pos = i
-        if i <= #w.ids then return i, w end
-        return nil
-      end
-      local rpos = 1
-      local function has(b)
-        return (b == DEFAULT_BAND and rpos <= #line) or zcand(b) ~= nil
-      end
-      local start = {cap = cap, V = {}, rlast = rlast, stale = stale}
-      for b = 0, 9 do start.V[b] = V[b] end
-      local picks = {}
-      for _ = 1, c do
-        local top
-        for j = 1, #bands do
-          if has(bands[j]) then
-            top = j
-            break
-          end
-        end
-        if not top then break end
-        local b = bands[top]
-        if top < #bands then  -- lower bands wait: every SHARE_EVERY-th lease is theirs, in turn
-          local lower
-          if nshare >= SHARE_EVERY - 1 then
-            for j = top + 1, #bands do
-              if bands[j] > sband and has(bands[j]) then
-                lower = bands[j]
-                break
+        -- a key's running slots, counted once per call (then by this call's picks); when it
+        -- looks capped, slots whose job is not active are found stale (dropped at the writes)
+        local running, stale = {}, {}
+        local function count_of(k)
+          local n = running[k]
+          if n then return n end
+          local lo, hi = '[' .. k .. '\0', '(' .. k .. '\1'
+          n = redis.call('ZLEXCOUNT', K_RUNNING, lo, hi)
+          if n >= cap then
+            for _, m in ipairs(redis.call('ZRANGEBYLEX', K_RUNNING, lo, hi, 'LIMIT', '0',
+                                          string.format('%d', HEAL_MAX))) do
+              if not redis.call('ZSCORE', K_ACTIVE, string.sub(m, #k + 2)) then
+                stale[#stale + 1] = m
+                n = n - 1
               end
             end
-            for j = top + 1, #bands do
-              if lower then break end
-              if has(bands[j]) then lower = bands[j] end
+          end
+          running[k] = n
+          return n
+        end
+        -- the next waiting job of band b that may be leased (its key below the cap), or nil
+        local function zcand(b)
+          local w = win[b] or load(b)
+          local i = w.pos
+          while i <= #w.ids do
+            local k = w.keys[i]
+            if k == '' or not cap or count_of(k) < cap then break end
+            i = i + 1  -- capped: passed over, it stays waiting
+          end
+          w.pos = i
+          if i <= #w.ids then return i, w end
+          return nil
+        end
+        local rpos = 1
+        local function has(b)
+          return (b == DEFAULT_BAND and rpos <= #line) or zcand(b) ~= nil
+        end
+        local start = {cap = cap, V = {}, rlast = rlast, stale = stale}
+        for b = 0, 9 do start.V[b] = V[b] end
+        local picks = {}
+        for _ = 1, c do
+          local top
+          for j = 1, #bands do
+            if has(bands[j]) then
+              top = j
+              break
             end
           end
-          if lower then
-            b, sband, nshare = lower, lower, 0
+          if not top then break end
+          local b = bands[top]
+          if top < #bands then  -- lower bands wait: every SHARE_EVERY-th lease is theirs, in turn
+            local lower
+            if nshare >= SHARE_EVERY - 1 then
+              for j = top + 1, #bands do
+                if bands[j] > sband and has(bands[j]) then
+                  lower = bands[j]
+                  break
+                end
+              end
+              for j = top + 1, #bands do
+                if lower then break end
+                if has(bands[j]) then lower = bands[j] end
+              end
+            end
+            if lower then
+              b, sband, nshare = lower, lower, 0
+            else
+              nshare = nshare + 1
+            end
+          end
+          -- within the band, the lowest start tag; the ready list's head is the lane of
+          -- band 5 without a key, its tag made when it is served: max(V, its last) + 1
+          local zi, w = zcand(b)
+          local rt = nil
+          if b == DEFAULT_BAND and rpos <= #line then rt = math.max(V[b], rlast) + 1 end
+          if zi and (not rt or w.tags[zi] < rt) then
+            local t, k = w.tags[zi], w.keys[zi]
+            w.pos = zi + 1
+            if t > V[b] and t < BAND then V[b] = t end
+            if k ~= '' and cap then running[k] = running[k] + 1 end
+            picks[#picks + 1] = {w.ids[zi], false, b, t, k, nshare, sband}
           else
-            nshare = nshare + 1
+            rlast = rt
+            if rt > V[b] then V[b] = rt end
+            picks[#picks + 1] = {line[rpos], true, b, rt, '', nshare, sband}
+            rpos = rpos + 1
           end
         end
-        -- within the band, the lowest start tag; the ready list's head is the lane of
-        -- band 5 without a key, its tag made when it is served: max(V, its last) + 1
-        local zi, w = zcand(b)
-        local rt = nil
-        if b == DEFAULT_BAND and rpos <= #line then rt = math.max(V[b], rlast) + 1 end
-        if zi and (not rt or w.tags[zi] < rt) then
-          local t, k = w.tags[zi], w.keys[zi]
-          w.pos = zi + 1
-          if t > V[b] and t < BAND then V[b] = t end
-          if k ~= '' and cap then running[k] = running[k] + 1 end
-          picks[#picks + 1] = {w.ids[zi], false, b, t, k, nshare, sband}
-        else
-          rlast = rt
-          if rt > V[b] then V[b] = rt end
-          picks[#picks + 1] = {line[rpos], true, b, rt, '', nshare, sband}
-          rpos = rpos + 1
-        end
+        return picks, start
       end
-      return picks, start
-    end
       picks, start = select_flow(ids, allowed)
       if not picks then return redis.error_reply(start) end
       ids = {}

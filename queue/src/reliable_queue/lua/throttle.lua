@@ -53,7 +53,9 @@ local text = nil
 if used < budget then
   info['throttles'] = used + 1
   local oke, t = pcall(cjson.encode, info)
-  if not oke then return redis.error_reply('QUEUE_LIMIT a throttle failure info cannot be encoded') end
+  if not oke then
+    return redis.error_reply('QUEUE_LIMIT a throttle failure info cannot be encoded')
+  end
   text = t
 end
 -- validated: no command below can fail
