@@ -175,6 +175,8 @@ def stats(queue: Queue) -> QueueStats:
             name, value = a.decode("utf-8") if isinstance(a, bytes) else str(a), int(b)
         except ValueError:  # a foreign or hand-edited field (not UTF-8, not a number)
             continue
+        if name.startswith("flow:"):
+            continue  # flow-control state (ADR 0033), not a counter
         if name.startswith("audit:"):
             audit[name[6:]] = value
         elif name.startswith("clock:"):

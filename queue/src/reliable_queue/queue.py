@@ -121,7 +121,7 @@ class Queue:
         )
         self._keys = self.keys.script_keys()  # extend and raise_fencing_floor
         self._flow_keys = self.keys.flow_keys()  # every script that moves a job
-        self._enqueue_flow_keys = [self.keys.key(k) for k in ("waiting", "flow", "tags")]
+        self._ack_keys = self._flow_keys[:14]  # ack: running and flow (a key costs a call)
         self._registered = False
 
     # ------------------------------------------------------------------ enqueue
@@ -203,22 +203,21 @@ class Queue:
         out: list[str] = []
         # one script serves SCRIPT_BATCH jobs; a larger batch is several calls, each atomic
         for part in chunks(jobs):
-            keys = list(self._keys)
+            # the flow keys (and a sixth value per job) only when a job has a flow value
             flowing = any(job[4] is not None for job in part)
-            args: list[Any] = [len(part), window, self.settings.wake_tokens, 0]
+            keys = list(self._flow_keys if flowing else self._keys)
+            base = len(keys)
+            args: list[Any] = [len(part), window, self.settings.wake_tokens, base - 12]
             for record, delay_ms, run_at_ms, ikey, flow in part:
                 index = 0
                 if ikey is not None:
                     keys.append(self.keys.idempotency_key(ikey))
-                    index = len(keys) - 12
+                    index = len(keys) - base
                     if replace_stale_keys:
                         index = -index
                 args.extend((new_job_id(now), record, delay_ms, run_at_ms, index))
-                if flowing:  # the sixth value of each job only when one has a flow value
+                if flowing:
                     args.append(flow or b"0")
-            if flowing:  # waiting, flow and tags after the idempotency keys (ADR 0033)
-                args[3] = len(keys) + 1
-                keys.extend(self._enqueue_flow_keys)
             reply = self.scripts.run("enqueue", keys, args)
             out.extend(_text(x) for x in reply)
         return out
@@ -696,8 +695,7 @@ class Queue:
         args: list[Any] = [_ms(self.settings.job_retention_seconds), len(leases)]
         for lease in leases:
             args.extend((lease.job_id, lease.token))
-        args.append(self.settings.wake_tokens)
-        return Call("ack", self._flow_keys, args)
+        return Call("ack", self._ack_keys, args)
 
     def ack_calls(self, leases: Sequence[Lease]) -> list[Call]:
         """The script calls that ack ``leases``, ``SCRIPT_BATCH`` per call."""

@@ -103,8 +103,8 @@ def test_the_flow_control_numbers_agree_with_the_python_ones():
     from reliable_queue import errors, limits
 
     common, throttle = script_source("_common"), script_source("throttle")
-    assert re.search(r"^local BAND = (\d+)", common, re.M).group(1) == str(2**48)
-    band = re.search(r"^local DEFAULT_BAND = (\d+)", common, re.M).group(1)
+    assert re.search(r"^ *local BAND = (\d+)", common, re.M).group(1) == str(2**48)
+    band = re.search(r"^ *local DEFAULT_BAND = (\d+)", common, re.M).group(1)
     assert int(band) == limits.DEFAULT_PRIORITY
     delay_ms = re.search(r"local MAX_DELAY_MS = (\d+)", throttle).group(1)
     assert int(delay_ms) == int(limits.MAX_DELAY_SECONDS * 1000)

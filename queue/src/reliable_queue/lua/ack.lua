@@ -1,8 +1,7 @@
 -- ack: record success of N leased jobs; stale lease tokens are refused.
--- KEYS[1..19]: see _common.lua
+-- KEYS[1..14]: see _common.lua (running and flow: the only flow keys it touches)
 -- ARGV[1] retention ms (0 = delete the record now)
 -- ARGV[2] n (at most MAX_BATCH), then n pairs: job id, lease token
--- ARGV[3 + 2n] wake-token cap (a freed slot of a capped fairness key wakes a worker)
 -- Returns: {acked ids..., '|', refused ids...}  (a '|' separator; ids never contain '|').
 --   A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
 --   type or too many leases. Keys are checked when this call would touch them: jobs,
@@ -10,7 +9,8 @@
 -- Changes: active, leases, done (or jobs/attempts/info/flow deleted), stats succeeded /
 --          stale_refused; trims done records older than the retention window (bounded);
 --          the queue clock's stats fields (see _common.lua); running (the acked jobs'
---          slots, ADR 0033) and wake (one token when a slot of a capped key is freed).
+--          slots, ADR 0033; stats flow:slots goes when none is left) and wake (a token
+--          when a slot is freed and none is waiting).
 -- @include _common.lua
 local retention, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = check_count(n)
@@ -23,7 +23,7 @@ local cur = {}
 if n > 0 then cur = redis.pcall('HMGET', K_LEASES, unpack(ids, 1, n)) end
 if cur['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
 local now
-now, bad = queue_now()  -- also the type check of stats (a read)
+now, bad = queue_now(SLOTS_FIELD)  -- also the type check of stats (a read)
 if not now then return redis.error_reply(bad) end
 local now_s = string.format('%d', now)  -- formatted once, not per job (see fetch.lua)
 -- retention: finished records past the window, a bounded amount per call
@@ -55,8 +55,9 @@ if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget
   keys[#keys + 1] = K_ATTEMPTS
   keys[#keys + 1] = K_INFO
 end
--- a key cap's running slots (ADR 0033): one EXISTS when no cap was ever used
-local slots = #ok > 0 and redis.call('EXISTS', K_RUNNING) == 1
+-- a key cap's running slots (ADR 0033): looked at only while stats says there may be one
+local slots = #ok > 0 and stats_extra and redis.call('EXISTS', K_RUNNING) == 1
+local unflag = #ok > 0 and stats_extra and not slots  -- no slot left: the flag goes
 if slots then
   keys[#keys + 1] = K_RUNNING
   keys[#keys + 1] = K_FLOW
@@ -95,8 +96,10 @@ if #ok > 0 then
   chunked('ZREM', K_ACTIVE, ok)
   if deferred then redis.call('HINCRBY', K_STATS, counter, by) end
   chunked('HDEL', K_LEASES, ok)
-  if slots and H.unrun(ok) > 0 and redis.call('EXISTS', K_KEYCAP) == 1 then
-    H.wake(1, tonumber(ARGV[3 + 2 * n]) or 1)
+  if unflag then redis.call('HDEL', K_STATS, SLOTS_FIELD) end
+  -- a slot came back: a worker whose fetch found every key capped may lease again
+  if slots and H.unrun(ok) > 0 and redis.call('LLEN', K_WAKE) == 0 then
+    redis.call('LPUSH', K_WAKE, '1')
   end
   if retention > 0 then
     chunked('ZADD', K_DONE, zdone)

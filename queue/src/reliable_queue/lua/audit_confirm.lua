@@ -59,7 +59,7 @@ if ARGV[1] == 'stale' then
       local id = ARGV[i]
       local score = redis.call('ZSCORE', K_WAITING, id)
       if score and not H.parse_flow(redis.call('HGET', K_FLOW, id)) then
-        local b = math.min(math.max(math.floor(tonumber(score) / BAND), 0), 9)
+        local b = math.min(math.max(math.floor(tonumber(score) / H.BAND), 0), 9)
         redis.call('HSET', K_FLOW, id, b .. '|')
         done[#done + 1] = id
       end

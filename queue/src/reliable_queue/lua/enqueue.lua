@@ -1,13 +1,13 @@
 -- enqueue: add N jobs atomically, each with an optional idempotency key.
--- KEYS[1..12]: see _common.lua; KEYS[12+i]: the i-th idempotency key STRING; then,
---   when a job has a flow value, waiting, flow and tags (see _common.lua), at ARGV[4].
+-- KEYS[1..12]: see _common.lua; when a job has a flow value, KEYS[13..19] too (the
+--   flow keys); then KEYS[b+i]: the i-th idempotency key STRING (b = 12, or 19).
 -- ARGV[1] n jobs (at most MAX_BATCH)
 -- ARGV[2] idempotency window, ms (>= 1)
 -- ARGV[3] wake-token cap
--- ARGV[4] index in KEYS of the waiting key (then flow, tags), or 0: no job has a flow
---         value, and each job takes 5 ARGV, not 6
+-- ARGV[4] flow keys passed: 0 (no job has a flow value; each job takes 5 ARGV) or 7
+--         (KEYS[13..19]; each job takes 6 ARGV)
 -- then 5 (or 6) per job: id, record JSON, delay ms (0 = none), run_at ms (0 = none),
---                 index of its idempotency key among KEYS[13..] (0 = none; negative =
+--                 index of its idempotency key among KEYS[b+1..] (0 = none; negative =
 --                 the same index, and a key whose job record is gone is replaced),
 --                 (with ARGV[4] > 0) its flow value "<priority 0-9>|<fairness key>" or
 --                 '0' for none (ADR 0033)
@@ -26,17 +26,18 @@
 -- first write, or by one integer-reply read, all before that first write.
 local n = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local fbase = tonumber(ARGV[4])
+local flowing = ARGV[4] == '7'
 local bad = check_count(n)
-if not bad and (not window or window < 1) then bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms' end
-if not bad and not (fbase == 0 or (fbase and fbase > 12 and KEYS[fbase + 2])) then
-  bad = 'QUEUE_LIMIT flow key index ' .. tostring(ARGV[4]) .. ' names no key'
+if not bad and (not window or window < 1) then
+  bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms'
+end
+if not bad and not (ARGV[4] == '0' or (flowing and KEYS[19])) then
+  bad = 'QUEUE_LIMIT flow keys ' .. tostring(ARGV[4]) .. ' is not 0 or 7 keys passed'
 end
 if bad then return redis.error_reply(bad) end
-local stride = 5
-if fbase > 0 then
-  stride = 6
-  K_WAITING, K_FLOW, K_TAGS = KEYS[fbase], KEYS[fbase + 1], KEYS[fbase + 2]
+local stride, ibase = 5, 12
+if flowing then
+  stride, ibase = 6, 19
   helpers()  -- the flow path is off the plain enqueue's: it may make them
   bad = H.check({K_WAITING, K_FLOW, K_TAGS})
   if bad then return redis.error_reply(bad) end
@@ -77,7 +78,7 @@ for i = 0, n - 1 do
   end
   if ik ~= '0' then
     ik = tonumber(ik)
-    iks[i] = 12 + (ik < 0 and -ik or ik)  -- its index in KEYS
+    iks[i] = ibase + (ik < 0 and -ik or ik)  -- its index in KEYS
     local k = KEYS[iks[i]]
     replace[i] = ik < 0
     if seen[k] == nil then

@@ -1,6 +1,6 @@
 -- fetch: reap expired leases, promote due delayed jobs, then lease up to N ready jobs.
--- KEYS[1..19]: see _common.lua (13 paused, ADR 0031; 14 limit, ADR 0032; 15..19
--- waiting, flow, tags, running, keycap: priorities and fairness keys, ADR 0033)
+-- KEYS[1..19]: see _common.lua (18 paused, ADR 0031; 19 limit, ADR 0032; 13..17
+-- running, flow, waiting, tags, keycap: priorities and fairness keys, ADR 0033)
 -- ARGV[1] count            jobs to lease at most (0..MAX_BATCH)
 -- ARGV[2] lease ms         lease length
 -- ARGV[3] worker id        recorded in the lease token
@@ -250,6 +250,7 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
       -- list's last tag, running slots found stale}; or nil and an error.
       local function select_flow(line, c)
         helpers()
+        local BAND, DEFAULT_BAND = H.BAND, H.DEFAULT_BAND
         local cap, e = H.read_cap()
         if e then return nil, e end
         local tv
@@ -517,7 +518,7 @@ if picks then
         run[#run + 1] = p[5] .. '\0' .. p[1]
       end
     end
-    if p[4] > V[p[3]] and p[4] < BAND then V[p[3]] = p[4] end
+    if p[4] > V[p[3]] and p[4] < H.BAND then V[p[3]] = p[4] end
     if not recs[i] then fdel[#fdel + 1] = p[1] end
   end
   for b = 0, 9 do
@@ -651,8 +652,14 @@ if alone_info and #good == 1 then redis.call('HSET', K_INFO, good[1], alone_info
 if picks then
   chunked('HSET', K_TAGS, tset)
   chunked('HDEL', K_TAGS, tdel)
-  chunked('ZADD', K_RUNNING, run)
-  chunked('ZREM', K_RUNNING, start.stale)
+  if #run > 0 then  -- slots taken: ack looks for them while stats says so
+    redis.call('HSET', K_STATS, SLOTS_FIELD, '1')
+    chunked('ZADD', K_RUNNING, run)
+  end
+  if #start.stale > 0 then
+    chunked('ZREM', K_RUNNING, start.stale)
+    if redis.call('EXISTS', K_RUNNING) == 0 then redis.call('HDEL', K_STATS, SLOTS_FIELD) end
+  end
   chunked('HDEL', K_FLOW, fdel)
 end
 save_clock()

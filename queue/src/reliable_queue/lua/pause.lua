@@ -1,8 +1,8 @@
 -- pause: pause or resume a queue (ADR 0031). While the paused hash exists, fetch leases
 -- nothing (it still reaps and promotes); the decision is fetch's, atomically with its pop.
--- KEYS[1..19]: see _common.lua; KEYS[13] paused  HASH {since, by, reason} while paused;
--- KEYS[14] limit  HASH {n, per, start, used} while a rate limit is set (ADR 0032);
--- KEYS[19] keycap STRING K while a per-key cap is set (ADR 0033)
+-- KEYS[1..19]: see _common.lua; paused (18) HASH {since, by, reason} while paused;
+-- limit (19) HASH {n, per, start, used} while a rate limit is set (ADR 0032);
+-- keycap (17) STRING K while a per-key cap is set (ADR 0033)
 -- Also the rate limit's setter: ARGV[1] 'limit' (ARGV[2] n >= 1 jobs, ARGV[3] per ms >= 1;
 --   a new window opens at the next fetch, so a changed limit applies from it; returns
 --   {1 when a limit was set before else 0, 0}) or 'unlimit' (removes a limit key of any
@@ -61,13 +61,13 @@ elseif action == 'limit' then
       return redis.error_reply('QUEUE_LIMIT a rate limit ' .. v .. ' is not an integer >= 1')
     end
   end
-  local ok = redis.pcall('HLEN', KEYS[14])  -- the type check of limit
-  if type(ok) == 'table' then return redis.error_reply(corrupt(KEYS[14], 'hash')) end
-  redis.call('DEL', KEYS[14])
-  redis.call('HSET', KEYS[14], 'n', n, 'per', per, 'start', '0', 'used', '0')
+  local ok = redis.pcall('HLEN', K_LIMIT)  -- the type check of limit
+  if type(ok) == 'table' then return redis.error_reply(corrupt(K_LIMIT, 'hash')) end
+  redis.call('DEL', K_LIMIT)
+  redis.call('HSET', K_LIMIT, 'n', n, 'per', per, 'start', '0', 'used', '0')
   return {ok > 0 and 1 or 0, 0}
 elseif action == 'unlimit' then
-  return {redis.call('DEL', KEYS[14]), 0}
+  return {redis.call('DEL', K_LIMIT), 0}
 elseif action == 'cap' then
   local k = ARGV[2]
   if #k > 9 or not string.match(k, '^%d+$') or tonumber(k) < 1 then

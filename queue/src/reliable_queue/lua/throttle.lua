@@ -73,7 +73,7 @@ if text then
     -- due later, then at the front of its band: the flow value's front flag says so
     local v = flows[1]
     if not v then
-      v = DEFAULT_BAND .. '|'
+      v = H.DEFAULT_BAND .. '|'
     elseif string.byte(v, 1) == 102 then
       v = string.sub(v, 2)
     end
