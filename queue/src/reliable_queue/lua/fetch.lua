@@ -279,26 +279,40 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
         if #line > 0 then present[DEFAULT_BAND] = true end
         local bands = {}
         for b = 0, 9 do if present[b] then bands[#bands + 1] = b end end
-        -- a band's window: its first c + SCAN_EXTRA waiting jobs, their tags and keys
-        local win = {}
-        local function load(b)
+        -- a band's window: its first waiting jobs and their tags (and, under a cap, keys),
+        -- read as they are needed (a job read costs a few thousand instructions), at most
+        -- c of them, or c + SCAN_EXTRA under a cap (passed-over jobs of capped keys)
+        local win, budget = {}, c + (cap and SCAN_EXTRA or 0)
+        local function load(b, want)
+          local w = win[b]
+          if not w then
+            w = {ids = {}, tags = {}, keys = {}, pos = 1, done = false}
+            win[b] = w
+          end
+          local n = math.min(math.max(want, 1), budget - #w.ids)
+          if w.done or n <= 0 then
+            w.done = true
+            return w
+          end
           local lo = b == 0 and '-inf' or string.format('%d', b * BAND)
           local hi = b == 9 and '+inf' or '(' .. string.format('%d', (b + 1) * BAND)
-          local z = redis.call('ZRANGEBYSCORE', K_WAITING, lo, hi, 'WITHSCORES', 'LIMIT', '0',
-                               string.format('%d', c + SCAN_EXTRA))
-          local w = {ids = {}, tags = {}, keys = {}, pos = 1}
+          local z = redis.call('ZRANGEBYSCORE', K_WAITING, lo, hi, 'WITHSCORES', 'LIMIT',
+                               string.format('%d', #w.ids), string.format('%d', n))
+          local m, base = #w.ids, b * BAND
           for i = 1, #z, 2 do
-            w.ids[#w.ids + 1] = z[i]
-            w.tags[#w.tags + 1] = tonumber(z[i + 1]) - b * BAND
+            m = m + 1
+            w.ids[m] = z[i]
+            w.tags[m] = tonumber(z[i + 1]) - base
           end
-          if #w.ids > 0 then
-            local f = redis.call('HMGET', K_FLOW, unpack(w.ids, 1, #w.ids))  -- <= MAX_BATCH + 100
-            for i = 1, #w.ids do
-              local _, k = H.parse_flow(f[i])
+          w.done = #z < 2 * n or m >= budget
+          if cap and #z > 0 then  -- keys, for the cap (<= MAX_BATCH + SCAN_EXTRA at once)
+            local first = m - #z / 2 + 1
+            local f = redis.call('HMGET', K_FLOW, unpack(w.ids, first, m))
+            for i = first, m do
+              local _, k = H.parse_flow(f[i - first + 1])
               w.keys[i] = k or ''
             end
           end
-          win[b] = w
           return w
         end
         -- a key's running slots, counted once per call (then by this call's picks); when it
@@ -321,30 +335,34 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
           running[k] = n
           return n
         end
-        -- the next waiting job of band b that may be leased (its key below the cap), or nil
-        local function zcand(b)
-          local w = win[b] or load(b)
-          local i = w.pos
-          while i <= #w.ids do
-            local k = w.keys[i]
-            if k == '' or not cap or count_of(k) < cap then break end
-            i = i + 1  -- capped: passed over, it stays waiting
+        -- the next waiting job of band b that may be leased (its key below the cap), or
+        -- nil; reads `want` more of the band when its window runs out
+        local function zcand(b, want)
+          local w = win[b] or load(b, want)
+          while true do
+            local i = w.pos
+            while i <= #w.ids do
+              local k = w.keys[i]
+              if not cap or k == '' or count_of(k) < cap then break end
+              i = i + 1  -- capped: passed over, it stays waiting
+            end
+            w.pos = i
+            if i <= #w.ids then return i, w end
+            if w.done then return nil end
+            load(b, want)
           end
-          w.pos = i
-          if i <= #w.ids then return i, w end
-          return nil
         end
         local rpos = 1
-        local function has(b)
-          return (b == DEFAULT_BAND and rpos <= #line) or zcand(b) ~= nil
+        local function has(b, want)
+          return (b == DEFAULT_BAND and rpos <= #line) or zcand(b, want) ~= nil
         end
         local start = {cap = cap, V = {}, rlast = rlast, stale = stale}
         for b = 0, 9 do start.V[b] = V[b] end
         local picks = {}
-        for _ = 1, c do
+        for left = c, 1, -1 do  -- left: picks this call may still make
           local top
           for j = 1, #bands do
-            if has(bands[j]) then
+            if has(bands[j], left) then
               top = j
               break
             end
@@ -354,15 +372,16 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
           if top < #bands then  -- lower bands wait: every SHARE_EVERY-th lease is theirs, in turn
             local lower
             if nshare >= SHARE_EVERY - 1 then
+              local share = math.ceil(left / SHARE_EVERY)  -- what shares may take of it
               for j = top + 1, #bands do
-                if bands[j] > sband and has(bands[j]) then
+                if bands[j] > sband and has(bands[j], share) then
                   lower = bands[j]
                   break
                 end
               end
               for j = top + 1, #bands do
                 if lower then break end
-                if has(bands[j]) then lower = bands[j] end
+                if has(bands[j], share) then lower = bands[j] end
               end
             end
             if lower then
@@ -373,14 +392,14 @@ if count > 0 and redis.call('EXISTS', K_PAUSED, K_LIMIT, K_WAITING) > 0 then
           end
           -- within the band, the lowest start tag; the ready list's head is the lane of
           -- band 5 without a key, its tag made when it is served: max(V, its last) + 1
-          local zi, w = zcand(b)
+          local zi, w = zcand(b, left)
           local rt = nil
           if b == DEFAULT_BAND and rpos <= #line then rt = math.max(V[b], rlast) + 1 end
           if zi and (not rt or w.tags[zi] < rt) then
-            local t, k = w.tags[zi], w.keys[zi]
+            local t, k = w.tags[zi], w.keys[zi]  -- k: nil without a cap (read at the writes)
             w.pos = zi + 1
             if t > V[b] and t < BAND then V[b] = t end
-            if k ~= '' and cap then running[k] = running[k] + 1 end
+            if cap and k ~= '' then running[k] = running[k] + 1 end
             picks[#picks + 1] = {w.ids[zi], false, b, t, k, nshare, sband}
           else
             rlast = rt
@@ -504,6 +523,21 @@ if picks then
   local leased, V, rl = {}, {}, nil
   for _, id in ipairs(good) do leased[id] = true end
   for b = 0, 9 do V[b] = start.V[b] end
+  if not start.cap then  -- the keys of the jobs taken from the zset (their last tags)
+    local zi = {}
+    for i = 1, n do
+      if not picks[i][2] then zi[#zi + 1] = i end
+    end
+    if #zi > 0 then
+      local ids2 = {}
+      for j, i in ipairs(zi) do ids2[j] = picks[i][1] end
+      local f = redis.call('HMGET', K_FLOW, unpack(ids2, 1, #ids2))  -- n <= MAX_BATCH
+      for j, i in ipairs(zi) do
+        local _, k = H.parse_flow(f[j])
+        picks[i][5] = k or ''
+      end
+    end
+  end
   local lastf = {}
   for i = 1, n do
     local p = picks[i]
