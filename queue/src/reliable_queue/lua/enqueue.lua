@@ -117,7 +117,10 @@ end
 -- job's record is written before its idempotency key.
 local jobs_ok = false
 local out, ready, delayed = {}, {}, {}
-local fwait, fvals, fargs = {}, {}, {}  -- flow jobs due now, their values; flow HSET args
+-- flow jobs due now, their values, and the flow HSET's arguments (tables made only
+-- when a job has a flow value: a table costs the plain enqueue a few hundred instructions)
+local fwait, fvals, fargs = nil, nil, nil
+if flowing then fwait, fvals, fargs = {}, {}, {} end
 local added, dups = 0, 0
 for i = 0, n - 1 do
   local b = 5 + i * stride
@@ -179,7 +182,7 @@ for i = 0, n - 1 do
 end
 -- validated: no command below can fail
 if #ready > 0 then chunked('LPUSH', K_READY, ready) end
-if #fargs > 0 then
+if fargs and #fargs > 0 then
   chunked('HSET', K_FLOW, fargs)
   local back = H.to_waiting(fwait, fvals, false)  -- a value of another shape: plain
   if #back > 0 then chunked('LPUSH', K_READY, back) end
@@ -189,7 +192,8 @@ if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', string.format('%d',
 if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', string.format('%d', dups)) end
 -- wake-up tokens: one per job added, the list kept at most cap long (its length was
 -- read above, so no LTRIM)
-local wake = math.min(#ready + #fwait + #delayed / 2, tonumber(ARGV[3]) - woken)
+local wake = math.min(#ready + (fwait and #fwait or 0) + #delayed / 2,
+                      tonumber(ARGV[3]) - woken)
 if wake > 0 then
   local t = {}
   for i = 1, wake do t[i] = '1' end
