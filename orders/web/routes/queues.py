@@ -41,17 +41,20 @@ def known_queue(request: Request) -> Queue:
 
 
 def jobs_by_state(queue: Queue, limit: int, notes: list[str] | None = None) -> dict[str, list[str]]:
-    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first).
+    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first);
+    ``ready`` lists the plain ready list, then the jobs with a priority or a customer
+    key in the order they are served (ADR 0033).
 
     A structure whose key holds another type shows no ids; its note goes to ``notes``.
     """
     out: dict[str, list[str]] = {}
-    for kind in STATES:
+    for kind in (*STATES, "waiting"):
         start, stop = (-limit, -1) if kind == "done" else (0, limit - 1)
         ids, problem = ids_in(queue, kind, start, stop)
         out[kind] = list(reversed(ids)) if kind == "done" else ids
         if problem and notes is not None:
             notes.append(problem)
+    out["ready"] = (out["ready"] + out.pop("waiting"))[:limit]
     return out
 
 

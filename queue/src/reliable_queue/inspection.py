@@ -398,7 +398,9 @@ def ids_in(queue: Queue, kind: str, start: int = 0, stop: int = -1) -> tuple[lis
 
     Args:
         queue: the queue.
-        kind: ``ready``, ``delayed``, ``active``, ``dead`` or ``done``.
+        kind: ``ready``, ``delayed``, ``active``, ``dead`` or ``done``; or ``waiting``
+            (the waiting jobs with a priority or a fairness key, next served first,
+            ADR 0033: with the ready list, what ``stats`` counts as ready).
         start / stop: ranks as Redis takes them (``LRANGE`` / ``ZRANGE``, inclusive,
             negative from the end).
 
@@ -408,10 +410,10 @@ def ids_in(queue: Queue, kind: str, start: int = 0, stop: int = -1) -> tuple[lis
 
     Raises:
         QueueConnectionError: Redis unreachable.
-        ValueError: ``kind`` is not one of the five structures.
+        ValueError: ``kind`` is not one of those structures.
     """
-    if kind not in ("ready", "delayed", "active", "dead", "done"):
-        raise ValueError(f"no structure {kind!r}; ready, delayed, active, dead or done")
+    if kind not in ("ready", "delayed", "active", "dead", "done", "waiting"):
+        raise ValueError(f"no structure {kind!r}; ready, delayed, active, dead, done or waiting")
     key = queue.keys.key(kind)
     try:
         if kind == "ready":
