@@ -32,8 +32,11 @@ local KEYS, ARGV, redis = KEYS, ARGV, redis
 local K_READY, K_DELAYED, K_ACTIVE, K_JOBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DONE, K_STATS, K_SEQ, K_WAKE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_RUNNING, K_FLOW, K_WAITING, K_TAGS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
-local K_KEYCAP, K_PAUSED, K_LIMIT = KEYS[17], KEYS[18], KEYS[19]
+local K_RUNNING, K_FLOW, K_WAITING, K_TAGS, K_KEYCAP, K_PAUSED, K_LIMIT
+if KEYS[13] then  -- (one read for the scripts given no flow key: a plain enqueue)
+  K_RUNNING, K_FLOW, K_WAITING, K_TAGS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+  K_KEYCAP, K_PAUSED, K_LIMIT = KEYS[17], KEYS[18], KEYS[19]
+end
 
 -- Most job ids one call may carry (fetch count, ack/extend/release pairs, enqueue
 -- jobs, purge/redrive/replay ids). Python splits larger requests (limits.py).
