@@ -8,7 +8,11 @@ after the drain. Instruction counts are stable under machine load, wall-clock is
 not. Standalone (imports only ``reliable_queue``), so it also measures an older
 checkout: run it with that checkout's interpreter. Usage::
 
-    python benchmarks/drain_instructions.py [N] [BATCH]
+    python benchmarks/drain_instructions.py [N] [BATCH] [KEYS]
+
+With KEYS > 0 every job carries a priority (1, 3, 5 or 7, as orders map TPC-H's, with
+5 twice as likely) and one of KEYS fairness keys in turn: the cost of priorities and
+fairness keys in use (ADR 0033; a checkout without them refuses the argument).
 
 Prints Ir per job for the drain, and for the same drain with the ack of each batch
 in a round trip of its own. With ``KEEP_CALLGRIND=1`` the callgrind output is kept
@@ -62,12 +66,21 @@ def _binary() -> str:
     return shutil.which("redis-server") or "redis-server"
 
 
-def _fill(queue: Queue, n: int) -> None:
+def _fill(queue: Queue, n: int, keys: int = 0) -> None:
+    if not keys:
+        for start in range(0, n, 1000):
+            queue.enqueue_many([EnqueueRequest("noop", {})] * min(1000, n - start))
+        return
+    priorities = (1, 3, 5, 5, 7)
+    jobs = [
+        EnqueueRequest("noop", {}, priority=priorities[i % 5], fairness_key=f"c{i % keys}")
+        for i in range(n)
+    ]
     for start in range(0, n, 1000):
-        queue.enqueue_many([EnqueueRequest("noop", {})] * min(1000, n - start))
+        queue.enqueue_many(jobs[start : start + 1000])
 
 
-def main(n: int = 20000, batch: int = 100) -> None:
+def main(n: int = 20000, batch: int = 100, keys: int = 0) -> None:
     """Measure and print Ir per drained job (see the module docstring)."""
     out_dir = tempfile.mkdtemp(prefix="drain-ir-")
     port = _port()
@@ -90,13 +103,13 @@ def main(n: int = 20000, batch: int = 100) -> None:
         lease = queue.settings.lease_seconds
         fetch = queue.fetch_calls(batch, lease, "w")[0]
         # warm-up: scripts cached, allocator and tables grown, done holds records
-        _fill(queue, 2000)
+        _fill(queue, 2000, keys)
         while True:
             jobs = queue.parse_fetch(queue.scripts.run_many([fetch])[0]).jobs
             if not jobs:
                 break
             queue.ack([j.lease for j in jobs])
-        _fill(queue, 3 * n)
+        _fill(queue, 3 * n, keys)
 
         def drain(fetches: bool, acks: bool) -> int:
             done, pending = 0, []
@@ -130,5 +143,5 @@ def main(n: int = 20000, batch: int = 100) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    main(*(int(a) for a in sys.argv[1:4]))
     os._exit(0)

@@ -9,7 +9,9 @@ zeroing the counters before and dumping them after each kind:
 - ``enqueue``: N ``Queue.enqueue`` (one EVALSHA of enqueue.lua each);
 - ``enqueue_key``: N ``Queue.enqueue`` each with a new idempotency key;
 - ``enqueue_delay``: N ``Queue.enqueue`` each with a delay of an hour;
-- ``enqueue_many``: N jobs as ``Queue.enqueue_many`` batches of 100.
+- ``enqueue_many``: N jobs as ``Queue.enqueue_many`` batches of 100;
+- ``enqueue_flow`` / ``enqueue_many_flow``: the same two with a priority and one of
+  1,000 fairness keys per job (ADR 0033; left out for a checkout without them).
 
 Instruction counts are stable under machine load, wall-clock is not. Standalone (no
 imports from this package), so it also measures an older checkout: run it with that
@@ -97,6 +99,19 @@ def main(n: int = 2000) -> None:
             "enqueue_delay": (lambda: [queue.enqueue("t", {}, delay=3600) for _ in range(n)], n),
             "enqueue_many": (lambda: [queue.enqueue_many(req) for _ in range(n // 100)], n),
         }
+        if "fairness_key" in EnqueueRequest.__dataclass_fields__:
+            flow = [
+                EnqueueRequest("t", {"i": 1}, priority=(1, 3, 5, 7)[i % 4], fairness_key=f"c{i}")
+                for i in range(1000)
+            ]
+            kinds["enqueue_flow"] = (
+                lambda: [queue.enqueue_many([flow[i % 1000]]) for i in range(n)],
+                n,
+            )
+            kinds["enqueue_many_flow"] = (
+                lambda: [queue.enqueue_many(flow[i % 10 * 100 :][:100]) for i in range(n // 100)],
+                n,
+            )
         for name, (work, calls) in kinds.items():
             subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True,
                            capture_output=True)  # fmt: skip

@@ -172,6 +172,8 @@ def compensate_workflow(
                 created_at=now,
                 publish_attempts=0,
                 compensates=row.step,
+                priority=row.priority,
+                fairness_key=row.fairness_key,
                 # a compensation belongs to its workflow's trace (docs/adr/0036)
                 traceparent=row.traceparent,
                 tracestate=row.tracestate,
@@ -202,7 +204,16 @@ def compensate_workflow(
         workflow.status == WorkflowStatus.DONE,
         tuple(
             DispatchedStep(
-                r.id, workflow_id, r.step, r.queue, r.task, r.payload, r.traceparent, r.tracestate
+                r.id,
+                workflow_id,
+                r.step,
+                r.queue,
+                r.task,
+                r.payload,
+                r.priority,
+                r.fairness_key,
+                r.traceparent,
+                r.tracestate,
             )
             for r in new_rows
             if dispatch

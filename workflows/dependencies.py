@@ -148,6 +148,8 @@ _RELEASE = per_dialect(
             _WS.c.queue,
             _WS.c.task,
             cast(_WS.c.payload, Text),
+            _WS.c.priority,
+            _WS.c.fairness_key,
             _WS.c.traceparent,
             _WS.c.tracestate,
         )

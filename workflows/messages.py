@@ -18,6 +18,10 @@ class StepMessage:
         task: task name, for example ``orders.stock``.
         payload: JSON-able body; holds ``workflow_id`` and ``step``.
         idempotency_key: ``f"{workflow_id}:{step}"``.
+        priority: the queue priority of the job (the queue's range; lower runs sooner),
+            or None for the queue's default.
+        fairness_key: the job's fairness key (jobs of different keys are served in
+            turn), or None for none.
         trace_context: the workflow's trace context from its row (None: none); the
             job is created in it (docs/adr/0036).
     """
@@ -26,6 +30,8 @@ class StepMessage:
     task: str
     payload: dict[str, Any]
     idempotency_key: str
+    priority: int | None = None
+    fairness_key: str | None = None
     trace_context: TraceContext | None = None
 
 
@@ -42,6 +48,7 @@ class DispatchedStep(NamedTuple):
         payload: the message body: the mapping the writer wrote, or the JSON text
             as stored when read back by a statement (not decoded yet: it may not
             decode; the relay then refuses this row alone).
+        priority / fairness_key: as the row holds them (None: the queue's default).
         traceparent / tracestate: the row's W3C trace context as stored (None: none;
             text that is no valid context is published without one).
     """
@@ -52,6 +59,8 @@ class DispatchedStep(NamedTuple):
     queue: str
     task: str
     payload: str | Mapping[str, Any]
+    priority: int | None = None
+    fairness_key: str | None = None
     traceparent: str | None = None
     tracestate: str | None = None
 

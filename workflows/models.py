@@ -103,6 +103,10 @@ class WorkflowStep(Base):
     ``compensates`` names the step whose effect this row undoes (a
     compensation, see ``workflows.compensation``); None for a forward step.
 
+    ``priority`` and ``fairness_key`` go with its message (None: the queue's default
+    priority, no key): written with the row, so every publish of it, a re-publish by the
+    sweep included, carries them.
+
     ``publish_attempts`` counts failed publishes of this row (the queue refused
     it, not a queue that was down), ``next_publish_at`` holds the row back until
     its backoff has passed, ``publish_error`` is the last refusal's text.
@@ -140,6 +144,8 @@ class WorkflowStep(Base):
     next_publish_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     publish_error: Mapped[str | None] = mapped_column(Text)
     compensates: Mapped[str | None] = mapped_column(String(50))
+    priority: Mapped[int | None] = mapped_column(Integer)
+    fairness_key: Mapped[str | None] = mapped_column(String(128))
     traceparent: Mapped[str | None] = mapped_column(String(TRACEPARENT_CHARS))
     tracestate: Mapped[str | None] = mapped_column(String(MAX_TRACESTATE_CHARS))
 

@@ -59,6 +59,9 @@ class WorkflowSpec:
     """One workflow to create: its kind, subject and steps.
 
     Attributes:
+        priority: the queue priority of its steps' messages (None: the queue's default).
+        fairness_key: their fairness key (None: none); steps of different keys are
+            served in turn.
         trace_context: the W3C trace context the workflow runs in (its order's span),
             written on every step row in the same transaction; None: none.
     """
@@ -66,6 +69,8 @@ class WorkflowSpec:
     kind: str
     subject_id: int
     steps: Sequence[StepSpec]
+    priority: int | None = None
+    fairness_key: str | None = None
     trace_context: TraceContext | None = None
 
 
@@ -144,6 +149,7 @@ def add_workflows(
         for spec, workflow_id in zip(specs, workflow_ids, strict=True)
         for step in spec.steps
     ]
+    flow = [(spec.priority, spec.fairness_key) for spec in specs for _ in spec.steps]
     contexts = [spec.trace_context for spec in specs for _ in spec.steps]
     parents = [c.traceparent if c is not None else None for c in contexts]
     states = [c.tracestate or None if c is not None else None for c in contexts]
@@ -168,6 +174,8 @@ def add_workflows(
             "dispatched_at": [
                 now if status == StepStatus.DISPATCHED else None for status in statuses
             ],
+            "priority": [priority for priority, _ in flow],
+            "fairness_key": [key for _, key in flow],
             # with no trace context anywhere (tracing off), no column more to load
             **({"traceparent": parents, "tracestate": states} if any(parents) else {}),
         },
@@ -186,6 +194,8 @@ def add_workflows(
                 step.queue,
                 step.task,
                 payloads[position + i],
+                spec.priority,
+                spec.fairness_key,
                 parents[position + i],
                 states[position + i],
             )

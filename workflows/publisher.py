@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from reliable_queue import EnqueueRequest, Queue
 from reliable_queue.cluster import UNAVAILABLE
 from reliable_queue.errors import QueueConnectionError, ReplicationTimeoutError
 from workflows.errors import PublisherUnavailable
 from workflows.messages import StepMessage
+
+
+def _request(message: StepMessage) -> EnqueueRequest:
+    """The enqueue of one message: its trace context, and its priority and fairness key
+    when it has them (a priority or key the queue refuses is a refusal of this message)."""
+    request = EnqueueRequest(
+        message.task,
+        message.payload,
+        idempotency_key=message.idempotency_key,
+        trace_context=message.trace_context,
+    )
+    if message.priority is None and message.fairness_key is None:
+        return request
+    priority = request.priority if message.priority is None else message.priority
+    return replace(request, priority=priority, fairness_key=message.fairness_key)
 
 
 class QueuePublisher:
@@ -54,18 +70,7 @@ class QueuePublisher:
             for name, batch in by_queue.items():
                 queue = self.queue_for(name)
                 queue.drop_untrusted_keys([m.idempotency_key for m in batch])
-                queue.enqueue_many(
-                    [
-                        EnqueueRequest(
-                            m.task,
-                            m.payload,
-                            idempotency_key=m.idempotency_key,
-                            trace_context=m.trace_context,
-                        )
-                        for m in batch
-                    ],
-                    replace_stale_keys=True,
-                )
+                queue.enqueue_many([_request(m) for m in batch], replace_stale_keys=True)
         except (QueueConnectionError, ReplicationTimeoutError, *UNAVAILABLE) as exc:
             raise PublisherUnavailable(f"queue unreachable: {exc}") from exc
 

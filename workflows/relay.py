@@ -108,6 +108,8 @@ def message_for(step: WorkflowStep | Row[Any]) -> StepMessage:
         task=step.task,
         payload=dict(step.payload),
         idempotency_key=idempotency_key(step.workflow_id, step.step),
+        priority=step.priority,
+        fairness_key=step.fairness_key,
         trace_context=TraceContext.parse(
             getattr(step, "traceparent", None), getattr(step, "tracestate", None)
         ),
@@ -168,6 +170,8 @@ def dispatch_pending(
             _WS.c.queue,
             _WS.c.task,
             cast(_WS.c.payload, Text),
+            _WS.c.priority,
+            _WS.c.fairness_key,
             _WS.c.traceparent,
             _WS.c.tracestate,
         )
@@ -297,6 +301,8 @@ def _dispatched_message(row: DispatchedStep) -> StepMessage:
         task=row.task,
         payload=payload,
         idempotency_key=idempotency_key(row.workflow_id, row.step),
+        priority=row.priority,
+        fairness_key=row.fairness_key,
         trace_context=row.trace_context,
     )
 
@@ -470,6 +476,8 @@ _MESSAGE_COLUMNS = (
     WorkflowStep.queue,
     WorkflowStep.task,
     WorkflowStep.payload,
+    WorkflowStep.priority,
+    WorkflowStep.fairness_key,
     WorkflowStep.traceparent,
     WorkflowStep.tracestate,
 )

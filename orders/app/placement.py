@@ -193,7 +193,10 @@ def write_orders(
         return [], []
     now = now or utcnow()
     order_ids = insert_orders(session, drafts, now=now)
-    specs = [order_workflow(order_id) for order_id in order_ids]
+    specs = [
+        order_workflow(order_id, priority=draft.priority, customer_id=draft.customer_id)
+        for draft, order_id in zip(drafts, order_ids, strict=True)
+    ]
     if traces is not None and any(traces):
         specs = [
             dataclasses.replace(spec, trace_context=context)
@@ -237,6 +240,7 @@ def insert_orders(session: Session, drafts: Sequence[OrderDraft], *, now: dateti
             "source": [draft.source for draft in drafts],
             "source_key": [draft.source_key for draft in drafts],
             "placed_at": [now] * len(drafts),
+            "priority": [draft.priority for draft in drafts],
         },
         load=True,
         ids=True,

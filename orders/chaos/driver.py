@@ -31,7 +31,14 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from orders.app.cancellation import cancel_in_flight
-from orders.chaos.actions import TRANSIENT, KeyEvictor, Placer, Replayer, lease_holders
+from orders.chaos.actions import (
+    TRANSIENT,
+    FlowControls,
+    KeyEvictor,
+    Placer,
+    Replayer,
+    lease_holders,
+)
 from orders.chaos.observe import (
     ChaosProgress,
     counter_snapshot,
@@ -123,6 +130,14 @@ class ChaosRun:
         self.placer = Placer(self.app, options.source, rng)
         self.replayer = Replayer(self.app, options.replay_steps, options.replay_count, rng)
         self.evictor = KeyEvictor(self.app, rng)
+        self.flow = FlowControls(
+            self.app,
+            options.pause_step if options.pause_every > 0 else None,
+            options.pause_seconds,
+            options.limit_step,
+            options.rate_limit,
+            clock,
+        )
         self.crasher: RedisCrasher | None = None
         if services.server is not None:
             history = AofHistory(services.server.redis_dir, clock=clock)
@@ -213,6 +228,7 @@ class ChaosRun:
         evictions = Periodic(o.evict_every, self.started)
         cancels = Periodic(o.window_seconds / o.cancel if o.cancel else 0, self.started)
         freezes = Periodic(o.freeze_every, self.started)
+        pauses = Periodic(o.pause_every if o.pause_step else 0, self.started)
         placed = 0
         while True:
             now = self.clock()
@@ -221,6 +237,7 @@ class ChaosRun:
                 if self.crasher.down and now - (self.crasher.down_since or now) >= o.redis_down:
                     self.crasher.restart()
                     self._count_lost_increments()
+                    self.flow.reassert()
             n = due_orders(placed, o.orders, o.rate, now - self.started)
             if n:
                 placed += self.placer.place(n)
@@ -231,6 +248,7 @@ class ChaosRun:
                     self._sigterm_one()
                 if crashes.due(now) and self.crasher is not None and not self.crasher.down:
                     self._before_crash = self._try(lambda: counter_snapshot(self.app))
+                    self.flow.crashed()
                     self.crasher.kill()
                 if replays.due(now):
                     self._try(self.replayer.replay)
@@ -240,6 +258,8 @@ class ChaosRun:
                     self.pool.freeze_random()
                 if cancels.due(now) and len(self.cancelled) < o.cancel:
                     self._cancel_one()
+            if not (self.crasher and self.crasher.down):
+                self.flow.tick(placed < o.orders and pauses.due(now))
             self._tend_poison()
             self.pool.poll()
             self._progress("chaos")
@@ -320,10 +340,12 @@ class ChaosRun:
         self._poison_armed = False
 
     def _clear_faults(self) -> None:
-        """Stop every handler fault; the poison job stays armed until it is dead-lettered."""
+        """Stop every handler fault, the pause and the rate limit; the poison job stays
+        armed until it is dead-lettered."""
         deadline = self.clock() + 30.0
         while True:
             try:
+                self.flow.stop()
                 store = FaultStore(self.app.redis, self.app.settings.queue_prefix)
                 store.clear()
                 if self._poison_armed and self.options.poison_step is not None:
@@ -416,6 +438,7 @@ class ChaosRun:
             "redis_sigkill": self.crasher.counts.kills if self.crasher else 0,
             "replay": self.replayer.replayed,
             "key_eviction": self.evictor.evictions,
+            "queue_pause": len(self.flow.windows),
         }
 
     def _facts(self, faults_end: float, quiet_at: float | None, redriven: int) -> RunFacts:
@@ -437,4 +460,5 @@ class ChaosRun:
             poison=self.poison_outcome,
             cancelled=len(self.cancelled),
             runs_while_on=self.runs_while_on,
+            pauses=list(self.flow.windows),
         )

@@ -15,6 +15,7 @@ QUIESCENCE = "quiescence"
 POISON_ISOLATED = "poison_dies_alone"
 HANG_TIMED_OUT = "hung_run_timed_out"
 BLOCKED_HAS_LETTER = "blocked_order_has_dead_letter"
+PAUSE_HELD = "paused_queue_starts_nothing"
 
 QUEUE_INVARIANTS: dict[str, str] = {
     QUEUE_DRAINED: "no job left ready, delayed or active once the run is quiet",
@@ -23,6 +24,8 @@ QUEUE_INVARIANTS: dict[str, str] = {
     POISON_ISOLATED: "the poison job is dead-lettered as worker_lost, and no other job is",
     HANG_TIMED_OUT: "a run hung past its time limit failed as timed_out",
     BLOCKED_HAS_LETTER: "every order blocked on a dead step still has its dead letter to redrive",
+    PAUSE_HELD: "no job of a paused queue starts from the moment its pause returned until it "
+    "is resumed (a pause Redis was killed during proves nothing and is not judged)",
 }
 """Queue-level invariant name -> what it states."""
 

@@ -37,6 +37,8 @@ from orders.worker import defaults
 from orders.worker.counters import Counters
 from orders.worker.faults import FaultConfig, FaultStore
 from reliable_queue.embedded import EmbeddedRedis
+from reliable_queue.errors import QueueLimitError
+from reliable_queue.rate_limits import RateLimit, parse_spec
 
 log = logging.getLogger("orders.chaos")
 
@@ -106,6 +108,11 @@ class ChaosOptions:
             that stop their own process inside the transaction, right before the
             commit, holding its locks; thawed after ``freeze_seconds`` like the
             others (if no lock waiter killed the process first: ADR 0023).
+        pause_step / pause_every / pause_seconds: every ``pause_every`` seconds, pause
+            this step's queue for ``pause_seconds`` (None or 0: off); no job of it may
+            start while it is paused (ADR 0031).
+        limit_step / limit: rate-limit this step's queue to ``limit`` (``N/s``, ``N/m``,
+            ``N/Ks``) for the whole chaos window (None: off; ADR 0032).
     """
 
     orders: int = 1200
@@ -149,6 +156,11 @@ class ChaosOptions:
     freeze_seconds: float | None = None
     freeze_in_tx_rate: float = 0.03
     freeze_steps: tuple[str, ...] = (STOCK,)
+    pause_step: str | None = POINTS
+    pause_every: float = 8.0
+    pause_seconds: float = 2.0
+    limit_step: str | None = NOTIFICATION
+    limit: str = "3/s"
 
     def __post_init__(self) -> None:
         if self.appendfsync not in APPENDFSYNC:
@@ -158,7 +170,13 @@ class ChaosOptions:
             for s in (*self.fail_steps, *self.slow_steps, *self.replay_steps, *self.freeze_steps)
             if s not in ALL_STEPS
         }
-        for one in (self.crash_once_step, self.poison_step, self.hang_step):
+        for one in (
+            self.crash_once_step,
+            self.poison_step,
+            self.hang_step,
+            self.pause_step,
+            self.limit_step,
+        ):
             if one is not None and one not in ALL_STEPS:
                 unknown.add(one)
         if unknown:
@@ -178,6 +196,17 @@ class ChaosOptions:
             raise ValueError("freeze_in_tx_rate must be within 0..1, freeze_every >= 0")
         if self.freeze_seconds is not None and self.freeze_seconds <= self.lease_seconds:
             raise ValueError("a freeze must outlast the lease (freeze_seconds > lease_seconds)")
+        if self.pause_every < 0 or not 0 < self.pause_seconds < max(self.pause_every, 1e-9):
+            raise ValueError("a pause lasts more than 0 s and less than pause_every")
+        try:
+            parse_spec(self.limit)
+        except QueueLimitError as exc:
+            raise ValueError(f"limit: {exc}") from None
+
+    @property
+    def rate_limit(self) -> RateLimit:
+        """The limit of ``limit_step``'s queue, parsed."""
+        return parse_spec(self.limit)
 
     @property
     def window_seconds(self) -> float:

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from orders.app.bootstrap import App
 from orders.app.dead_letters import stranded_orders
 from orders.app.invariants import INVARIANTS, check_invariants
+from orders.chaos.actions import PauseWindow
 from orders.chaos.journal import (
     JOURNAL_INVARIANTS,
+    Journal,
     lapsed_commits,
     read_journal,
     reissued_numbers,
@@ -20,6 +22,7 @@ from orders.chaos.poison import PoisonOutcome
 from orders.chaos.redis_crash import RedisCrashCounts
 from orders.chaos.report import (
     BLOCKED_HAS_LETTER,
+    PAUSE_HELD,
     QUEUE_INVARIANTS,
     QUIESCENCE,
     ChaosReport,
@@ -61,6 +64,7 @@ class RunFacts:
             (read when they stopped; :func:`handler_runs`). A fault's rate applies
             to these runs only: a step that runs after stock (stock first) mostly
             runs once placing is done and the faults are off.
+        pauses: the pauses of ``pause_step``'s queue, in Redis time.
     """
 
     first_order_id: int
@@ -80,6 +84,36 @@ class RunFacts:
     poison: PoisonOutcome | None = None
     cancelled: int = 0
     runs_while_on: dict[str, int] = field(default_factory=dict)
+    pauses: list[PauseWindow] = field(default_factory=list)
+
+
+def starts_while_paused(
+    journal: Journal, queue: str, pauses: Sequence[PauseWindow], limit: int = 20
+) -> list[Finding]:
+    """Leases of ``queue`` whose fencing number dates them inside a pause (ADR 0031).
+
+    A fencing number is the queue clock in ms times 1000 plus a count (ADR 0022), so
+    ``number // 1000`` is when the lease was made. Windows Redis was killed during are
+    not judged (the pause may have gone with the AOF tail).
+
+    Returns:
+        One :data:`PAUSE_HELD` finding per such lease, at most ``limit``.
+    """
+    judged = [w for w in pauses if not w.interrupted and w.until_ms is not None]
+    out: list[Finding] = []
+    for (name, number), jobs in sorted(journal.leases.items()):
+        at = number // 1000
+        for w in judged:
+            if name == queue and w.since_ms <= at < (w.until_ms or 0) and len(out) < limit:
+                out.append(
+                    Finding(
+                        PAUSE_HELD,
+                        f"job {jobs[0]} leased at {at} ms, inside the pause {w.since_ms}.."
+                        f"{w.until_ms} ms",
+                        queue=queue,
+                    )
+                )
+    return out
 
 
 def handler_runs(counters: dict[str, int]) -> dict[str, int]:
@@ -176,7 +210,14 @@ def fault_tallies(o: ChaosOptions, facts: RunFacts, counters: dict[str, int]) ->
                    f"{o.replay_count} finished job(s) every {o.replay_every:g}s",
                    facts.replayed),
         FaultTally("key_eviction", o.evict_every > 0,
-                   f"a queue's ready list deleted every {o.evict_every:g}s", facts.evictions),
+                   f"a queue's waiting jobs (ready list or waiting set) deleted every "
+                   f"{o.evict_every:g}s", facts.evictions),
+        FaultTally("queue_pause", o.pause_step is not None and o.pause_every > 0,
+                   f"the {o.pause_step} queue paused {o.pause_seconds:g}s every "
+                   f"{o.pause_every:g}s", sum(1 for w in facts.pauses if w.until_ms)),
+        FaultTally("rate_limit", o.limit_step is not None,
+                   f"the {o.limit_step} queue limited to {o.limit}",
+                   counters.get(f"limited:{o.limit_step}", 0)),
     ]  # fmt: skip
 
 
@@ -215,6 +256,10 @@ def summarize(app: App, options: ChaosOptions, facts: RunFacts) -> ChaosReport:
         for name, n in lost.items():
             snapshot[group][name] = snapshot[group].get(name, 0) + n
     counters = with_journaled_faults(snapshot.pop("app"), journal)
+    if o.limit_step is not None:  # the deferrals of the limited queue (its own counter)
+        counters[f"limited:{o.limit_step}"] = snapshot[o.limit_step].get("rate_limited", 0)
+    if o.pause_step is not None:
+        findings += starts_while_paused(journal, o.pause_step, facts.pauses)
 
     def queue_total(name: str) -> int:
         return sum(c.get(name, 0) for c in snapshot.values())

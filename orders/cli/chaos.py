@@ -45,7 +45,9 @@ from orders.observability.readiness import cached_readiness
 from orders.observability.registry import metrics_registry, serve
 from orders.worker import defaults
 from orders.worker.procs import start_worker
+from reliable_queue.errors import QueueLimitError
 from reliable_queue.limits import MAX_ATTEMPTS
+from reliable_queue.rate_limits import parse_spec
 
 MAX_SECONDS = 86_400  # upper bound of every time and count option: finite, never overflowing
 WORKER_GRACE = 10.0  # seconds a SIGTERMed worker gets for its in-flight jobs
@@ -73,7 +75,13 @@ _STEP_LISTS = {
     "freeze_steps": "--freeze-steps",
 }
 #: Options naming one step ('' for none) -> their flag.
-_ONE_STEP = {"crash_once_step": "--crash-once", "poison_step": "--poison", "hang_step": "--hang"}
+_ONE_STEP = {
+    "crash_once_step": "--crash-once",
+    "poison_step": "--poison",
+    "hang_step": "--hang",
+    "pause_step": "--pause",
+    "limit_step": "--limit-step",
+}
 
 
 def chaos_options(params: Mapping[str, Any]) -> ChaosOptions:
@@ -101,6 +109,12 @@ def chaos_options(params: Mapping[str, Any]) -> ChaosOptions:
     freeze = values["freeze_seconds"]
     if freeze is not None and freeze <= values["lease_seconds"]:
         raise typer.BadParameter("a freeze must outlast the lease", param_hint="--freeze-seconds")
+    if values["pause_every"] and values["pause_seconds"] >= values["pause_every"]:
+        raise typer.BadParameter("a pause must end before the next", param_hint="--pause-seconds")
+    try:
+        parse_spec(values["limit"])
+    except QueueLimitError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--limit") from None
     try:
         return ChaosOptions(**values)
     except ValueError as exc:  # a rule of the run the checks above do not name
@@ -294,6 +308,33 @@ def chaos(
     freeze_steps: Annotated[
         str, typer.Option(help="Steps whose units of work may freeze in a transaction.")
     ] = "stock",
+    pause_step: Annotated[
+        str,
+        typer.Option(
+            "--pause",
+            help="Step whose queue is paused over and over ('': off); none of its jobs may "
+            "start while it is paused.",
+        ),
+    ] = "points",
+    pause_every: Annotated[
+        float,
+        number_option(min=0, max=MAX_SECONDS, help="Pause that queue every S s (0: off)."),
+    ] = 8.0,
+    pause_seconds: Annotated[
+        float,
+        number_option(
+            min=0.1, max=MAX_SECONDS, help="How long each pause lasts (below --pause-every)."
+        ),
+    ] = 2.0,
+    limit_step: Annotated[
+        str,
+        typer.Option(
+            "--limit-step", help="Step whose queue is rate-limited through the run ('': off)."
+        ),
+    ] = "notification",
+    limit: Annotated[
+        str, typer.Option("--limit", help="That queue's rate limit: N/s, N/m or N/Ks.")
+    ] = "3/s",
     redis_kill_every: Annotated[
         float,
         number_option(

@@ -127,7 +127,7 @@ COMMANDS: tuple[Entry, ...] = (
     Entry(
         "queue",
         "orders.cli.queue_audit:queue_cli",
-        "Checks and flow control of the step queues: audit, pause, resume, limit.",
+        "Checks and flow control of the step queues: audit, pause, resume, limit, cap.",
     ),
     Entry(
         "tokens",

@@ -1,6 +1,6 @@
 """``orders queue``: prove every step job is somewhere and repair orphans (``audit``);
 pause and resume a step's queue (``pause`` / ``resume``, ADR 0031); rate-limit it
-(``limit``, ADR 0032)."""
+(``limit``, ADR 0032); cap the jobs one customer runs at once (``cap``, ADR 0033)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from orders.cli.render import say, when
 from orders.domain.steps import ALL_STEPS
 from reliable_queue import audit as run_audit
 from reliable_queue.errors import QueueLimitError
+from reliable_queue.limits import MAX_KEY_CAP
 from reliable_queue.pausing import MAX_BY_CHARS, MAX_REASON_CHARS
 from reliable_queue.rate_limits import parse_spec
 
 queue_cli = typer.Typer(
-    help="Checks and flow control of the step queues: audit, pause, resume, limit.",
+    help="Checks and flow control of the step queues: audit, pause, resume, limit, cap.",
     no_args_is_help=True,
 )
 
@@ -140,6 +141,43 @@ def limit(
         app.close()
 
 
+@queue_cli.command("cap")
+@handle_errors
+def cap(
+    step: Annotated[str, typer.Argument(help="The step whose queue to cap.")],
+    k: Annotated[
+        str | None,
+        typer.Argument(help=f"At most K jobs of one customer leased at once (1..{MAX_KEY_CAP})."),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the step's cap.")] = False,
+) -> None:
+    """Let at most K jobs of one customer (the fairness key) of STEP's queue run at once,
+    across every worker and host on the Redis (e.g. `orders queue cap logistics 2`), or
+    remove the cap with --clear. It applies from the next fetch; a customer's other jobs
+    wait, first of their customer. Exit 2 for bad usage (an unknown step, a K that is
+    not a whole number 1..100000, both K and --clear or neither)."""
+    if step not in ALL_STEPS:
+        fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
+    if clear == (k is not None):
+        fail("give a cap K or --clear, not both or neither", code=2)
+    wanted = None
+    if k is not None:
+        if not (k.isascii() and k.isdigit() and 1 <= int(k) <= MAX_KEY_CAP):
+            fail(f"a cap is a whole number 1..{MAX_KEY_CAP}, not {k!r}", code=2)
+        wanted = int(k)
+    app = make_app()
+    try:
+        queue = app.queues[step]
+        if wanted is None:
+            was = queue.clear_key_cap()
+            say("cleared the cap of {}" if was else "{} had no cap", step)
+        else:
+            queue.set_key_cap(wanted)
+            say("capped {} at {} job(s) per customer at once", step, str(wanted))
+    finally:
+        app.close()
+
+
 @queue_cli.command("audit")
 @handle_errors
 def audit(
@@ -158,10 +196,11 @@ def audit(
 ) -> None:
     """Walk every record and structure of the step queues in bounded steps and report
     orphans (a job record in no structure: nothing would ever run it), doubles (a job
-    in two structures), members without a record and unsound flow-control keys (a
-    paused key of another type). Exit status 1 when something is
-    found and left unrepaired, else 0. Workers run the same audit with repair every
-    ten minutes."""
+    in two structures), members without a record, stale entries of the priority and
+    fairness structures (a leaked running slot, a flow value without its job; --repair
+    drops them) and unsound flow-control keys (a paused key of another type). Exit
+    status 1 when something is found and left unrepaired, else 0. Workers run the same
+    audit with repair every ten minutes."""
     if step is not None and step not in ALL_STEPS:
         fail(f"unknown step {step!r}; choose from {', '.join(ALL_STEPS)}", code=2)
     app = make_app()
@@ -173,7 +212,7 @@ def audit(
         emit_json([r.as_dict() for r in reports])
     else:
         table = Table(title="queue audit")
-        for col in ("queue", "orphans", "repaired", "doubles", "no record", "examples"):
+        for col in ("queue", "orphans", "repaired", "doubles", "no record", "stale", "examples"):
             if col == "examples":
                 table.add_column(col, overflow="fold")
             else:
@@ -186,11 +225,19 @@ def audit(
                 str(r.repaired),
                 str(r.doubles),
                 str(r.no_record),
-                escape(", ".join(shown)),
+                f"{r.stale} ({r.stale_repaired} dropped)" if r.stale else "0",
+                escape(", ".join([*shown, *r.examples["stale"][:3]])),
             )
         console.print(table)
         for r in reports:
             for problem in r.problems:
                 say("queue {}: {}", r.queue, problem, style="bold red")
-    if any(r.orphans > r.repaired or r.doubles or r.no_record or r.problems for r in reports):
+    if any(
+        r.orphans > r.repaired
+        or r.doubles
+        or r.no_record
+        or r.problems
+        or r.stale > r.stale_repaired
+        for r in reports
+    ):
         raise typer.Exit(1)

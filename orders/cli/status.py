@@ -242,6 +242,17 @@ def _overview(app: App, as_json: bool) -> None:
                 step,
                 style="yellow",
             )
+    for step in ALL_STEPS:
+        cap = read[step].key_cap
+        if cap is not None:
+            say(
+                "queue {} runs at most {} job(s) per customer at once — `orders queue cap {}"
+                " --clear` removes the cap",
+                step,
+                cap,
+                step,
+                style="yellow",
+            )
     for step, config in faults.items():
         say("injected fault on {}: {}", step, fault_summary(config))
 

@@ -84,6 +84,8 @@ def render(snap: Snapshot, *, live: bool = False) -> Group:
             )
         if q.rate_limit is not None:
             parts.append(text(f"limit: {q.name} {q.rate_limit.text()}", style="yellow"))
+        if q.key_cap is not None:
+            parts.append(text(f"cap: {q.name} {q.key_cap} per customer", style="yellow"))
     orphaned = [q for q in snap.queues if q.orphans]
     if orphaned:
         counts = ", ".join(f"{q.name} {q.orphans}" for q in orphaned)

@@ -164,6 +164,7 @@ class Order(Base):
     source: Mapped[str] = mapped_column(String(10))
     source_key: Mapped[int | None] = mapped_column(Integer)
     placed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    priority: Mapped[str | None] = mapped_column(String(15))  # TPC-H O_ORDERPRIORITY
 
 
 class OrderLine(Base):

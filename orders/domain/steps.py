@@ -1,4 +1,5 @@
-"""The order workflow's steps and their queue names, task names and payloads."""
+"""The order workflow's steps and their queue names, task names, payloads, and the
+priority and fairness key their jobs carry (docs/adr/0033)."""
 
 from __future__ import annotations
 
@@ -62,15 +63,48 @@ def route(step: str) -> tuple[str, str]:
     return queue_name(step), task_name(step)
 
 
-def order_workflow(order_id: int) -> WorkflowSpec:
+NOT_SPECIFIED = "4-NOT SPECIFIED"
+"""The TPC-H order priority of an order that names none (random orders)."""
+
+STEP_PRIORITY: dict[str, int] = {
+    "1-URGENT": 1,
+    "2-HIGH": 3,
+    "3-MEDIUM": 5,
+    NOT_SPECIFIED: 5,
+    "5-LOW": 7,
+}
+"""TPC-H order priority (O_ORDERPRIORITY) -> the queue priority of the order's steps
+(0..9, lower runs sooner; 5 is the queue's default), so an urgent order's steps
+overtake a backlog of low ones."""
+
+
+def step_priority(order_priority: str | None) -> int | None:
+    """The queue priority of an order's steps; None (the queue's default) for a priority
+    TPC-H does not name."""
+    return STEP_PRIORITY.get(order_priority or "")
+
+
+def fairness_key(customer_id: int) -> str:
+    """The fairness key of a customer's step jobs: within one priority the queue serves
+    customers in turn, so one customer's backlog cannot hold the others back."""
+    return f"customer-{customer_id}"
+
+
+def order_workflow(
+    order_id: int, *, priority: str | None = None, customer_id: int | None = None
+) -> WorkflowSpec:
     """Return the workflow to create for a newly placed order.
 
     Each step's payload is ``{"order_id": ..}``; the outbox adds
-    ``workflow_id`` and ``step``. The steps after stock start ``waiting``.
+    ``workflow_id`` and ``step``. The steps after stock start ``waiting``. Their
+    jobs carry the priority mapped from the order's TPC-H ``priority``
+    (:data:`STEP_PRIORITY`) and the customer's fairness key.
     """
     return WorkflowSpec(
         kind=WORKFLOW_KIND,
         subject_id=order_id,
+        priority=step_priority(priority),
+        fairness_key=None if customer_id is None else fairness_key(customer_id),
         steps=[
             StepSpec(
                 name=step,

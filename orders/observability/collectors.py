@@ -50,6 +50,10 @@ QUEUE_COUNTERS: dict[str, tuple[str, str]] = {
         "orderflow_jobs_rate_limited",
         "Fetches deferred by the queue's rate limit (no lease held, no attempt charged).",
     ),
+    "throttled": (
+        "orderflow_jobs_throttled",
+        "Runs throttled by a downstream, put off with no attempt charged.",
+    ),
     "dlq_dropped": (
         "orderflow_dead_letters_dropped",
         "Dead letters dropped by the DLQ size or age bound.",
@@ -72,7 +76,8 @@ class QueueCollector(Collector):
     {queue,task,reason}``, ``orderflow_queue_audit_findings{queue,task,kind}``
     (gauge), ``orderflow_queue_paused{queue,task}`` (gauge, 1 while paused) and
     ``orderflow_queue_oldest_waiting_seconds{queue,task}`` (gauge, seconds:
-    ``reliable_queue.oldest_waiting_seconds``), plus ``orderflow_redis_up``.
+    ``reliable_queue.oldest_waiting_seconds``), ``orderflow_queue_key_cap{queue,task}``
+    (gauge, the per-key cap, 0 for none), plus ``orderflow_redis_up``.
     The counters live in Redis, bumped by the queue's Lua scripts, so they count
     every process's work exactly once and survive worker restarts.
 
@@ -139,6 +144,11 @@ def queue_families(
         "1 while the queue is paused (its workers start none of its jobs), else 0.",
         labels=["queue", "task"],
     )
+    cap = GaugeMetricFamily(
+        "orderflow_queue_key_cap",
+        "Most jobs of one fairness key leased at once (0: no cap).",
+        labels=["queue", "task"],
+    )
     dead = CounterMetricFamily(
         "orderflow_jobs_dead_lettered",
         "Jobs moved to the dead-letter queue, by reason.",
@@ -159,9 +169,11 @@ def queue_families(
         for kind in ("orphans", "doubles", "no_record"):
             findings.add_metric([s.queue, task, kind], s.audit.get(kind, 0))
         paused.add_metric([s.queue, task], 1 if s.paused is not None else 0)
+        cap.add_metric([s.queue, task], s.key_cap or 0)
     yield depth
     yield findings
     yield paused
+    yield cap
     yield from counters.values()
     yield dead
 

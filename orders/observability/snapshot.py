@@ -40,6 +40,7 @@ class QueueView:
         orphans: job records in no structure, as the last audit left them (0: none).
         paused: who paused the queue, why and since when (None: not paused).
         rate_limit: the queue's rate limit (None: none set, ADR 0032).
+        key_cap: most leased jobs per fairness key (None: no cap, ADR 0033).
     """
 
     name: str
@@ -58,6 +59,7 @@ class QueueView:
     timed_out: int = 0
     paused: PauseState | None = None
     rate_limit: RateLimit | None = None
+    key_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -181,4 +183,5 @@ class SystemView:
             timed_out=s.counters.get("timed_out", 0),
             paused=s.paused,
             rate_limit=s.rate_limit,
+            key_cap=s.key_cap,
         )

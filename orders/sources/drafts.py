@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from orders.domain.errors import StreamNotLoaded
 from orders.domain.models import Customer, Product, StreamCursor, TpchLineItem, TpchOrder
+from orders.domain.steps import NOT_SPECIFIED
 
 TPCH = "tpch"
 RANDOM = "random"
@@ -43,6 +44,8 @@ class OrderDraft:
     Attributes:
         source: ``tpch`` or ``random``.
         source_key: the TPC-H order key, or None for random orders.
+        priority: the TPC-H order priority (``1-URGENT`` .. ``5-LOW``); random orders
+            say ``4-NOT SPECIFIED``.
     """
 
     customer_id: int
@@ -51,6 +54,7 @@ class OrderDraft:
     source: str
     source_key: int | None
     lines: tuple[LineDraft, ...]
+    priority: str = NOT_SPECIFIED
 
 
 def next_tpch_drafts(session: Session, count: int) -> list[OrderDraft]:
@@ -93,6 +97,7 @@ def next_tpch_drafts(session: Session, count: int) -> list[OrderDraft]:
                 TpchOrder.customer_id,
                 TpchOrder.total_price,
                 TpchOrder.order_date,
+                TpchOrder.priority,
             ).where(TpchOrder.seq >= low, TpchOrder.seq <= high)
         )
         if row.seq in wanted
@@ -121,6 +126,7 @@ def next_tpch_drafts(session: Session, count: int) -> list[OrderDraft]:
             source=TPCH,
             source_key=headers[seq].order_key,
             lines=tuple(lines[headers[seq].order_key]),
+            priority=headers[seq].priority,
         )
         for seq in positions
     ]

@@ -44,6 +44,8 @@ EVERY_FAULT = (
     "key_eviction",
     "worker_freeze",
     "worker_freeze_in_tx",
+    "queue_pause",
+    "rate_limit",
 )
 
 

@@ -33,6 +33,11 @@ def orders_command() -> list[str]:
         (["--freeze-seconds", "1.5", "--lease", "2"], "outlast the lease"),
         (["--freeze-in-tx-rate", "1.5"], "freeze-in-tx-rate"),
         (["--metrics-port", "9400", "--metrics-host", "no such host"], "is not an address"),
+        (["--pause", "billing"], "unknown step"),
+        (["--pause-seconds", "8", "--pause-every", "8"], "end before the next"),
+        (["--limit-step", "billing"], "unknown step"),
+        (["--limit", "0/s"], "rate limit"),
+        (["--limit", "abc"], "rate limit"),
     ],
 )
 def test_bad_chaos_options_exit_nonzero_with_a_clear_message(

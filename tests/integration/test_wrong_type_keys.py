@@ -29,7 +29,9 @@ from reliable_queue import QueueError, explain, find_job, stats
 KEY_TYPES = {"ready": "list", "delayed": "zset", "active": "zset", "jobs": "hash",
              "attempts": "hash", "leases": "hash", "dead": "zset", "info": "hash",
              "done": "zset", "stats": "hash", "seq": "string", "wake": "list",
-             "paused": "hash", "limit": "hash", "idem": "string"}  # fmt: skip
+             "paused": "hash", "limit": "hash", "waiting": "zset", "flow": "hash",
+             "tags": "hash", "running": "zset", "keycap": "string",
+             "idem": "string"}  # fmt: skip
 KINDS = sorted(KEY_TYPES)
 
 

@@ -11,7 +11,7 @@ The scan below reads the source (``ast``) of every module of both packages and
 fails on:
 
 - building a queue key name: ``<x>.keys.key(...)`` / ``.idempotency_key`` /
-  ``.script_keys`` / ``.base`` / ``.registry``, ``QueueKeys``, ``KEY_ORDER``, an
+  ``.script_keys`` / ``.flow_keys`` / ``.base`` / ``.registry``, ``QueueKeys``, ``KEY_ORDER``, an
   import of ``reliable_queue.keys``, or a text that spells a hash tag (``:{``) or
   an idempotency key (``:idem:``);
 - reaching past a queue to its Redis: ``<queue>.client``, ``<queue>.scripts``,
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCANNED = [REPO / "orders", REPO / "workflows"]
 
 #: attributes of ``QueueKeys`` that build key names
-KEY_BUILDERS = {"key", "idempotency_key", "script_keys", "base", "registry"}
+KEY_BUILDERS = {"key", "idempotency_key", "script_keys", "flow_keys", "base", "registry"}
 #: names that hold or build the queue's key layout
 KEY_LAYOUT_NAMES = {"QueueKeys", "KEY_ORDER"}
 #: attributes of a ``Queue`` that lead to its Redis keys or connection

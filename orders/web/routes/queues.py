@@ -1,5 +1,5 @@
-"""A queue's page: jobs by state, its pause state with the pause / resume actions, and
-"explain" for one job."""
+"""A queue's page: jobs by state, its pause state, rate limit and per-customer cap with
+the pause / resume, limit and cap actions, and "explain" for one job."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ from orders.web.lookup import full_job_id
 from orders.web.params import BadParam, flag, integer, job_id, stored_job_id
 from orders.web.render import page, shown_payload
 from orders.web.state import web_state
-from reliable_queue import Queue, explain, stats
+from reliable_queue import Queue, QueueLimitError, explain, stats
 from reliable_queue.inspection import ids_in
+from reliable_queue.limits import MAX_KEY_CAP
 from reliable_queue.pausing import MAX_REASON_CHARS
+from reliable_queue.rate_limits import parse_spec
 
 #: Who a pause made from the dashboard names (its sessions carry no user name).
 DASHBOARD = "dashboard"
@@ -42,17 +44,20 @@ def known_queue(request: Request) -> Queue:
 
 
 def jobs_by_state(queue: Queue, limit: int, notes: list[str] | None = None) -> dict[str, list[str]]:
-    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first).
+    """Up to ``limit`` job ids per state: oldest first, except ``done`` (newest first);
+    ``ready`` lists the plain ready list, then the jobs with a priority or a customer
+    key in the order they are served (ADR 0033).
 
     A structure whose key holds another type shows no ids; its note goes to ``notes``.
     """
     out: dict[str, list[str]] = {}
-    for kind in STATES:
+    for kind in (*STATES, "waiting"):
         start, stop = (-limit, -1) if kind == "done" else (0, limit - 1)
         ids, problem = ids_in(queue, kind, start, stop)
         out[kind] = list(reversed(ids)) if kind == "done" else ids
         if problem and notes is not None:
             notes.append(problem)
+    out["ready"] = (out["ready"] + out.pop("waiting"))[:limit]
     return out
 
 
@@ -116,6 +121,56 @@ async def resume_queue(request: Request) -> Response:
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 
+async def limit_queue(request: Request) -> Response:
+    """POST /queues/{queue}/limit (form: ``limit`` as ``N/s``, ``N/m``, ``N/h`` or ``N/Ks``,
+    or ``clear``; the CSRF token) : set, change or clear the queue's rate limit (ADR 0032),
+    then back to its page (303). Token-protected like every action.
+
+    Raises:
+        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        BadParam(400): a limit that does not parse (``0/s``, ``abc``), or neither a limit
+            nor ``clear``.
+    """
+    queue = known_queue(request)
+    form = await request.form()
+    web_state(request).guard.check_action(request, form)
+    if form.get("clear"):
+        await run_in_threadpool(queue.clear_limit)
+        return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+    spec = str(form.get("limit") or "").strip()
+    if not spec:
+        raise BadParam("give a limit (N/s, N/m, N/h or N/Ks) or clear it")
+    try:
+        rate = parse_spec(spec[:40])
+    except QueueLimitError as exc:
+        raise BadParam(str(exc)) from None
+    await run_in_threadpool(queue.set_limit, rate.n, rate.per_ms / 1000.0)
+    return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+
+
+async def cap_queue(request: Request) -> Response:
+    """POST /queues/{queue}/cap (form: ``cap``, a whole number 1..100000, or ``clear``;
+    the CSRF token) : set, change or clear the per-customer cap (ADR 0033), then back to
+    its page (303). Token-protected like every action.
+
+    Raises:
+        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        BadParam(400): a cap that is not a whole number in range, or neither a cap nor
+            ``clear``.
+    """
+    queue = known_queue(request)
+    form = await request.form()
+    web_state(request).guard.check_action(request, form)
+    if form.get("clear"):
+        await run_in_threadpool(queue.clear_key_cap)
+        return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+    raw = str(form.get("cap") or "").strip()
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw[:7]) <= MAX_KEY_CAP):
+        raise BadParam(f"a cap is a whole number 1..{MAX_KEY_CAP}, not {raw[:40]!r}")
+    await run_in_threadpool(queue.set_key_cap, int(raw))
+    return RedirectResponse(f"/queues/{queue.name}", status_code=303)
+
+
 def job_path(queue: str, job: str) -> str:
     """The explain page of ``job`` in ``queue`` (the id percent-encoded).
 
@@ -170,6 +225,8 @@ routes = [
     Route("/queues/{queue}", queue_page, methods=["GET"]),
     Route("/queues/{queue}/pause", pause_queue, methods=["POST"]),
     Route("/queues/{queue}/resume", resume_queue, methods=["POST"]),
+    Route("/queues/{queue}/limit", limit_queue, methods=["POST"]),
+    Route("/queues/{queue}/cap", cap_queue, methods=["POST"]),
     Route("/queues/{queue}/jobs", explain_lookup, methods=["GET"]),
     Route("/queues/{queue}/jobs/{job_id:job_id}", explain_page, methods=["GET"]),
 ]

@@ -23,6 +23,7 @@ from .errors import (
     ReplicationTimeoutError,
     ScriptUnavailableError,
     StaleLeaseError,
+    Throttled,
     UnknownTaskError,
 )
 from .inspection import JobExplanation, QueueStats, explain, oldest_waiting_seconds, stats
@@ -84,6 +85,7 @@ __all__ = [
     "TaskDefinition",
     "TaskRegistry",
     "TraceContext",
+    "Throttled",
     "UnknownTaskError",
     "Worker",
     "WorkerHooks",

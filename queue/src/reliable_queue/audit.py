@@ -12,9 +12,13 @@ steps (one read-only script per step, at most ``step`` entries each) and finds:
 - members without a record: reported; the queue drops them by itself when they
   come up (fetch counts them as ``orphaned``, redrive and retention remove them).
 
-- flow-control keys that hold another type than theirs (the ``paused`` hash, ADR 0031)
-  or a pause without a readable ``since``: reported in ``problems``, never repaired
-  (``Queue.resume`` removes a paused key of any type: the operator's decision).
+- flow-control keys that hold another type than theirs (the ``paused`` hash, ADR 0031;
+  the ``limit`` hash, ADR 0032; the ``keycap`` string, ADR 0033), or whose values do
+  not read: reported in ``problems``, never repaired (``Queue.resume``,
+  ``clear_limit`` and ``clear_key_cap`` remove such a key: the operator's decision).
+- stale entries of the structures of priorities and fairness keys (a flow value
+  without a record, a leaked running slot, a tag no waiting job carries; ADR 0033,
+  ``reliable_queue.audit_flow``): with ``repair`` they are dropped.
 
 Because jobs move while the audit walks, a record seen in no sorted set is only a
 candidate; a final script re-checks each candidate atomically (including an LPOS
@@ -28,11 +32,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import codec
+from .audit_flow import Budget, FlowFindings, scan, walk
+from .audit_flow import repair as repair_flow
 from .cluster import UNAVAILABLE
 from .errors import QueueConnectionError
 from .key_types import KEY_TYPES
 from .limits import SCRIPT_BATCH
 from .pausing import parse_state
+from .priorities import parse_key_cap
 from .rate_limits import parse_state as parse_limit_state
 from .replies import text as _text
 
@@ -45,7 +52,7 @@ LISTED = 100
 CONFIRM_BATCH = 50
 #: Fields of the stats hash holding the last completed audit's findings (gauges).
 AUDIT_FIELDS = ("audit:orphans", "audit:doubles", "audit:no_record")
-_KINDS = ("jobs", "ready", "delayed", "active", "dead", "done")
+_KINDS = ("jobs", "ready", "delayed", "active", "dead", "done", "waiting")
 
 
 @dataclass
@@ -60,6 +67,8 @@ class AuditReport:
             (``{"orphans": [...], "doubles": [...], "no_record": [...]}``).
         problems: one line per flow-control key found unsound (a paused key of
             another type, a pause without a readable ``since``); never repaired.
+        stale: stale entries of the flow structures found (exact; ADR 0033).
+        stale_repaired: of those, dropped (or completed) by the repair.
         steps: script calls made.
         complete: False when ``max_steps`` ended the walk early (counts are then
             lower bounds, orphans are not looked for, and nothing is stored as the
@@ -72,16 +81,18 @@ class AuditReport:
     no_record: int = 0
     repaired: int = 0
     examples: dict[str, list[str]] = field(
-        default_factory=lambda: {"orphans": [], "doubles": [], "no_record": []}
+        default_factory=lambda: {"orphans": [], "doubles": [], "no_record": [], "stale": []}
     )
     steps: int = 0
     complete: bool = True
     problems: list[str] = field(default_factory=list)
+    stale: int = 0
+    stale_repaired: int = 0
 
     @property
     def clean(self) -> bool:
         """True when nothing was found."""
-        return not (self.orphans or self.doubles or self.no_record or self.problems)
+        return not (self.orphans or self.doubles or self.no_record or self.problems or self.stale)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -95,6 +106,8 @@ class AuditReport:
             "steps": self.steps,
             "complete": self.complete,
             "problems": list(self.problems),
+            "stale": self.stale,
+            "stale_repaired": self.stale_repaired,
         }
 
 
@@ -146,16 +159,10 @@ def audit(
     doubles: set[bytes | str] = set()
     no_record: set[bytes | str] = set()
     report.problems = flow_problems(queue)
-    keys = queue.keys.script_keys()
+    keys = queue.keys.flow_keys()
+    budget = Budget(max_steps)
     for kind in _KINDS:
-        cursor = "0"
-        while True:
-            if max_steps is not None and report.steps >= max_steps:
-                report.complete = False
-                break
-            reply = queue.scripts.run("audit_scan", keys, [kind, cursor, step])
-            report.steps += 1
-            cursor = _text(reply[0])
+        for reply in walk(queue, keys, kind, step, budget):
             first, at = _ids(reply, 1)
             found_doubles, at = _ids(reply, at)
             missing, _ = _ids(reply, at)
@@ -165,8 +172,11 @@ def audit(
                 ready.update(first)
             doubles.update(found_doubles)
             no_record.update(missing)
-            if cursor == "0":
-                break
+    stale = FlowFindings()
+    if not budget.out:
+        stale = scan(queue, keys, step, budget)
+    report.steps = budget.spent
+    report.complete = not budget.out
     # records in no sorted set and not seen in ready: re-check each atomically
     # (a walk cut short has not seen all of ready: its candidates are not re-checked)
     suspects = [c for c in dict.fromkeys(candidates) if c not in ready] if report.complete else []
@@ -184,6 +194,10 @@ def audit(
         args = [1 if repair else 0, queue.settings.wake_tokens, info, *part]
         orphans.extend(queue.scripts.run("audit_confirm", keys, args))
         report.steps += 1
+    report.stale = stale.count if report.complete else 0
+    if repair and report.stale:
+        report.stale_repaired, steps = repair_flow(queue, keys, stale)
+        report.steps += steps
     report.orphans = len(orphans)
     report.repaired = len(orphans) if repair else 0
     report.doubles = len(doubles)
@@ -192,6 +206,7 @@ def audit(
         "orphans": [_show(x) for x in orphans[:LISTED]],
         "doubles": sorted(_show(x) for x in doubles)[:LISTED],
         "no_record": sorted(_show(x) for x in no_record)[:LISTED],
+        "stale": stale.shown()[:LISTED] if report.complete else [],
     }
     if record and report.complete:
         left = report.orphans - report.repaired
@@ -207,22 +222,48 @@ def flow_problems(queue: Queue) -> list[str]:
     """What is unsound in the flow-control keys of ``queue``: one line each, [] when none.
 
     The ``paused`` key must be absent or a hash with an integer ``since`` (what
-    ``Queue.pause`` writes). One round trip.
+    ``Queue.pause`` writes); the ``limit`` key absent or a hash of four integers; the
+    ``keycap`` key absent or a string holding an integer >= 1; the structures of
+    priorities and fairness keys (``waiting``, ``flow``, ``tags``, ``running``) absent
+    or of their types. One round trip.
 
     Raises:
         QueueConnectionError: Redis unreachable.
     """
-    key, lkey = queue.keys.paused, queue.keys.limit
+    key, lkey, ckey = queue.keys.paused, queue.keys.limit, queue.keys.key("keycap")
+    others = ("waiting", "flow", "tags", "running")
     try:
         pipe = queue.client.pipeline(transaction=True)
         pipe.type(key)
         pipe.hget(key, "since")
         pipe.type(lkey)
         pipe.hgetall(lkey)
-        kind, since, lkind, limit = pipe.execute(raise_on_error=False)
+        pipe.type(ckey)
+        pipe.get(ckey)
+        for kind in others:
+            pipe.type(queue.keys.key(kind))
+        kind, since, lkind, limit, ckind, cap, *types = pipe.execute(raise_on_error=False)
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
-    return _paused_problems(key, _text(kind), since) + _limit_problems(lkey, _text(lkind), limit)
+    found = _paused_problems(key, _text(kind), since) + _limit_problems(lkey, _text(lkind), limit)
+    if _text(ckind) not in ("none", "string"):
+        found.append(
+            f"key {ckey} holds a {_text(ckind)}, expected a string: fetch refuses to lease"
+            " until it is removed (`orders queue cap STEP --clear` removes it)"
+        )
+    elif _text(ckind) == "string" and parse_key_cap(cap) is None:
+        found.append(
+            f"key {ckey}: the per-key cap is not an integer >= 1: fetch refuses to lease"
+            " until it is set again or cleared"
+        )
+    for name, found_type in zip(others, types, strict=True):
+        want = KEY_TYPES[name]
+        if _text(found_type) not in ("none", want):
+            found.append(
+                f"key {queue.keys.key(name)} holds a {_text(found_type)}, expected a {want}:"
+                " the scripts that move a job refuse until it is removed"
+            )
+    return found
 
 
 def _paused_problems(key: str, kind: str, since: Any) -> list[str]:

@@ -314,7 +314,7 @@ class DeadLetters:
             chunk = [m for _, m in runnable[i : i + step]]
             started = time.monotonic()
             reply = self.queue.scripts.run(
-                "redrive", self.queue.keys.script_keys(), [self.queue.settings.wake_tokens, *chunk]
+                "redrive", self.queue.keys.flow_keys(), [self.queue.settings.wake_tokens, *chunk]
             )
             texts = [id_text(x) for x in reply]
             cut = texts.index("|")
@@ -350,9 +350,7 @@ class DeadLetters:
         removed = 0
         for i in range(0, len(members), _PAGE):
             removed += int(
-                self.queue.scripts.run(
-                    "purge", self.queue.keys.script_keys(), members[i : i + _PAGE]
-                )
+                self.queue.scripts.run("purge", self.queue.keys.flow_keys(), members[i : i + _PAGE])
             )
         return removed
 

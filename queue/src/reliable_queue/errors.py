@@ -6,6 +6,8 @@ with ``raise ... from`` so callers never need to import redis to handle them.
 
 from __future__ import annotations
 
+import math
+
 
 class QueueError(Exception):
     """Root of every error this package raises."""
@@ -209,6 +211,47 @@ class PermanentError(Exception):
     The job goes to the dead-letter queue at once with reason ``error``.
     Deliberately not a :class:`QueueError`: handlers raise it, the queue does not.
     """
+
+
+#: Longest a throttle may hold a job back, seconds: ten years (limits.MAX_DELAY_SECONDS;
+#: limits imports this module, so the figure is repeated here and a test holds them equal).
+MAX_THROTTLE_DELAY_SECONDS = 10 * 366 * 86400.0
+
+
+class Throttled(Exception):  # noqa: N818 - named for what the handler says, like PermanentError
+    """Raise from a handler when a downstream throttles it (an HTTP 429, a provider's
+    quota): the job waits ``delay_seconds`` and then goes first in its band, and the
+    attempt is not charged (ADR 0034).
+
+    At most ``QueueSettings.max_throttles`` throttles per attempt are free; the next
+    one is an ordinary failure of the attempt (retried with backoff, or dead-lettered
+    at max attempts), which also starts the count again. Deliberately not a
+    :class:`QueueError`: handlers raise it, the queue does not.
+
+    Args:
+        delay_seconds: how long to hold the job back, seconds (a finite number in
+            ``0..MAX_DELAY_SECONDS``; a downstream's ``Retry-After``).
+        message: what the downstream said (kept as the job's last failure).
+
+    Raises:
+        QueueLimitError: ``delay_seconds`` is not such a number.
+    """
+
+    def __init__(self, delay_seconds: float, message: str = "") -> None:
+        seconds = delay_seconds
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= MAX_THROTTLE_DELAY_SECONDS
+        ):
+            raise QueueLimitError(
+                f"a throttle's delay is 0..{MAX_THROTTLE_DELAY_SECONDS:g} seconds,"
+                f" not {delay_seconds!r}"
+            )
+        self.delay_seconds = float(seconds)
+        super().__init__(message or f"throttled by a downstream for {self.delay_seconds:g} s")
+        self.message = str(self.args[0])
 
 
 class IsolatedPermanentError(IsolatedError, PermanentError):

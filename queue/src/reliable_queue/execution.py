@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .attempts import ALWAYS, Guard
 from .codec import RecordDecodeError, decode_fields
-from .errors import AttemptLost, IsolatedError, PermanentError, UnknownTaskError
+from .errors import AttemptLost, IsolatedError, PermanentError, Throttled, UnknownTaskError
 from .job import JobContext, Lease, RawJob, frozen_fast_init, make_context, slots_factory
 from .middleware import call_batch
 from .policy import should_retry
@@ -60,7 +60,20 @@ class Dead:
     traceback: str
 
 
-Outcome = Succeeded | Retry | Dead
+@frozen_fast_init
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """The handler raised :class:`~reliable_queue.errors.Throttled`: hold the job back
+    ``delay`` s, then first in its band, uncharged; past the attempt's throttle budget
+    it is ``fallback`` instead, the ordinary failure's outcome (ADR 0034)."""
+
+    lease: Lease
+    delay: float
+    error: str
+    fallback: Retry | Dead
+
+
+Outcome = Succeeded | Retry | Dead | Throttle
 _succeeded = slots_factory(Succeeded)  # per job: made fast
 
 
@@ -149,6 +162,12 @@ def outcome_of(
         trace = error.traceback_text or trace
     if isinstance(error, PermanentError):
         return Dead(lease, "error", _describe(error), trace)
+    if isinstance(error, Throttled):  # uncharged within its budget, else as below
+        fallback: Retry | Dead = Dead(lease, "retries_exhausted", _describe(error), trace)
+        if should_retry(item.job.attempt, item.max_attempts):
+            delay = item.definition.retry.backoff(item.job.attempt, rng)
+            fallback = Retry(lease, delay, _describe(error), trace)
+        return Throttle(lease, error.delay_seconds, _describe(error), fallback)
     if isinstance(error, AttemptLost):  # not this attempt's to decide: never dead-lettered
         return Retry(
             lease, item.definition.retry.backoff(item.job.attempt, rng), _describe(error), trace

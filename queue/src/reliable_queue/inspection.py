@@ -15,6 +15,7 @@ from .errors import QueueConnectionError, QueueDataError
 from .key_types import KEY_TYPES, checked
 from .pausing import PauseState, parse_state
 from .places import key_is_trusted
+from .priorities import DEFAULT_PRIORITY, parse_flow_value, parse_key_cap
 from .rate_limits import RateLimit
 from .rate_limits import parse_state as parse_limit_state
 from .raw_ids import id_member, id_text
@@ -36,6 +37,7 @@ COUNTERS = (
     "replayed",
     "purged",
     "rate_limited",
+    "throttled",
     "dlq_dropped",
     "orphaned",
     "orphans_repaired",
@@ -50,7 +52,9 @@ class QueueStats:
     Attributes:
         queue: queue name.
         ready / delayed / active / dead / done: jobs in each structure now
-            (``done`` = finished records still inside the retention window).
+            (``done`` = finished records still inside the retention window; ``ready``
+            counts both waiting structures: the plain list and the jobs with a
+            priority or a fairness key, ADR 0033).
         counters: every counter in :data:`COUNTERS` (0 when never bumped), plus
             ``dead:<reason>`` entries.
         audit: findings of the last complete audit (gauges, see
@@ -66,6 +70,9 @@ class QueueStats:
             is not paused (or its key holds another type: then ``corrupt`` says so).
         rate_limit: the queue's rate limit (ADR 0032); None when it has none (or its
             key holds another type: then ``corrupt`` says so).
+        key_cap: the per-key cap (ADR 0033); None when none is set (or it does not read).
+        prioritized: of ``ready``, the jobs with a priority or a fairness key (the
+            waiting sorted set).
     """
 
     queue: str
@@ -80,6 +87,8 @@ class QueueStats:
     corrupt: dict[str, str] = field(default_factory=dict)
     paused: PauseState | None = None
     rate_limit: RateLimit | None = None
+    key_cap: int | None = None
+    prioritized: int = 0
 
     @property
     def orphans(self) -> int:
@@ -101,6 +110,8 @@ class QueueStats:
             "corrupt": dict(self.corrupt),
             "paused": self.paused.as_dict() if self.paused else None,
             "rate_limit": self.rate_limit.as_dict() if self.rate_limit else None,
+            "key_cap": self.key_cap,
+            "prioritized": self.prioritized,
         }
 
 
@@ -116,7 +127,21 @@ def stats(queue: Queue) -> QueueStats:
         QueueConnectionError: Redis unreachable.
     """
     k = queue.keys
-    kinds = ("ready", "delayed", "active", "dead", "done", "stats", "paused", "limit")
+    kinds = (
+        "ready",
+        "delayed",
+        "active",
+        "dead",
+        "done",
+        "stats",
+        "paused",
+        "limit",
+        "waiting",
+        "keycap",
+        "flow",
+        "tags",
+        "running",
+    )
 
     def fill(pipe: redis.client.Pipeline) -> None:
         pipe.llen(k.key("ready"))
@@ -125,6 +150,11 @@ def stats(queue: Queue) -> QueueStats:
         pipe.hgetall(k.key("stats"))
         pipe.hgetall(k.paused)
         pipe.hgetall(k.limit)
+        pipe.zcard(k.key("waiting"))
+        pipe.get(k.key("keycap"))
+        pipe.hlen(k.key("flow"))  # (read for its type only)
+        pipe.hlen(k.key("tags"))
+        pipe.zcard(k.key("running"))
 
     try:
         replies = snapshot(queue.client, k.key("ready"), fill, raise_on_error=False)
@@ -145,6 +175,8 @@ def stats(queue: Queue) -> QueueStats:
             name, value = a.decode("utf-8") if isinstance(a, bytes) else str(a), int(b)
         except ValueError:  # a foreign or hand-edited field (not UTF-8, not a number)
             continue
+        if name.startswith("flow:"):
+            continue  # flow-control state (ADR 0033), not a counter
         if name.startswith("audit:"):
             audit[name[6:]] = value
         elif name.startswith("clock:"):
@@ -152,8 +184,12 @@ def stats(queue: Queue) -> QueueStats:
         else:
             counters[name] = value
     depth = {kind: int(values[kind] or 0) for kind in kinds[:5]}
+    prioritized = int(values["waiting"] or 0)
+    depth["ready"] += prioritized
     return QueueStats(
         queue.name,
+        key_cap=parse_key_cap(values["keycap"]),
+        prioritized=prioritized,
         counters=counters,
         audit=audit,
         clock=times,
@@ -232,6 +268,9 @@ class JobExplanation:
         lease_owner / lease_token / lease_deadline: for an active job (deadline in
             epoch seconds on the queue clock, like every time here).
         next_run_at: for a delayed job (a retry backoff or a scheduled job), epoch s.
+        priority: 0..9, lower runs sooner (ADR 0033); the default (5) for a job
+            enqueued without one.
+        fairness_key: the key it was enqueued with, or None.
         dead_at / dead_reason: for a dead-lettered job.
         finished_at: for a done job.
         last_failure: the stored failure blob (reason, error, traceback, at), or None
@@ -271,6 +310,8 @@ class JobExplanation:
     queue_time: float | None = None
     clock_offset: float = 0.0
     id_unreadable: bool = False
+    priority: int = DEFAULT_PRIORITY
+    fairness_key: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -294,8 +335,8 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
     """
     k = queue.keys
     member = id_member(job_id)
-    hashes = ("jobs", "attempts", "leases", "info")
-    sets = ("active", "delayed", "dead", "done")
+    hashes = ("jobs", "attempts", "leases", "info", "flow")
+    sets = ("active", "delayed", "dead", "done", "waiting")
 
     def fill(pipe: redis.client.Pipeline) -> None:
         for kind in hashes:
@@ -315,8 +356,8 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         read[kind], problem = checked(queue.client, reply, k.key(kind), KEY_TYPES[kind])
         if problem:
             malformed[kind] = problem
-    rec, att, lease, info = (read[kind] for kind in hashes)
-    active, delayed, dead, done = (read[kind] for kind in sets)
+    rec, att, lease, info, flow = (read[kind] for kind in hashes)
+    active, delayed, dead, done, waiting = (read[kind] for kind in sets)
     if rec is None and dead is None and active is None and not malformed:
         return None
     state = (
@@ -332,8 +373,9 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         if rec is not None
         else "unknown"
     )
-    if state == "ready":
+    if state == "ready" and waiting is None:
         state = _ready_or_unknown(queue, member, malformed)
+    priority, fairness_key = parse_flow_value(flow) or (DEFAULT_PRIORITY, None)
     task = payload = max_attempts = key = enqueued = error = None
     if rec is not None:
         try:
@@ -384,6 +426,8 @@ def explain(queue: Queue, job_id: str) -> JobExplanation | None:
         queue_time=queue_ms / 1000.0,
         clock_offset=offset_ms / 1000.0,
         id_unreadable=isinstance(member, bytes),
+        priority=priority,
+        fairness_key=fairness_key,
     )
 
 
@@ -408,7 +452,9 @@ def ids_in(queue: Queue, kind: str, start: int = 0, stop: int = -1) -> tuple[lis
 
     Args:
         queue: the queue.
-        kind: ``ready``, ``delayed``, ``active``, ``dead`` or ``done``.
+        kind: ``ready``, ``delayed``, ``active``, ``dead`` or ``done``; or ``waiting``
+            (the waiting jobs with a priority or a fairness key, next served first,
+            ADR 0033: with the ready list, what ``stats`` counts as ready).
         start / stop: ranks as Redis takes them (``LRANGE`` / ``ZRANGE``, inclusive,
             negative from the end).
 
@@ -418,10 +464,10 @@ def ids_in(queue: Queue, kind: str, start: int = 0, stop: int = -1) -> tuple[lis
 
     Raises:
         QueueConnectionError: Redis unreachable.
-        ValueError: ``kind`` is not one of the five structures.
+        ValueError: ``kind`` is not one of those structures.
     """
-    if kind not in ("ready", "delayed", "active", "dead", "done"):
-        raise ValueError(f"no structure {kind!r}; ready, delayed, active, dead or done")
+    if kind not in ("ready", "delayed", "active", "dead", "done", "waiting"):
+        raise ValueError(f"no structure {kind!r}; ready, delayed, active, dead, done or waiting")
     key = queue.keys.key(kind)
     try:
         if kind == "ready":

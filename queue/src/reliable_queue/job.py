@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .attempts import ALWAYS, Guard
+from .limits import DEFAULT_PRIORITY
 from .trace_context import TraceContext
 
 _T = TypeVar("_T")
@@ -77,6 +78,11 @@ class EnqueueRequest:
         delay: seconds from now (Redis server clock) before the job may run.
         run_at: absolute epoch seconds before which the job may not run (wins over delay).
         max_attempts: total runs allowed; None takes the task policy or queue default.
+        priority: 0..9, lower runs sooner (``DEFAULT_PRIORITY``, 5, when not given; ADR
+            0033); a job keeps it on every route back to waiting.
+        fairness_key: within one priority, jobs of different keys are served in turn,
+            so one key's backlog cannot hold the others back (text, 1..128 bytes of
+            UTF-8, no NUL; None: the jobs without a key share one lane; ADR 0033).
         trace_context: the context the job is created in (its order's, say): a queue
             with a tracer records a producer span as its child and stores that span's
             context in the record; without one this context is stored as it is. None:
@@ -89,6 +95,8 @@ class EnqueueRequest:
     delay: float = 0.0
     run_at: float | None = None
     max_attempts: int | None = None
+    priority: int = DEFAULT_PRIORITY
+    fairness_key: str | None = None
     trace_context: TraceContext | None = None
 
 
@@ -262,6 +270,9 @@ class FetchResult:
         rate_limited: True if nothing was leased because jobs wait but the queue's rate
             limit allows none now; ``wait_seconds`` is then at most the seconds until its
             window reopens (ADR 0032).
+        capped: True if nothing was leased because every waiting job the fetch looked at
+            belongs to a fairness key at its cap (ADR 0033); a settlement that frees a
+            slot wakes the queue's idle workers.
     """
 
     jobs: list[RawJob]
@@ -271,6 +282,7 @@ class FetchResult:
     suspect_waiting: bool = False
     paused: bool = False
     rate_limited: bool = False
+    capped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,11 @@ KEY_TYPES = {
     "wake": "list",
     "paused": "hash",
     "limit": "hash",
+    "waiting": "zset",
+    "flow": "hash",
+    "tags": "hash",
+    "running": "zset",
+    "keycap": "string",
     "idem": "string",
 }
 

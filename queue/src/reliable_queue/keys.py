@@ -26,8 +26,15 @@ KEY_ORDER = (
 )
 
 #: Keys of flow control, outside :data:`KEY_ORDER`: absent while the control is not
-#: in use, and passed only to the scripts that read or set them (after KEYS[1..12]).
+#: in use; passed as KEYS[13..19] after KEYS[1..12] to every script that moves a job
+#: (all but ``extend`` and ``raise_fencing_floor``; ``ack``, the drain's, takes only the
+#: first two: every key passed costs a call about 700 redis-server instructions).
 FLOW_KEYS = (
+    "running",  # ZSET "<fairness key> NUL <job id>" (score 0) leased under a key cap (ADR 0033)
+    "flow",  # HASH job id -> "[f]<priority>|<fairness key>", only for such jobs (ADR 0033)
+    "waiting",  # ZSET job id -> band * 2^48 + tag: prioritized / keyed jobs waiting (ADR 0033)
+    "tags",  # HASH fair-queueing tags: v<band>, <band><key>, r, n, s (ADR 0033)
+    "keycap",  # STRING K: at most K leased jobs per fairness key (ADR 0033)
     "paused",  # HASH {since (ms, queue clock), by, reason} while the queue is paused (ADR 0031)
     "limit",  # HASH {n, per (ms), start (queue ms), used} while a rate limit is set (ADR 0032)
 )
@@ -88,6 +95,11 @@ class QueueKeys:
     def limit(self) -> str:
         """The HASH that exists while the queue has a rate limit (``n`` jobs per ``per`` ms)."""
         return self.key("limit")
+
+    def flow_keys(self) -> list[str]:
+        """KEYS[1..19]: :meth:`script_keys` then :data:`FLOW_KEYS`, as the scripts that move
+        a job expect."""
+        return [*self.script_keys(), *(self.key(kind) for kind in FLOW_KEYS)]
 
     def idempotency_key(self, key: str) -> str:
         """The STRING key that maps an idempotency key to the first job id."""

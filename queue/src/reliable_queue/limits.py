@@ -85,6 +85,19 @@ PRESENCE_TRIM = 100
 
 #: Most workers one reading of the presence keys returns (``presence.workers``).
 MAX_WORKERS_SHOWN = 1_000
+#: Most throttles one attempt may be allowed (``QueueSettings.max_throttles``; the
+#: throttle script carries the same bound).
+MAX_THROTTLES = 10_000
+
+#: Job priorities: ``MIN_PRIORITY`` (served first) .. ``MAX_PRIORITY``; a job without one
+#: has ``DEFAULT_PRIORITY`` (ADR 0033; the scripts' ``DEFAULT_BAND``).
+MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9
+
+#: Longest fairness key, in bytes of UTF-8 (ADR 0033).
+MAX_FAIRNESS_KEY_BYTES = 128
+
+#: Largest per-key cap (``Queue.set_key_cap``; the scripts read at most 9 digits).
+MAX_KEY_CAP = 100_000
 
 
 def number(name: str, value: Any, *, low: float, high: float, low_open: bool = False) -> float:

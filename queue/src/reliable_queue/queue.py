@@ -27,10 +27,12 @@ from .job import AckResult, EnqueueRequest, FetchResult, Lease, make_raw_job
 from .key_types import KEY_TYPES, checked, note, wrong_type
 from .keys import QueueKeys
 from .limits import (
+    DEFAULT_PRIORITY,
     MAX_ATTEMPTS,
     MAX_DELAY_SECONDS,
     MAX_FENCING_FLOOR,
     MAX_FETCH,
+    MAX_KEY_CAP,
     MAX_LEASE_SECONDS,
     MAX_RUN_AT,
     SCRIPT_BATCH,
@@ -38,6 +40,7 @@ from .limits import (
 )
 from .pausing import MAX_BY_CHARS, MAX_REASON_CHARS, PauseState, bounded_text, parse_state
 from .places import PENDING_PLACES, PLACES, key_is_trusted
+from .priorities import check_fairness_key, check_priority, flow_value, parse_key_cap
 from .rate_limits import RateLimit, make_limit
 from .rate_limits import parse_state as parse_limit_state
 from .raw_ids import id_member, id_text
@@ -126,8 +129,9 @@ class Queue:
             min_replicas=self.settings.min_replicas,
             replica_timeout_ms=max(_ms(self.settings.replica_timeout_seconds), 1),
         )
-        self._keys = self.keys.script_keys()
-        self._fetch_keys = [*self._keys, self.keys.paused, self.keys.limit]
+        self._keys = self.keys.script_keys()  # extend and raise_fencing_floor
+        self._flow_keys = self.keys.flow_keys()  # every script that moves a job
+        self._ack_keys = self._flow_keys[:14]  # ack: running and flow (a key costs a call)
         self._registered = False
 
     # ------------------------------------------------------------------ enqueue
@@ -140,15 +144,27 @@ class Queue:
         delay: float = 0.0,
         run_at: float | None = None,
         max_attempts: int | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        fairness_key: str | None = None,
         trace_context: TraceContext | None = None,
     ) -> str:
-        """Enqueue one job; see :meth:`enqueue_many` for arguments and errors.
+        """Enqueue one job; see :meth:`enqueue_many` for arguments and errors, and
+        :class:`~reliable_queue.job.EnqueueRequest` for ``priority`` (0..9, lower runs
+        sooner, default 5) and ``fairness_key`` (ADR 0033).
 
         Returns:
             The new job's id, or the first job's id for a duplicate idempotency key.
         """
         request = EnqueueRequest(
-            task, payload, idempotency_key, delay, run_at, max_attempts, trace_context
+            task,
+            payload,
+            idempotency_key,
+            delay,
+            run_at,
+            max_attempts,
+            priority,
+            fairness_key,
+            trace_context,
         )
         return self.enqueue_many([request])[0]
 
@@ -186,8 +202,9 @@ class Queue:
             QueueLimitError: a number past its bound (:mod:`reliable_queue.limits`):
                 ``delay`` outside ``0..MAX_DELAY_SECONDS`` (ten years), ``run_at``
                 outside ``0..min(MAX_RUN_AT, now + MAX_DELAY_SECONDS)``, ``max_attempts``
-                outside ``0..MAX_ATTEMPTS``, NaN, infinite or not a number; nothing of
-                the batch is enqueued.
+                outside ``0..MAX_ATTEMPTS``, NaN, infinite or not a number; a
+                ``priority`` that is not an int 0..9; a ``fairness_key`` that is not
+                text of 1..128 UTF-8 bytes without NUL; nothing of the batch is enqueued.
             QueueDataError: an idempotency key (or a queue key) holds a value of the wrong
                 type in Redis; nothing of that script's jobs was enqueued.
             PayloadTooLargeError: a record exceeds ``max_payload_bytes`` (nothing enqueued).
@@ -226,17 +243,22 @@ class Queue:
         ids = iter(spans.ids) if spans is not None else None
         # one script serves SCRIPT_BATCH jobs; a larger batch is several calls, each atomic
         for part in chunks(jobs):
-            keys = list(self._keys)
-            args: list[Any] = [len(part), window, self.settings.wake_tokens]
-            for record, delay_ms, run_at_ms, ikey in part:
+            # the flow keys (and a sixth value per job) only when a job has a flow value
+            flowing = any(job[4] is not None for job in part)
+            keys = list(self._flow_keys if flowing else self._keys)
+            base = len(keys)
+            args: list[Any] = [len(part), window, self.settings.wake_tokens, base - 12]
+            for record, delay_ms, run_at_ms, ikey, flow in part:
                 index = 0
                 if ikey is not None:
                     keys.append(self.keys.idempotency_key(ikey))
-                    index = len(keys) - 12
+                    index = len(keys) - base
                     if replace_stale_keys:
                         index = -index
                 job_id = new_job_id(now) if ids is None else next(ids)
                 args.extend((job_id, record, delay_ms, run_at_ms, index))
+                if flowing:
+                    args.append(flow or b"0")
             reply = self.scripts.run("enqueue", keys, args)
             stored = [_text(x) for x in reply]
             if spans is not None:
@@ -244,8 +266,11 @@ class Queue:
             out.extend(stored)
         return out
 
-    def _encoded(self, req: EnqueueRequest, now: float) -> tuple[bytes, int, int, str | None]:
-        """One request checked and encoded: ``(record, delay ms, run_at ms, idempotency key)``.
+    def _encoded(
+        self, req: EnqueueRequest, now: float
+    ) -> tuple[bytes, int, int, str | None, str | None]:
+        """One request checked and encoded: ``(record, delay ms, run_at ms, idempotency key,
+        flow value or None)``.
 
         Every text is checked to encode as UTF-8 and every number against its bound
         (:mod:`reliable_queue.limits`) here, before anything of the batch is sent.
@@ -253,6 +278,11 @@ class Queue:
         codec.check_text("task name", req.task)
         if req.idempotency_key is not None:
             codec.check_text("idempotency key", req.idempotency_key)
+        flow = None
+        if req.priority != DEFAULT_PRIORITY or req.fairness_key is not None:
+            flow = flow_value(check_priority(req.priority), check_fairness_key(req.fairness_key))
+        elif type(req.priority) is not int:  # 5.0 or True compare equal to 5
+            check_priority(req.priority)
         delay = limits.number("delay", req.delay, low=0, high=MAX_DELAY_SECONDS)
         run_at_ms = 0
         if req.run_at is not None:
@@ -304,7 +334,7 @@ class Queue:
             raise PayloadTooLargeError(
                 f"job record for task {req.task!r} is {len(record)} bytes; limit {limit}"
             )
-        return record, _ms(delay), run_at_ms, req.idempotency_key
+        return record, _ms(delay), run_at_ms, req.idempotency_key, flow
 
     def _register_name(self) -> None:
         if not self._registered:
@@ -345,7 +375,7 @@ class Queue:
         s = self.settings
         return Call(
             "fetch",
-            self._fetch_keys,
+            self._flow_keys,
             (
                 count,
                 _ms(lease_seconds),
@@ -414,7 +444,14 @@ class Queue:
         wait = None if jobs or wait_ms < 0 else wait_ms / 1000.0
         held = int(reply[3])
         return FetchResult(
-            jobs, wait, reaped, more, not jobs and held == 1, held == 2, not jobs and held == 3
+            jobs,
+            wait,
+            reaped,
+            more,
+            not jobs and held == 1,
+            held == 2,
+            not jobs and held == 3,
+            not jobs and held == 4,
         )
 
     def parse_fetches(self, replies: Sequence[Sequence[Any]]) -> FetchResult:
@@ -437,6 +474,7 @@ class Queue:
             not jobs and any(p.suspect_waiting for p in parts),
             not jobs and any(p.paused for p in parts),
             not jobs and any(p.rate_limited for p in parts),
+            not jobs and any(p.capped for p in parts),
         )
 
     def fetch(
@@ -548,7 +586,7 @@ class Queue:
         why = bounded_text("reason", reason, MAX_REASON_CHARS)
         who = bounded_text("by", by, MAX_BY_CHARS)
         self._register_name()
-        _, since = self.scripts.run("pause", self._fetch_keys, ["pause", who, why, 0])
+        _, since = self.scripts.run("pause", self._flow_keys, ["pause", who, why, 0])
         return PauseState(int(since) / 1000.0, who, why)
 
     def resume(self) -> bool:
@@ -563,7 +601,7 @@ class Queue:
             QueueConnectionError: Redis unreachable (the resume may or may not be done).
         """
         args = ["resume", "", "", self.settings.wake_tokens]
-        was, _ = self.scripts.run("pause", self._fetch_keys, args)
+        was, _ = self.scripts.run("pause", self._flow_keys, args)
         return bool(int(was))
 
     def set_limit(self, n: int, per_seconds: float) -> bool:
@@ -589,7 +627,7 @@ class Queue:
         limit = make_limit(n, per_seconds)
         self._register_name()
         args = ["limit", str(limit.n), str(limit.per_ms), 0]
-        was, _ = self.scripts.run("pause", self._fetch_keys, args)
+        was, _ = self.scripts.run("pause", self._flow_keys, args)
         return bool(int(was))
 
     def clear_limit(self) -> bool:
@@ -601,8 +639,65 @@ class Queue:
         Raises:
             QueueConnectionError: Redis unreachable (it may or may not be removed).
         """
-        was, _ = self.scripts.run("pause", self._fetch_keys, ["unlimit", "", "", 0])
+        was, _ = self.scripts.run("pause", self._flow_keys, ["unlimit", "", "", 0])
         return bool(int(was))
+
+    def set_key_cap(self, cap: int) -> bool:
+        """Let at most ``cap`` jobs of one fairness key be leased at once, across every
+        worker (ADR 0033).
+
+        Decided by the fetch script with its pop, from the next fetch: a job whose key
+        holds ``cap`` leases is passed over (it stays waiting, first of its key). The
+        count is the membership of a running set, so a lease that expires and is reaped
+        gives its slot back; jobs leased before a cap was set hold no slot.
+
+        Args:
+            cap: an int in ``1..MAX_KEY_CAP``.
+
+        Returns:
+            True when a cap was set before (it is replaced), False otherwise.
+
+        Raises:
+            QueueLimitError: a bad ``cap`` (nothing sent).
+            QueueDataError: the keycap key holds another type (nothing changed;
+                :meth:`clear_key_cap` removes it).
+            QueueConnectionError: Redis unreachable (the cap may or may not be set).
+        """
+        limits.integer("key cap", cap, low=1, high=MAX_KEY_CAP)
+        self._register_name()
+        was, _ = self.scripts.run("pause", self._flow_keys, ["cap", str(cap), "", 0])
+        return bool(int(was))
+
+    def clear_key_cap(self) -> bool:
+        """Remove the per-key cap (a keycap key of any type); leased jobs keep their slots
+        until they settle.
+
+        Returns:
+            True when there was one, False otherwise.
+
+        Raises:
+            QueueConnectionError: Redis unreachable (it may or may not be removed).
+        """
+        was, _ = self.scripts.run("pause", self._flow_keys, ["uncap", "", "", 0])
+        return bool(int(was))
+
+    def key_cap(self) -> int | None:
+        """The per-key cap; None when none is set (or it does not read as one).
+
+        Raises:
+            QueueDataError: the keycap key holds another type than a string.
+            QueueConnectionError: Redis unreachable.
+        """
+        key = self.keys.key("keycap")
+        try:
+            raw = self.client.get(key)
+        except redis.ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                raise QueueDataError(note(self.client, key, KEY_TYPES["keycap"])) from exc
+            raise
+        except UNAVAILABLE as exc:
+            raise QueueConnectionError(str(exc)) from exc
+        return parse_key_cap(raw)
 
     def rate_limit(self) -> RateLimit | None:
         """The queue's rate limit; None when it has none (or it cannot be read).
@@ -650,7 +745,7 @@ class Queue:
         args: list[Any] = [_ms(self.settings.job_retention_seconds), len(leases)]
         for lease in leases:
             args.extend((lease.job_id, lease.token))
-        return Call("ack", self._keys, args)
+        return Call("ack", self._ack_keys, args)
 
     def ack_calls(self, leases: Sequence[Lease]) -> list[Call]:
         """The script calls that ack ``leases``, ``SCRIPT_BATCH`` per call."""
@@ -689,7 +784,7 @@ class Queue:
         limits.number("delay", delay, low=0, high=MAX_DELAY_SECONDS)
         return Call(
             "nack",
-            self._keys,
+            self._flow_keys,
             (lease.job_id, lease.token, _ms(delay), codec.dumps(info), self.settings.wake_tokens),
         )
 
@@ -713,12 +808,93 @@ class Queue:
         info = self.failure_info(reason, error, traceback)
         return bool(self._run(self.nack_call(lease, delay, info)))
 
+    def throttle_call(
+        self,
+        lease: Lease,
+        delay: float,
+        info: dict[str, Any],
+        fallback_delay: float | None,
+        fallback_info: dict[str, Any],
+    ) -> Call:
+        """The script call that settles a throttled run (ADR 0034).
+
+        Args:
+            lease: the run's lease.
+            delay: seconds to hold the job back, ``0..MAX_DELAY_SECONDS``; then it goes
+                first in its band, its delivery not counted as an attempt.
+            info: the failure info kept for the throttle (a :meth:`failure_info` dict;
+                the script adds this attempt's ``throttles`` count).
+            fallback_delay: past ``settings.max_throttles`` for this attempt, the run is
+                an ordinary failure: retried after this many seconds, or (None)
+                dead-lettered as ``retries_exhausted``.
+            fallback_info: the failure info recorded then.
+
+        Raises:
+            QueueLimitError: a delay outside ``0..MAX_DELAY_SECONDS``.
+        """
+        limits.number("delay", delay, low=0, high=MAX_DELAY_SECONDS)
+        back = -1
+        if fallback_delay is not None:
+            back = _ms(limits.number("delay", fallback_delay, low=0, high=MAX_DELAY_SECONDS))
+        s = self.settings
+        return Call(
+            "throttle",
+            self._flow_keys,
+            (
+                lease.job_id,
+                lease.token,
+                _ms(delay),
+                s.max_throttles,
+                codec.dumps(info),
+                back,
+                codec.dumps(fallback_info),
+                s.wake_tokens,
+                s.dlq_max_size,
+                _ms(s.dlq_max_age_seconds),
+            ),
+        )
+
+    def throttle(
+        self,
+        lease: Lease,
+        delay: float,
+        *,
+        error: str = "",
+        fallback_delay: float | None = 0.0,
+    ) -> str | None:
+        """A leased job's run was throttled by a downstream: hold it back ``delay`` s, then
+        serve it first in its band, with no attempt charged (ADR 0034).
+
+        Args:
+            lease: the run's lease.
+            delay: seconds, ``0..MAX_DELAY_SECONDS``.
+            error: what the downstream said (kept as the job's last failure).
+            fallback_delay: what the run becomes past ``settings.max_throttles`` free
+                throttles in this attempt: a retry after this many seconds, or (None) a
+                dead letter (``retries_exhausted``).
+
+        Returns:
+            ``"throttled"``, ``"retried"`` or ``"dead"`` (past the budget); None when the
+            lease token was stale (refused, counted).
+
+        Raises:
+            QueueLimitError: a delay outside its bound.
+        """
+        info = self.failure_info("throttled", error, "")
+        fallback = self.failure_info(
+            "retry" if fallback_delay is not None else "retries_exhausted",
+            f"throttled more than {self.settings.max_throttles} times in one attempt: {error}",
+            "",
+        )
+        code = int(self._run(self.throttle_call(lease, delay, info, fallback_delay, fallback)))
+        return {1: "throttled", 2: "retried", 3: "dead"}.get(code)
+
     def dead_call(self, lease: Lease, reason: str, info: dict[str, Any]) -> Call:
         """The script call behind :meth:`dead`."""
         s = self.settings
         return Call(
             "dead",
-            self._keys,
+            self._flow_keys,
             (
                 lease.job_id,
                 lease.token,
@@ -796,7 +972,7 @@ class Queue:
             args.extend((lease.job_id, lease.token))
         if info is not None:
             args.append(codec.dumps(info))
-        return Call("release", self._keys, args)
+        return Call("release", self._flow_keys, args)
 
     def release_calls(
         self, leases: Sequence[Lease], info: dict[str, Any] | None = None
@@ -883,7 +1059,7 @@ class Queue:
         args = (s.dlq_max_size, _ms(s.dlq_max_age_seconds), _ms(s.job_retention_seconds))
         dead = done = 0
         for _ in range(max_steps):
-            a, b, step = (int(x) for x in self.scripts.run("maintain", self._keys, args))
+            a, b, step = (int(x) for x in self.scripts.run("maintain", self._flow_keys, args))
             dead, done = dead + a, done + b
             if a < step and b < step:
                 break
@@ -946,7 +1122,7 @@ class Queue:
         if not job_ids:
             return []
         ids = [id_member(job_id) for job_id in job_ids]
-        calls = [Call("locate", self._keys, part) for part in chunks(ids, LOCATE_BATCH)]
+        calls = [Call("locate", self._flow_keys, part) for part in chunks(ids, LOCATE_BATCH)]
         if len(calls) == 1:
             replies = [self._run(calls[0])]
         else:
@@ -1105,7 +1281,7 @@ class Queue:
         replayed: list[str] = []
         skipped: list[str] = []
         for part in chunks(list(job_ids)):
-            reply = self.scripts.run("replay", self._keys, [self.settings.wake_tokens, *part])
+            reply = self.scripts.run("replay", self._flow_keys, [self.settings.wake_tokens, *part])
             a, b = _split(reply)
             replayed.extend(a)
             skipped.extend(b)

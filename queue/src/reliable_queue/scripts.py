@@ -43,7 +43,7 @@ from .errors import (
 
 #: Scripts whose effect must survive a failover when ``min_replicas`` is set: a job
 #: accepted (enqueue), finished (ack), rescheduled (nack), dead-lettered or redriven.
-DURABLE_SCRIPTS = frozenset({"enqueue", "ack", "nack", "dead", "redrive"})
+DURABLE_SCRIPTS = frozenset({"enqueue", "ack", "nack", "throttle", "dead", "redrive"})
 
 #: Sends of one script call that may meet NOSCRIPT (the first is an EVALSHA, re-sends
 #: carry the source) before :class:`ScriptUnavailableError`.

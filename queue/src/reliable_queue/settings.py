@@ -10,6 +10,7 @@ from .limits import (
     MAX_DLQ_SIZE,
     MAX_LEASE_SECONDS,
     MAX_PAYLOAD_BYTES,
+    MAX_THROTTLES,
 )
 
 
@@ -50,6 +51,10 @@ class QueueSettings(BaseModel):
         default_time_limit_seconds: longest one run of a job may take when its task's
             policy sets no ``time_limit``; 0 (default) means no limit. Past it the
             worker fails the attempt as ``timed_out`` (see ``Worker``).
+        max_throttles: how often one attempt of a job may be put off by its handler's
+            :class:`~reliable_queue.errors.Throttled` without being charged (ADR 0034);
+            the next one ends the attempt as an ordinary failure. 0: every throttle is
+            an ordinary failure.
     """
 
     model_config = ConfigDict(frozen=True, allow_inf_nan=False)
@@ -70,3 +75,4 @@ class QueueSettings(BaseModel):
     maintenance_interval_seconds: float = Field(60.0, ge=0, le=MAX_LEASE_SECONDS)
     audit_interval_seconds: float = Field(600.0, ge=0, le=MAX_LEASE_SECONDS)
     default_time_limit_seconds: float = Field(0.0, ge=0, le=MAX_LEASE_SECONDS)
+    max_throttles: int = Field(20, ge=0, le=MAX_THROTTLES)

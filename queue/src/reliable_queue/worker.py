@@ -35,6 +35,7 @@ from .execution import (
     Prepared,
     Retry,
     Succeeded,
+    Throttle,
     outcome_of,
     prepare,
     run_batch,
@@ -67,7 +68,8 @@ class WorkerHooks:
         after_fetch: called with the leased jobs right after a fetch returned.
         before_settle: called with the settlement calls right before they are sent
             (after the handlers' effects, before the acks).
-        on_outcome: called with each job and its outcome (Succeeded / Retry / Dead)
+        on_outcome: called with each job and its outcome (Succeeded / Retry / Dead /
+            Throttle)
             before it is settled, e.g. to record a failure in the application's
             database. An exception here is logged and does not change the outcome.
         on_attempt_lost: called with ``(queue name, lease, reason)`` each time this
@@ -158,6 +160,15 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def throttle_hold(calls: Sequence[Call], bound: float) -> float:
+    """Seconds a lane waits after a batch whose every run was throttled (ADR 0034): the
+    shortest delay its downstream asked for, at most ``bound``; 0 when any run was not
+    throttled (or there was none)."""
+    if not calls or any(call.script != "throttle" for call in calls):
+        return 0.0
+    return min(min(int(call.args[2]) for call in calls) / 1000.0, bound)
 
 
 def default_worker_id() -> str:
@@ -675,9 +686,16 @@ class Worker:
                     continue
                 self._wait_for_work(queue, result.wait_seconds, backoff)
                 continue
-            pending += self._run_batch(queue, result.jobs, run, sent)
-            pending = self._after_batch(queue, pending, ticket, alone=alone)
+            calls = self._run_batch(queue, result.jobs, run, sent)
+            hold = throttle_hold(calls, self.settings.max_block_seconds)
+            pending = self._after_batch(queue, pending + calls, ticket, alone=alone)
             alone = False
+            if hold:
+                # every run of the batch was throttled by its downstream: settle now and
+                # wait what it asked (at most the usual bound) before fetching again
+                pending = self._send_settlements(queue, pending)
+                gate.leave(ticket)
+                self.stopping.wait(hold)
             if run.abandoned.is_set():
                 # a run overstayed its time limit and a fresh lane took over: settle
                 # what finished (once; a refused ack is harmless) and stop
@@ -1167,6 +1185,8 @@ class Worker:
             elif isinstance(outcome, Retry):
                 info = queue.failure_info("retry", outcome.error, outcome.traceback)
                 calls.append(queue.nack_call(outcome.lease, outcome.delay, info))
+            elif isinstance(outcome, Throttle):
+                calls.append(self._throttle_call(queue, outcome))
             else:
                 info = queue.failure_info(outcome.reason, outcome.error, outcome.traceback)
                 calls.append(queue.dead_call(outcome.lease, outcome.reason, info))
@@ -1176,11 +1196,37 @@ class Worker:
             calls[:0] = queue.ack_calls(acks)
         return calls
 
+    @staticmethod
+    def _throttle_call(queue: Queue, outcome: Throttle) -> Call:
+        """The settlement of a throttled run (ADR 0034): its fallback is the ordinary
+        failure's outcome, taken past the attempt's throttle budget."""
+        fallback = outcome.fallback
+        delay = fallback.delay if isinstance(fallback, Retry) else None
+        why = "retry" if delay is not None else fallback.reason  # type: ignore[union-attr]
+        return queue.throttle_call(
+            outcome.lease,
+            outcome.delay,
+            queue.failure_info("throttled", outcome.error, ""),
+            delay,
+            queue.failure_info(why, outcome.error, fallback.traceback),
+        )
+
     def _log_outcome(self, job: RawJob, outcome: Outcome) -> None:
         if isinstance(outcome, Succeeded):
             self.counters.add("succeeded")
             return
         extra = {"job_id": job.job_id, "queue": job.queue, "attempt": job.attempt}
+        if isinstance(outcome, Throttle):
+            self.counters.add("throttled")
+            log.info(
+                "job %s throttled (attempt %d), held back %.2fs: %s",
+                job.job_id,
+                job.attempt,
+                outcome.delay,
+                outcome.error,
+                extra=extra,
+            )
+            return
         if isinstance(outcome, Retry):
             self.counters.add("retried")
             log.info(
@@ -1236,7 +1282,7 @@ class Worker:
                     continue
                 _, refused = _split(reply)
                 stale = len(refused)
-            elif call.script in ("nack", "dead"):
+            elif call.script in ("nack", "dead", "throttle"):
                 stale = 0 if int(reply) else 1
                 refused = [str(call.args[0])] if stale else []
             else:

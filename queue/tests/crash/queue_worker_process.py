@@ -10,9 +10,13 @@ their handlers run in child processes that build this registry with
 :func:`isolated_registry`, the spec passed down in ``QUEUE_WORKER_SPEC``).
 
 Tasks:
-    record {sleep?, fail_times?}: logs the delivery, sleeps, fails its first
-        ``fail_times`` runs, then applies its effect: one row per job id in
-        ``effects`` (an idempotent handler: a redelivery finds the row and adds none).
+    record {sleep?, fail_times?, fail_deliveries?, die_deliveries?, throttle?}: logs the
+        delivery, SIGKILLs its own process while the job has at most
+        ``die_deliveries`` deliveries logged, raises ``Throttled(throttle[1])`` while it
+        has at most ``throttle[0]``, sleeps, fails its first ``fail_times`` runs (by
+        attempt) and while it has at most ``fail_deliveries`` deliveries, then applies
+        its effect: one row per job id in ``effects`` (an idempotent handler: a
+        redelivery finds the row and adds none), and logs its end in ``ends``.
     suicide {}: logs the delivery, then SIGKILLs its own process.
     c_sleep {seconds} (isolatable): logs the delivery, then sleeps in ONE C call that
         holds the GIL (libc ``sleep`` through ``ctypes.PyDLL``), as a catastrophic
@@ -43,6 +47,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     fencing INTEGER NOT NULL, pid INTEGER NOT NULL, at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS effects (job_id TEXT PRIMARY KEY, pid INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ends (job_id TEXT NOT NULL, pid INTEGER NOT NULL, at REAL NOT NULL);
 """
 
 
@@ -60,6 +65,12 @@ def deliveries(path: str | Path) -> list[tuple[str, str, int, int, int, float]]:
         return conn.execute("SELECT * FROM deliveries ORDER BY rowid").fetchall()
 
 
+def ends(path: str | Path) -> list[tuple[str, int, float]]:
+    """Every logged end of a ``record`` run that applied its effect ``(job_id, pid, at)``."""
+    with closing(connect(path)) as conn:
+        return conn.execute("SELECT * FROM ends ORDER BY rowid").fetchall()
+
+
 def effects(path: str | Path) -> list[str]:
     """Job ids whose effect was applied (one row each at most)."""
     with closing(connect(path)) as conn:
@@ -71,7 +82,7 @@ SPEC_ENV = "QUEUE_WORKER_SPEC"
 
 def build_registry(spec: dict):
     """The tasks above, for the worker and for its isolated children."""
-    from reliable_queue import RetryPolicy, TaskRegistry
+    from reliable_queue import RetryPolicy, TaskRegistry, Throttled
 
     db = spec["db"]
     registry = TaskRegistry()
@@ -85,16 +96,30 @@ def build_registry(spec: dict):
                 (ctx.job_id, task, ctx.attempt, ctx.fencing_token, os.getpid(), time.time()),
             )
 
+    def delivered(job_id: str) -> int:
+        with closing(connect(db)) as conn:
+            query = "SELECT count(*) FROM deliveries WHERE job_id = ?"
+            return int(conn.execute(query, (job_id,)).fetchone()[0])
+
     @registry.task("record", retry=retry)
     def record(payload: dict, ctx) -> None:
         log_delivery("record", ctx)
+        seen = delivered(ctx.job_id)  # this delivery included
+        if seen <= payload.get("die_deliveries", 0):
+            os.kill(os.getpid(), signal.SIGKILL)
+        times, delay = payload.get("throttle", (0, 0.0))
+        if seen <= times:
+            raise Throttled(delay, f"throttled on purpose ({seen})")
         time.sleep(payload.get("sleep", 0))
-        if ctx.attempt <= payload.get("fail_times", 0):
+        if ctx.attempt <= payload.get("fail_times", 0) or seen <= payload.get("fail_deliveries", 0):
             raise RuntimeError(f"failing on purpose (attempt {ctx.attempt})")
         with closing(connect(db)) as conn:
             conn.execute(
                 "INSERT INTO effects VALUES (?, ?) ON CONFLICT (job_id) DO NOTHING",
                 (ctx.job_id, os.getpid()),
+            )
+            conn.execute(
+                "INSERT INTO ends VALUES (?, ?, ?)", (ctx.job_id, os.getpid(), time.time())
             )
 
     @registry.task("suicide", retry=retry)

@@ -156,3 +156,20 @@ def test_pause_and_resume_on_cluster(cq, cluster_client):
 
     assert queue.resume() is True
     assert [j.job_id for j in queue.fetch(5).jobs] == [job]
+
+
+def test_priorities_fairness_keys_caps_and_throttles_on_cluster(cq):
+    queue = cq(settings=QueueSettings(lease_seconds=30.0, max_block_seconds=0.2))
+    low = queue.enqueue("t", {}, priority=8)
+    plain = queue.enqueue("t", {})
+    keyed = [queue.enqueue("t", {}, priority=2, fairness_key="c1") for _ in range(3)]
+    queue.set_key_cap(2)
+    got = queue.fetch(10)
+    assert [j.job_id for j in got.jobs] == [*keyed[:2], plain, low]  # c1 is capped at 2
+    assert queue.throttle(got.jobs[0].lease, 0) == "throttled"  # its slot comes back
+    again = queue.fetch(10)
+    assert [j.job_id for j in again.jobs] == [keyed[0]]  # first in its band
+    assert queue.fetch(10).capped
+    queue.ack([got.jobs[1].lease])
+    assert [j.job_id for j in queue.fetch(10).jobs] == [keyed[2]]
+    assert explain(queue, keyed[0]).priority == 2 and stats(queue).key_cap == 2

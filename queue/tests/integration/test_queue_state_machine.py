@@ -19,7 +19,22 @@ keeps it. A fetch leases a suspect only as its one job, and only when it is ``al
 (its caller runs nothing else in its process, ADR 0021); one that is not says so when
 a suspect at the head leaves it empty (see ``expected_fetch``). A paused queue's fetch
 leases nothing and says so when jobs wait; reaping, settlements and promotion go on, and
-a resume restores fetching as it was (ADR 0031).
+a resume restores fetching as it was (ADR 0031). A rate limit (ADR 0032; hour-long
+windows here, so none reopens during a run) lets a fetch lease at most what its window
+still allows: setting or changing one opens a new window at the next fetch, clearing it
+lifts it, and a fetch it allows none says ``rate_limited`` (when jobs wait) and counts
+it, charging no attempt.
+
+Jobs with a priority or a fairness key wait in the waiting sorted set (ADR 0033); the
+plain model ``FairModel`` keeps their start tags, the bands' last served tags, the share
+rule's count and the per-key cap's running slots, and predicts every fetch's lease
+order from them: lowest band first but every tenth lease (while lower bands wait) to a
+lower band in turn, lowest tag within a band (the ready list being one lane of band 5),
+a key at its cap passed over. A throttle (ADR 0034) within its budget hands the job
+back uncharged (first in its band, now or when due), past it ends the attempt as a
+retry or a dead letter. After every step the zset, the flow values, the tags and the
+running slots are the model's, running is a subset of active, and the audit finds no
+stale entry.
 
 CI runs a fixed, small example budget. A longer run:
 
@@ -31,7 +46,7 @@ import copy
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import redis
@@ -47,13 +62,17 @@ from hypothesis.stateful import (
 
 from reliable_queue import EnqueueRequest, Lease, Queue, QueueDataError, QueueSettings, audit, stats
 from reliable_queue.execution import fencing_number
-from reliable_queue.limits import SCRIPT_BATCH
+from reliable_queue.limits import DEFAULT_PRIORITY, SCRIPT_BATCH
 
 #: Examples per run; CI keeps the default small, a longer run sets the variable.
 EXAMPLES = int(os.environ.get("QUEUE_STATEFUL_EXAMPLES", "40"))
 
 TINY = 0.001  # lease seconds; a sleep of a few ms expires it
 LONG = 3600.0
+THROTTLES = 2  # free throttles per attempt (QueueSettings.max_throttles) in the machine
+
+BAND = 2**48  # a waiting job's score: band * BAND + tag (lua/_common.lua)
+SHARE_EVERY, SCAN_EXTRA = 10, 100  # lua/fetch.lua
 
 
 def redis_ms(client: redis.Redis) -> int:
@@ -70,6 +89,115 @@ class Job:
     token: str | None = None
     expired: bool = False
     suspect: bool = False  # lost with a worker and not settled since: leased alone
+    priority: int = DEFAULT_PRIORITY
+    key: str | None = None  # fairness key
+    throttles: int = 0  # this attempt's throttles (kept in its failure info)
+    front: bool = False  # throttled, delayed: first in its band when due
+
+    @property
+    def flowing(self) -> bool:
+        """Has a priority or a key: waits in the waiting zset, not the ready list."""
+        return self.priority != DEFAULT_PRIORITY or self.key is not None
+
+    def flow_value(self) -> str | None:
+        """Its entry in the flow hash, or None for none."""
+        if not self.flowing and not self.front:
+            return None
+        return ("f" if self.front else "") + f"{self.priority}|{self.key or ''}"
+
+
+#: one pick of a fetch: job id, from the ready list, band, tag, key, share count and band
+Pick = tuple[str, bool, int, int, str, int, int]
+
+
+@dataclass
+class FairModel:
+    """The waiting zset and its fair-queueing state, as ADR 0033 states the rules."""
+
+    wz: dict[str, tuple[int, int]] = field(default_factory=dict)  # job id -> (band, tag)
+    v: list[int] = field(default_factory=lambda: [0] * 10)  # the bands' last served tags
+    last: dict[tuple[int, str], int] = field(default_factory=dict)  # a key's last tag
+    rlast: int = 0  # the ready list's last tag
+    n: int = 0  # leases since the last share
+    s: int = -1  # the band that had the last share
+
+    def put(self, job_id: str, band: int, key: str, front: bool) -> None:
+        """Back to wait: first in its band, or last of its key's lane."""
+        if front:
+            tag = max(self.v[band] - 1, 0)
+        else:
+            tag = max(self.v[band], self.last.get((band, key), 0)) + 1
+            self.last[(band, key)] = tag
+        self.wz[job_id] = (band, tag)
+
+    def select(
+        self, line: list[str], c: int, key_of, cap: int | None, running: dict[str, int]
+    ) -> list[Pick]:
+        """The picks of one fetch call of ``c`` from ``line`` (the ready list's tail,
+        head first) and the zset; changes nothing."""
+        v, rlast, n, s = list(self.v), self.rlast, self.n, self.s
+        bands = sorted({b for b, _ in self.wz.values()} | ({5} if line else set()))
+        windows = {}
+        for b in bands:
+            members = sorted((t, i) for i, (bb, t) in self.wz.items() if bb == b)
+            windows[b] = [[i, t, key_of(i)] for t, i in members[: c + SCAN_EXTRA]]
+        pos = dict.fromkeys(bands, 0)
+        count = dict(running)
+        rpos = 0
+
+        def zcand(b):
+            w = windows[b]
+            while pos[b] < len(w) and cap and w[pos[b]][2] and count.get(w[pos[b]][2], 0) >= cap:
+                pos[b] += 1
+            return pos[b] if pos[b] < len(w) else None
+
+        def has(b):
+            return (b == 5 and rpos < len(line)) or zcand(b) is not None
+
+        picks: list[Pick] = []
+        for _ in range(c):
+            open_ = [b for b in bands if has(b)]
+            if not open_:
+                break
+            top = bands.index(open_[0])
+            b = bands[top]
+            if top < len(bands) - 1:
+                lower = None
+                if n >= SHARE_EVERY - 1:
+                    later = [x for x in bands[top + 1 :] if x > s and has(x)]
+                    lower = (later or [x for x in bands[top + 1 :] if has(x)] or [None])[0]
+                if lower is not None:
+                    b, s, n = lower, lower, 0
+                else:
+                    n += 1
+            zi = zcand(b)
+            rt = max(v[b], rlast) + 1 if b == 5 and rpos < len(line) else None
+            if zi is not None and (rt is None or windows[b][zi][1] < rt):
+                job_id, tag, key = windows[b][zi]
+                pos[b] = zi + 1
+                v[b] = max(v[b], tag)
+                if key and cap:
+                    count[key] = count.get(key, 0) + 1
+                picks.append((job_id, False, b, tag, key, n, s))
+            else:
+                rlast = rt
+                v[b] = max(v[b], rt)
+                picks.append((line[rpos], True, b, rt, "", n, s))
+                rpos += 1
+        return picks
+
+    def take(self, kept: list[Pick]) -> None:
+        """What the leased picks change."""
+        for job_id, from_ready, b, tag, key, _, _ in kept:
+            if from_ready:
+                self.rlast = tag
+            else:
+                del self.wz[job_id]
+                if self.last.get((b, key)) == tag:  # its key's last waiting job
+                    del self.last[(b, key)]
+            self.v[b] = max(self.v[b], tag)
+        if kept:
+            self.n, self.s = kept[-1][5], kept[-1][6]
 
 
 # 40 examples take 12-60 s on 2 cores; a loaded machine has taken over 120 s
@@ -91,14 +219,17 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 client,
                 f"sm{next(names)}",
                 prefix=key_prefix,
-                settings=QueueSettings(lease_seconds=LONG, job_retention_seconds=LONG),
+                settings=QueueSettings(
+                    lease_seconds=LONG, job_retention_seconds=LONG, max_throttles=THROTTLES
+                ),
             )
             self.jobs: dict[str, Job] = {}
             self.keyed: dict[str, str] = {}  # idempotency key -> first job id
             self.stale: list[Lease] = []
             self.counters = dict.fromkeys(
                 ("enqueued", "succeeded", "retried", "dead", "reaped", "stale_refused",
-                 "stale_extends", "released", "redriven", "purged", "replayed"),
+                 "stale_extends", "released", "redriven", "purged", "replayed",
+                 "rate_limited", "throttled"),
                 0,
             )  # fmt: skip
             # fencing numbers in the order they were handed out (never rolled back), how
@@ -108,6 +239,11 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             self.max_fence = 0
             self.issued: list[tuple[str, str]] = []  # (job id, lease token), as fenced
             self.paused = False
+            # the rate limit in force: [n, used in the window], None when none is set
+            self.limit: list[int] | None = None
+            self.fair = FairModel()
+            self.cap: int | None = None  # the per-key cap
+            self.running: set[tuple[str, str]] = set()  # (key, job id) slots held
 
         def teardown(self) -> None:
             keys = list(client.scan_iter(match=f"{self.queue.keys.base}:*"))
@@ -118,10 +254,21 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
         def in_state(self, state: str) -> list[str]:
             return sorted(i for i, j in self.jobs.items() if j.state == state)
 
-        def leave_active(self, job_id: str, state: str) -> None:
+        def leave_active(self, job_id: str, state: str, front: bool = False) -> None:
             job = self.jobs[job_id]
             self.stale.append(Lease(job_id, job.token))
             job.state, job.token, job.expired = state, None, False
+            self.running.discard((job.key or "", job_id))
+            if state == "ready":
+                self.to_waiting(job_id, front)
+
+        def to_waiting(self, job_id: str, front: bool) -> None:
+            """Back to wait: a job with a flow value into the zset (the ready list is
+            read back from Redis, see fetch)."""
+            job = self.jobs[job_id]
+            if job.flowing:
+                self.fair.put(job_id, job.priority, job.key or "", front or job.front)
+            job.front = False
 
         def reap_model(self) -> None:
             for job_id, job in self.jobs.items():
@@ -134,36 +281,69 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                         if not job.suspect:  # not charged: it may never have started
                             job.attempts = max(job.attempts - 1, 0)
                         job.suspect = True
-                        self.leave_active(job_id, "ready")
+                        self.leave_active(job_id, "ready", front=True)
+                    job.throttles = 0  # its failure info says lease_expired now
 
-        def expected_fetch(
-            self, line: list[str], count: int, alone: bool = True
-        ) -> tuple[list[str], bool]:
-            """The ids one fetch of ``count`` leases from ``line`` (head first), and
-            whether it says a suspect waits.
+        def expected_fetch(self, line: list[str], count: int, alone: bool) -> dict:
+            """What one fetch of ``count`` leases from ``line`` (the ready list, head
+            first) and the waiting zset, and what it says; the model takes the leases.
 
-            The fetch is ``ceil(count / SCRIPT_BATCH)`` script calls. The first pops up to
-            its count and ends before the first suspect, or (``alone``) leases a suspect at
-            its head alone; the others are sent only if the first came back full, and end
-            before any suspect. So a fetch holds at most one suspect, and only as its one
-            job. A fetch that leased nothing because of a suspect at the head says so.
+            The fetch is ``ceil(count / SCRIPT_BATCH)`` script calls; the others are sent
+            only if the first came back full. Each call: nothing when paused, nothing
+            past the rate limit; else its picks (the zset's order while it has members,
+            else the ready list's head) end before the first suspect, or (``alone``, the
+            first call only) lease a suspect at the head alone. A call whose first pick
+            is a suspect it may not lease says so; one whose zset jobs all belong to
+            capped keys says capped.
             """
+            said = {"jobs": [], "paused": False, "limited": False, "capped": False}
+            said["suspect"] = False
             sizes = [min(SCRIPT_BATCH, count - i) for i in range(0, count, SCRIPT_BATCH)]
-            got: list[str] = []
             for part, n in enumerate(sizes):
-                take: list[str] = []
-                for job_id in line[:n]:
-                    if self.jobs[job_id].suspect:
-                        if part == 0 and not take and alone:
-                            take.append(job_id)
-                        break
-                    take.append(job_id)
-                line = line[len(take) :]
-                got += take
-                if part == 0 and len(take) < n:
+                tail = line[:n]
+                flow = bool(self.fair.wz)  # the zset's order while it has members
+                work = bool(tail) or flow
+                allowed = n if self.limit is None else min(self.limit[0] - self.limit[1], n)
+                if work and self.paused:
+                    said["paused"] = True
                     break
-            waiting = not got and bool(line) and self.jobs[line[0]].suspect
-            return got, waiting
+                if work and allowed == 0:
+                    said["limited"] = True
+                    self.counters["rate_limited"] += 1
+                    break
+                if flow:
+                    held: dict[str, int] = {}
+                    for key, _ in self.running:
+                        held[key] = held.get(key, 0) + 1
+                    picks = self.fair.select(
+                        tail, allowed, lambda i: self.jobs[i].key or "", self.cap, held
+                    )
+                    said["capped"] = not picks
+                else:
+                    picks = [(i, True, 5, 0, "", 0, 0) for i in tail[:allowed]]
+                kept = []
+                for i, p in enumerate(picks):
+                    if self.jobs[p[0]].suspect:
+                        if i == 0 and part == 0 and alone:
+                            kept.append(p)
+                        elif i == 0:
+                            said["suspect"] = True
+                        break
+                    kept.append(p)
+                if flow:
+                    self.fair.take(kept)
+                for job_id, from_ready, _, _, key, _, _ in kept:
+                    if from_ready:
+                        line.remove(job_id)
+                    if key and self.cap:
+                        self.running.add((key, job_id))
+                said["jobs"] += [p[0] for p in kept]
+                if self.limit is not None:
+                    self.limit[1] += len(kept)
+                if part == 0 and len(kept) < n:
+                    break
+            said["suspect"] = said["suspect"] and not said["jobs"]  # (merged: a later call's)
+            return said
 
         def pick(self, data, state: str) -> str:
             return data.draw(st.sampled_from(self.in_state(state)))
@@ -212,13 +392,12 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             ready = client.lrange(self.queue.keys.key("ready"), 0, -1)
             line = [r.decode() for r in reversed(ready)]  # the head (next to pop) first
             result = self.queue.fetch(count, lease_seconds=TINY if tiny else LONG, alone=alone)
-            if self.paused:  # nothing is leased; the reply says so when jobs wait
-                expected, waiting = [], False
-            else:
-                expected, waiting = self.expected_fetch(line, count, alone)
-            assert [raw.job_id for raw in result.jobs] == expected
-            assert result.suspect_waiting == waiting
-            assert result.paused == (self.paused and bool(line))
+            said = self.expected_fetch(line, count, alone)
+            assert [raw.job_id for raw in result.jobs] == said["jobs"]
+            assert result.suspect_waiting == said["suspect"]
+            assert result.paused == said["paused"]
+            assert result.rate_limited == said["limited"]
+            assert result.capped == (said["capped"] and not result.jobs)
             for raw in result.jobs:
                 job = self.jobs[raw.job_id]
                 job.attempts += 1
@@ -254,6 +433,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             reason = "timed_out" if timed_out else "retry"
             assert self.queue.nack(lease, delay=LONG if delayed else 0, reason=reason) is True
             self.jobs[job_id].suspect = timed_out  # a run that timed out is leased alone
+            self.jobs[job_id].throttles = 0  # its failure info is the nack's
             self.leave_active(job_id, "delayed" if delayed else "ready")
             self.counters["retried"] += 1
 
@@ -263,6 +443,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             job_id = self.pick(data, "active")
             assert self.queue.dead(Lease(job_id, self.jobs[job_id].token), "error") is True
             self.jobs[job_id].suspect = False
+            self.jobs[job_id].throttles = 0
             self.leave_active(job_id, "dead")
             self.counters["dead"] += 1
 
@@ -276,7 +457,9 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             assert self.queue.release([lease], info=info) == 1
             self.jobs[job_id].attempts -= 1
             self.jobs[job_id].suspect = self.jobs[job_id].suspect or timed_out
-            self.leave_active(job_id, "ready")
+            if timed_out:
+                self.jobs[job_id].throttles = 0
+            self.leave_active(job_id, "ready", front=True)  # to the head of the line
             self.counters["released"] += 1
 
         @precondition(lambda self: self.in_state("active"))
@@ -293,6 +476,7 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             assert self.queue.dead_letters.redrive(ids=[job_id]).redriven == [job_id]
             job = self.jobs[job_id]
             job.state, job.attempts, job.suspect = "ready", 0, False
+            self.to_waiting(job_id, front=False)
             self.counters["redriven"] += 1
 
         @precondition(lambda self: self.in_state("dead"))
@@ -309,7 +493,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             job_id = self.pick(data, "done")
             assert self.queue.replay([job_id]) == ([job_id], [])
             job = self.jobs[job_id]
-            job.state, job.attempts, job.suspect = "ready", 0, False
+            job.state, job.attempts, job.suspect, job.throttles = "ready", 0, False, 0
+            self.to_waiting(job_id, front=False)
             self.counters["replayed"] += 1
 
         @rule(data=st.data(), count=st.integers(1, 4))
@@ -328,7 +513,10 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                 for i, key in enumerate(keys)
                 if replies[2 * i] is not None
             ]
-            model = copy.deepcopy((self.jobs, self.keyed, self.stale, self.counters, self.paused))
+            model = copy.deepcopy(
+                (self.jobs, self.keyed, self.stale, self.counters, self.paused, self.limit)
+                + (self.fair, self.cap, self.running)
+            )
             leased = len(self.fences)
             self.enqueue(n=1, delayed=False, max_attempts=3)
             self.fetch(count=count, tiny=False, alone=True)
@@ -342,7 +530,8 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             for key, ttl, value in dumped:
                 pipe.restore(key, ttl, value)
             pipe.execute()
-            self.jobs, self.keyed, self.stale, self.counters, self.paused = model
+            (self.jobs, self.keyed, self.stale, self.counters, self.paused, self.limit) = model[:6]
+            self.fair, self.cap, self.running = model[6:]
             self.stale += lost  # the leases of the lost steps are stale now
             # a restart takes longer than the numbers ran ahead of the clock (they do
             # only past 1,000 leases per ms): wait for the Redis clock to pass them
@@ -366,12 +555,86 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             assert self.queue.resume() is self.paused
             self.paused = False
 
+        @rule(n=st.integers(1, 5))
+        def set_limit(self, n):
+            assert self.queue.set_limit(n, LONG) is (self.limit is not None)
+            self.limit = [n, 0]  # a new window opens at the next fetch
+
+        @rule()
+        def clear_limit(self):
+            assert self.queue.clear_limit() is (self.limit is not None)
+            self.limit = None
+
+        @rule(
+            n=st.integers(1, 3),
+            delayed=st.booleans(),
+            priority=st.sampled_from([0, 3, 5, 9]),
+            key=st.sampled_from([None, "a", "b", "c"]),
+        )
+        def enqueue_flow(self, n, delayed, priority, key):
+            requests = [
+                EnqueueRequest(
+                    "t", {}, delay=LONG if delayed else 0, priority=priority, fairness_key=key
+                )
+                for _ in range(n)
+            ]
+            for job_id in self.queue.enqueue_many(requests):
+                state = "delayed" if delayed else "ready"
+                self.jobs[job_id] = Job(state, 0, 5, priority=priority, key=key)
+                if not delayed:
+                    self.to_waiting(job_id, front=False)
+            self.counters["enqueued"] += n
+
+        @rule(cap=st.integers(1, 2))
+        def set_key_cap(self, cap):
+            assert self.queue.set_key_cap(cap) is (self.cap is not None)
+            self.cap = cap
+
+        @rule()
+        def clear_key_cap(self):
+            assert self.queue.clear_key_cap() is (self.cap is not None)
+            self.cap = None
+
+        @precondition(lambda self: self.in_state("active"))
+        @rule(data=st.data(), later=st.booleans(), dead_past=st.booleans())
+        def throttle(self, data, later, dead_past):
+            job_id = self.pick(data, "active")
+            job = self.jobs[job_id]
+            lease = Lease(job_id, job.token)
+            said = self.queue.throttle(
+                lease, LONG if later else 0, fallback_delay=None if dead_past else 0
+            )
+            job.suspect = False  # its failure info says throttled (or the failure's)
+            if job.throttles < THROTTLES:  # free: uncharged, first in its band
+                assert said == "throttled"
+                job.attempts -= 1
+                job.throttles += 1
+                self.counters["throttled"] += 1
+                if later:
+                    self.leave_active(job_id, "delayed")
+                    job.front = True
+                else:
+                    self.leave_active(job_id, "ready", front=True)
+            else:  # past the budget: an ordinary failure, and the count starts again
+                job.throttles = 0
+                if dead_past:
+                    assert said == "dead"
+                    self.leave_active(job_id, "dead")
+                    self.counters["dead"] += 1
+                else:
+                    assert said == "retried"
+                    self.leave_active(job_id, "ready")
+                    self.counters["retried"] += 1
+
         @rule()
         def script_flush(self):
             client.script_flush()  # as after a restart or failover: scripts reload
 
         @rule(
-            where=st.sampled_from(["idempotency", "done", "delayed", "stats", "dead", "paused"]),
+            where=st.sampled_from(
+                ["idempotency", "done", "delayed", "stats", "dead", "paused", "limit"]
+                + ["keycap", "waiting"]
+            ),
             data=st.data(),
         )
         def wrong_type_key_in_the_way(self, where, data):
@@ -391,7 +654,10 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             existed = client.exists(key)
             if existed:
                 client.rename(key, aside)
-            client.set(key, "planted")
+            if where == "keycap":  # a string itself: plant a list
+                client.rpush(key, "planted")
+            else:
+                client.set(key, "planted")
             try:
                 active = self.in_state("active")
                 with pytest.raises(QueueDataError):
@@ -405,6 +671,12 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
                         self.queue.maintain()  # the bounded trims touch both
                     elif where == "paused":
                         self.queue.pause()
+                    elif where == "limit":
+                        self.queue.set_limit(1, LONG)
+                    elif where == "keycap":
+                        self.queue.set_key_cap(1)
+                    elif where == "waiting":
+                        self.queue.enqueue("t", {}, priority=1)
                     else:
                         self.queue.enqueue("t", {}, delay=LONG)
             finally:
@@ -435,8 +707,9 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             for kind in ("delayed", "active", "dead", "done"):
                 pipe.zrange(k.key(kind), 0, -1)
             pipe.hgetall(k.key("attempts"))
-            ready, delayed, active, dead, done, attempts = pipe.execute()
-            places = {"ready": ready, "delayed": delayed, "active": active}
+            pipe.zrange(k.key("waiting"), 0, -1)
+            ready, delayed, active, dead, done, attempts, waiting = pipe.execute()
+            places = {"ready": ready + waiting, "delayed": delayed, "active": active}
             places.update(dead=dead, done=done)
             seen: dict[str, str] = {}
             for state, ids in places.items():
@@ -447,6 +720,36 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             assert seen == {i: j.state for i, j in self.jobs.items()}
             for job_id, job in self.jobs.items():
                 assert int(attempts.get(job_id.encode(), 0)) == job.attempts, job_id
+
+        @invariant()
+        def the_fair_queueing_state_is_the_models(self):
+            k = self.queue.keys
+            pipe = client.pipeline(transaction=True)
+            pipe.zrange(k.key("waiting"), 0, -1, withscores=True)
+            pipe.hgetall(k.key("flow"))
+            pipe.hgetall(k.key("tags"))
+            pipe.zrange(k.key("running"), 0, -1)
+            pipe.zrange(k.key("active"), 0, -1)
+            scores, flows, tags, running, active = pipe.execute()
+            fair = self.fair
+            assert {m.decode(): int(sc) for m, sc in scores} == {
+                i: b * BAND + t for i, (b, t) in fair.wz.items()
+            }
+            wanted = {i: j.flow_value() for i, j in self.jobs.items()}
+            assert {i.decode(): v.decode() for i, v in flows.items()} == {
+                i: v for i, v in wanted.items() if v is not None
+            }
+            tags = {f.decode(): int(v) for f, v in tags.items()}
+            assert [tags.pop(f"v{b}", 0) for b in range(10)] == fair.v
+            assert (tags.pop("r", 0), tags.pop("n", 0), tags.pop("s", -1)) == (
+                fair.rlast,
+                fair.n,
+                fair.s,
+            )
+            assert tags == {f"{b}{key}": t for (b, key), t in fair.last.items()}
+            slots = {tuple(m.decode().split("\0")) for m in running}
+            assert slots == self.running
+            assert {i for _, i in slots} <= {a.decode() for a in active}  # running ⊆ active
 
         @invariant()
         def fencing_numbers_only_grow_across_data_losses(self):
@@ -460,6 +763,12 @@ def test_job_state_machine_matches_a_simple_model(redis_url, key_prefix, monkeyp
             state = self.queue.paused()
             assert (state is not None) == self.paused
             assert (stats(self.queue).paused is not None) == self.paused
+
+        @invariant()
+        def the_rate_limit_is_the_models(self):
+            limit = self.queue.rate_limit()
+            assert (limit and limit.n) == (self.limit and self.limit[0])
+            assert stats(self.queue).rate_limit == limit
 
         @invariant()
         def the_audit_finds_nothing(self):

@@ -59,9 +59,10 @@ def test_idle_worker_blocks_on_redis_instead_of_polling(private_client, key_pref
     assert (calls["evalsha"] + calls["blpop"]) / elapsed < 3, calls
     # an idle fetch only reads: the sequence (get), the clock (time, and the queue
     # clock's fields: hmget), due jobs and expired leases, the ids it would take
-    # (lrange), the next due time and lease expiry; it writes the queue clock's last
-    # time seen (hset) at most about once a second, whatever the number of lanes
-    inside_fetch = {"get", "time", "hmget", "zrangebyscore", "lrange", "zrange"}
+    # (lrange), whether flow-controlled jobs wait instead (exists, ADR 0033), the next
+    # due time and lease expiry; it writes the queue clock's last time seen (hset) at
+    # most about once a second, whatever the number of lanes
+    inside_fetch = {"get", "time", "hmget", "zrangebyscore", "lrange", "exists", "zrange"}
     assert set(calls) <= {"evalsha", "blpop", "info", "config", "hset", *inside_fetch}
     assert calls.get("hset", 0) <= elapsed + 1, calls
 

@@ -5,9 +5,16 @@ import random
 import pytest
 from pydantic import BaseModel
 
-from reliable_queue import AttemptLost, JobContext, PermanentError, RetryPolicy, TaskRegistry
+from reliable_queue import (
+    AttemptLost,
+    JobContext,
+    PermanentError,
+    RetryPolicy,
+    TaskRegistry,
+    Throttled,
+)
 from reliable_queue.codec import encode_record
-from reliable_queue.execution import Dead, Retry, Succeeded, execute, fencing_number
+from reliable_queue.execution import Dead, Retry, Succeeded, Throttle, execute, fencing_number
 from reliable_queue.job import RawJob
 
 
@@ -167,3 +174,27 @@ def test_a_lost_attempt_is_retried_even_at_max_attempts_never_dead_lettered(regi
 
     assert isinstance(outcome, Retry)
     assert outcome.error.startswith("AttemptLost: ")
+
+
+def test_a_throttle_is_put_off_with_the_ordinary_failure_as_its_fallback(registry):
+    @registry.task("order.ship", retry=RetryPolicy(base_delay=1.0, jitter=False))
+    def ship(payload, ctx):
+        raise Throttled(2.5, "429 Too Many Requests")
+
+    early = execute(raw(attempt=1, max_attempts=3), registry)
+    assert isinstance(early, Throttle) and early.delay == 2.5
+    assert early.error == "Throttled: 429 Too Many Requests"
+    assert isinstance(early.fallback, Retry) and early.fallback.delay == 1.0
+    last = execute(raw(attempt=3, max_attempts=3), registry)
+    assert isinstance(last, Throttle)
+    assert isinstance(last.fallback, Dead) and last.fallback.reason == "retries_exhausted"
+
+
+def test_a_throttle_from_an_isolated_child_comes_back_as_one():
+    from reliable_queue.isolation.wire import error_data, error_from
+
+    back = error_from(error_data(Throttled(3.0, "slow down"), ""))
+    assert isinstance(back, Throttled) and back.delay_seconds == 3.0
+    assert str(back) == "slow down"
+    forged = error_from({**error_data(RuntimeError("x"), ""), "throttle": float("nan")})
+    assert not isinstance(forged, Throttled)  # a delay out of bounds: an ordinary error

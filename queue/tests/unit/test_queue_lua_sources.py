@@ -107,3 +107,18 @@ def test_the_fencing_floor_bound_agrees_with_the_script():
     # the sequence may grow past any floor and stay below 2^53, exact in a Lua number
     fence_max = re.search(r"^local FENCE_MAX = (\d+) - MAX_BATCH", script_source("_common"), re.M)
     assert fence_max and int(fence_max.group(1)) == 2**53 - 1 > MAX_FENCING_FLOOR
+
+
+def test_the_flow_control_numbers_agree_with_the_python_ones():
+    from reliable_queue import errors, limits
+
+    common, throttle = script_source("_common"), script_source("throttle")
+    assert re.search(r"^ *local BAND = (\d+)", common, re.M).group(1) == str(2**48)
+    band = re.search(r"^ *local DEFAULT_BAND = (\d+)", common, re.M).group(1)
+    assert int(band) == limits.DEFAULT_PRIORITY
+    delay_ms = re.search(r"local MAX_DELAY_MS = (\d+)", throttle).group(1)
+    assert int(delay_ms) == int(limits.MAX_DELAY_SECONDS * 1000)
+    assert errors.MAX_THROTTLE_DELAY_SECONDS == limits.MAX_DELAY_SECONDS
+    assert f"budget <= {limits.MAX_THROTTLES}" in throttle
+    # the scripts take a cap of at most 9 digits: every cap Python allows
+    assert "#k > 9" in script_source("pause") and limits.MAX_KEY_CAP < 10**9

@@ -19,7 +19,14 @@ import orjson
 from pydantic import BaseModel
 
 from ..attempts import REASONS, Guard
-from ..errors import AttemptLost, IsolatedError, IsolatedPermanentError, PermanentError
+from ..errors import (
+    AttemptLost,
+    IsolatedError,
+    IsolatedPermanentError,
+    PermanentError,
+    QueueLimitError,
+    Throttled,
+)
 from ..job import JobContext, make_context
 
 #: longest frame the lane reads from its child, bytes (results: errors and tracebacks,
@@ -134,11 +141,13 @@ def error_data(error: BaseException, trace: str) -> dict[str, Any]:
     """What the child sends back for a job that failed with ``error``.
 
     Returns:
-        ``{"type", "message", "traceback", "permanent", "retryable", "cause", "lost"}``:
+        ``{"type", "message", "traceback", "permanent", "retryable", "cause", "lost",
+        "throttle"}``:
         class name, text and traceback (cut to the bounds above), whether it is a
         :class:`~reliable_queue.PermanentError`, its ``retryable`` attribute when it is a
         bool (else None), the class name of its ``__cause__`` (or None), and the reason
-        of an :class:`~reliable_queue.AttemptLost` (else None).
+        of an :class:`~reliable_queue.AttemptLost` (else None), and the delay of a
+        :class:`~reliable_queue.Throttled` (else None).
     """
     try:
         message = str(error)
@@ -154,6 +163,7 @@ def error_data(error: BaseException, trace: str) -> dict[str, Any]:
         "retryable": retryable if isinstance(retryable, bool) else None,
         "cause": None if cause is None else type(cause).__name__,
         "lost": error.reason if isinstance(error, AttemptLost) else None,
+        "throttle": error.delay_seconds if isinstance(error, Throttled) else None,
     }
 
 
@@ -171,6 +181,12 @@ def error_from(data: Any) -> BaseException:
     lost = data.get("lost")
     if lost in REASONS:
         return AttemptLost(lost)
+    throttle = data.get("throttle")
+    if isinstance(throttle, int | float) and not isinstance(throttle, bool):
+        try:  # a throttle comes back as one, so it is put off uncharged as in a thread
+            return Throttled(throttle, str(data.get("message"))[:MAX_MESSAGE_CHARS])
+        except QueueLimitError:
+            pass  # a delay out of bounds: an ordinary error
     retryable = data.get("retryable")
     cause = data.get("cause")
     kind = IsolatedPermanentError if data.get("permanent") is True else IsolatedError

@@ -12,11 +12,31 @@
 --  10 stats    HASH  counters, and the queue clock's clock:last_ms / clock:offset_ms
 --  11 seq      STRING fencing-token sequence (hybrid: queue ms * 1000 + count, ADR 0022)
 --  12 wake     LIST  wake-up tokens for idle workers
+-- and KEYS[13..19], the flow-control keys (keys.py FLOW_KEYS), passed to every script
+-- that moves a job (nil in extend and raise_fencing_floor; ack takes 13 and 14 only):
+--  13 running  ZSET  "<fairness key> NUL <job id>" (score 0), leased under a key cap
+--  14 flow     HASH  job id -> "[f]<priority>|<fairness key>" of jobs with a priority or
+--                    a fairness key (f: front; ADR 0033)
+--  15 waiting  ZSET  job id -> band * 2^48 + tag: such jobs waiting
+--  16 tags     HASH  v<band> (last served tag), <band><key> (a key's last tag), r (the
+--                    ready list's last tag), n / s (the share rule's count and band)
+--  17 keycap   STRING K: at most K leased jobs per fairness key (ADR 0033)
+--  18 paused   HASH  {since, by, reason} while paused (ADR 0031)
+--  19 limit    HASH  {n, per, start, used} while rate-limited (ADR 0032)
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- The script's globals as locals: in Redis's Lua a read of a global costs a few hundred
+-- instructions (measured: 7 reads of KEYS[i] 1,550, of a local copy 740), a local's
+-- next to nothing, and every redis.call, KEYS[i] and ARGV[i] below reads one.
+local KEYS, ARGV, redis = KEYS, ARGV, redis
 local K_READY, K_DELAYED, K_ACTIVE, K_JOBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DONE, K_STATS, K_SEQ, K_WAKE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_RUNNING, K_FLOW, K_WAITING, K_TAGS, K_KEYCAP, K_PAUSED, K_LIMIT
+if KEYS[13] then  -- (one read for the scripts given no flow key: a plain enqueue)
+  K_RUNNING, K_FLOW, K_WAITING, K_TAGS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+  K_KEYCAP, K_PAUSED, K_LIMIT = KEYS[17], KEYS[18], KEYS[19]
+end
 
 -- Most job ids one call may carry (fetch count, ack/extend/release pairs, enqueue
 -- jobs, purge/redrive/replay ids). Python splits larger requests (limits.py).
@@ -63,12 +83,22 @@ local CLOCK_SAVE_MS = 1000  -- clock:last_ms is written at most about once a sec
 local CLOCK_SLEW = 10
 local CLOCK_MAX_MS = 9007199254740  -- 2^53 / 1000: queue ms * 1000 stays exact
 local clock_save  -- {queue ms, offset ms} for save_clock(), or nil
+local stats_extra  -- the stats field queue_now(extra) read with the clock's fields
+-- stats field that exists while the running set of a key cap may hold a slot (ADR
+-- 0033): ack reads it with the clock, so a queue that never capped pays no extra call
+local SLOTS_FIELD = 'flow:slots'
 
 -- The queue time in ms, or nil and the refusal text when stats is not a hash (a read,
 -- no write). A clock field that is not an integer up to CLOCK_MAX_MS counts as unset
 -- and is written again.
-local function queue_now()
-  local f = redis.pcall('HMGET', K_STATS, 'clock:last_ms', 'clock:offset_ms')
+local function queue_now(extra)
+  local f
+  if extra then  -- a third field of stats read with the clock's, into stats_extra
+    f = redis.pcall('HMGET', K_STATS, 'clock:last_ms', 'clock:offset_ms', extra)
+    stats_extra = not f['err'] and f[3] or nil
+  else
+    f = redis.pcall('HMGET', K_STATS, 'clock:last_ms', 'clock:offset_ms')
+  end
   if f['err'] then return nil, corrupt(K_STATS, 'hash') end
   local t = redis.call('TIME')
   local q = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -116,6 +146,14 @@ local function chunked(cmd, key, list, from)
   end
 end
 
+-- A read that is also the type check of the key it reads: its reply, or nil and the
+-- refusal text when the key holds another type than `want`.
+local function read(want, cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r['err'] then return nil, corrupt(key, want) end
+  return r
+end
+
 local function helpers()
   if H then return end
   -- the key names again, as this function's own locals: closures made here capture
@@ -123,6 +161,15 @@ local function helpers()
   local K_READY, K_DELAYED, K_ACTIVE, K_JOBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
   local K_ATTEMPTS, K_LEASES, K_DEAD, K_INFO = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local K_DONE, K_STATS, K_SEQ, K_WAKE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+  local K_RUNNING, K_FLOW, K_WAITING, K_TAGS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+  local K_KEYCAP = KEYS[17]
+  -- Priorities and fairness (ADR 0033): a waiting job's score is band * BAND + tag, band
+  -- its priority 0..9 (lower = sooner), tag its start tag in the band's fair queueing.
+  -- DEFAULT_BAND without a fairness key is the plain `ready` list. (Constants of the
+  -- helpers, H.BAND and H.DEFAULT_BAND: a name the helpers take from the script's chunk
+  -- is an upvalue every call pays for when it makes them.)
+  local BAND = 281474976710656  -- 2^48
+  local DEFAULT_BAND = 5
   -- Every script validates before its first write: Redis keeps the writes a script made
   -- before an error, so a failure after a write would leave a job half moved.
   -- The type each queue key must hold (or nothing), and a read of that type with an
@@ -131,9 +178,10 @@ local function helpers()
   local SIZE_OF = {list = 'LLEN', zset = 'ZCARD', hash = 'HLEN', string = 'STRLEN'}
   local function key_type(k)
     if k == K_DELAYED or k == K_ACTIVE or k == K_DEAD or k == K_DONE then return 'zset' end
+    if k == K_WAITING or k == K_RUNNING then return 'zset' end
     if k == K_READY or k == K_WAKE then return 'list' end
-    if k == K_SEQ then return 'string' end
-    return 'hash'  -- jobs, attempts, leases, info, stats
+    if k == K_SEQ or k == K_KEYCAP then return 'string' end
+    return 'hash'  -- jobs, attempts, leases, info, stats, paused, limit, flow, tags
   end
 
   -- nil when every key holds its type (or nothing) and every named stats counter is an
@@ -198,12 +246,129 @@ local function helpers()
     redis.call('LTRIM', K_WAKE, 0, cap - 1)
   end
 
-  -- Forget every trace of the given job ids (record, attempts, failure info).
+  -- Forget every trace of the given job ids (record, attempts, failure info, flow value).
   local function forget(ids)
     if #ids == 0 then return end
     chunked('HDEL', K_JOBS, ids)
     chunked('HDEL', K_ATTEMPTS, ids)
     chunked('HDEL', K_INFO, ids)
+    if K_FLOW then chunked('HDEL', K_FLOW, ids) end
+  end
+
+  -- A flow value "[f]<priority>|<fairness key>" (ADR 0033): band, key ('' for none) and
+  -- the front flag; nil for none or a value of another shape (the job is then served as
+  -- one of the default band without a key; the audit reports the value).
+  local function parse_flow(v)
+    if not v then return nil end
+    local front = string.byte(v, 1) == 102  -- 'f'
+    local at = front and 2 or 1
+    local p = string.byte(v, at)
+    if not p or p < 48 or p > 57 or string.byte(v, at + 1) ~= 124 then return nil end
+    return p - 48, string.sub(v, at + 2), front
+  end
+
+  -- A tags field's number: an integer in 0..BAND-1, else 0 (a foreign value; the audit
+  -- reports it).
+  local function tag_of(v)
+    local n = v and #v <= 16 and string.match(v, '^%d+$') and tonumber(v)
+    if not n or n >= BAND then return 0 end
+    return n
+  end
+
+  -- Put jobs back to wait; each is out of every structure. A job with a flow value
+  -- (`flows[i]`, ADR 0033) joins the waiting zset in its band: at the front when `front`
+  -- or its value's front flag says so (tag max(V - 1, 0), V the band's last served tag),
+  -- else at the back of its fairness key's lane (start-time fair queueing: tag
+  -- max(V, the key's last tag) + 1, which becomes the key's last tag). A front flag is
+  -- cleared (a value left with the default band and no key is deleted: such a job goes
+  -- back to `ready`). Returns the other ids, in order: those for the back of `ready` and
+  -- those for its head (front). The caller has checked waiting, flow and tags.
+  local function to_waiting(ids, flows, front)
+    local back, head, jobs, need, seen = {}, {}, {}, {}, {}
+    local fix = {}  -- flow values to rewrite (a front flag cleared): id, value, ...
+    local gone = {}  -- flow values deleted
+    for i, id in ipairs(ids) do
+      local b, k, f = parse_flow(flows[i])
+      if f then
+        if b == DEFAULT_BAND and k == '' then
+          gone[#gone + 1] = id
+        else
+          fix[#fix + 1] = id
+          fix[#fix + 1] = b .. '|' .. k
+        end
+      end
+      if not b or (b == DEFAULT_BAND and k == '') then
+        if front or f then head[#head + 1] = id else back[#back + 1] = id end
+      else
+        f = front or f
+        local fields = f and {'v' .. b} or {'v' .. b, b .. k}
+        for _, field in ipairs(fields) do
+          if not seen[field] then
+            seen[field] = true
+            need[#need + 1] = field
+          end
+        end
+        jobs[#jobs + 1] = {id, b, k, f}
+      end
+    end
+    if #jobs > 0 then
+      local vals = chunked_read('HMGET', K_TAGS, need)
+      local t, dirty = {}, {}
+      for i, field in ipairs(need) do t[field] = tag_of(vals[i]) end
+      local zargs = {}
+      for _, j in ipairs(jobs) do
+        local b, field = j[2], j[2] .. j[3]
+        local tag
+        if j[4] then
+          tag = math.max(t['v' .. b] - 1, 0)
+        else
+          tag = math.max(t['v' .. b], t[field]) + 1
+          t[field] = tag
+          dirty[field] = true
+        end
+        zargs[#zargs + 1] = string.format('%d', b * BAND + tag)
+        zargs[#zargs + 1] = j[1]
+      end
+      chunked('ZADD', K_WAITING, zargs)
+      local hargs = {}
+      for field in pairs(dirty) do
+        hargs[#hargs + 1] = field
+        hargs[#hargs + 1] = string.format('%d', t[field])
+      end
+      chunked('HSET', K_TAGS, hargs)
+    end
+    chunked('HSET', K_FLOW, fix)
+    chunked('HDEL', K_FLOW, gone)
+    return back, head
+  end
+
+  -- The per-key cap (ADR 0033): K, or nil when none is set, or nil and an error for a
+  -- keycap key of another type or that is not an integer >= 1.
+  local function read_cap()
+    local v = redis.pcall('GET', K_KEYCAP)
+    if type(v) == 'table' then return nil, corrupt(K_KEYCAP, 'string') end
+    if not v then return nil end
+    if #v > 9 or not string.match(v, '^%d+$') or tonumber(v) < 1 then
+      return nil, 'QUEUE_CORRUPT key ' .. K_KEYCAP .. ' is not an integer >= 1'
+    end
+    return tonumber(v)
+  end
+
+  -- Take leased jobs' slots off the running set (ADR 0033): its membership is the
+  -- per-key count of leased jobs, so every script that takes a job out of `active` calls
+  -- this. `flows`: the ids' flow values (nil: read here). Returns the slots freed.
+  local function unrun(ids, flows)
+    if #ids == 0 or redis.call('EXISTS', K_RUNNING) == 0 then return 0 end
+    flows = flows or chunked_read('HMGET', K_FLOW, ids)
+    local freed = 0
+    for i, id in ipairs(ids) do
+      local b, k = parse_flow(flows[i])
+      if b and k ~= '' then freed = freed + redis.call('ZREM', K_RUNNING, k .. '\0' .. id) end
+    end
+    if freed > 0 and redis.call('EXISTS', K_RUNNING) == 0 then
+      redis.call('HDEL', K_STATS, SLOTS_FIELD)  -- no slot left: ack stops looking
+    end
+    return freed
   end
 
   -- Drop dead-letter entries beyond the age and size bounds, at most TRIM_STEP per call
@@ -300,16 +465,11 @@ local function helpers()
   H = {check = check, check_string = check_string, chunked_read = chunked_read,
        push_head = push_head, wake = wake, forget = forget, trim_dead = trim_dead,
        trim_done = trim_done, to_dead = to_dead, is_suspect = is_suspect,
-       max_attempts_in = max_attempts_in, valid_utf8 = valid_utf8}
+       max_attempts_in = max_attempts_in, valid_utf8 = valid_utf8, tag_of = tag_of,
+       to_waiting = to_waiting, unrun = unrun, read_cap = read_cap, parse_flow = parse_flow,
+       BAND = BAND, DEFAULT_BAND = DEFAULT_BAND}
 end
 
--- A read that is also the type check of the key it reads: its reply, or nil and the
--- refusal text when the key holds another type than `want`.
-local function read(want, cmd, key, ...)
-  local r = redis.pcall(cmd, key, ...)
-  if type(r) == 'table' and r['err'] then return nil, corrupt(key, want) end
-  return r
-end
 
 local function valid_id(id)
   local n = #id

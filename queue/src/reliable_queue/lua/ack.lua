@@ -1,14 +1,16 @@
 -- ack: record success of N leased jobs; stale lease tokens are refused.
--- KEYS[1..12]: see _common.lua
+-- KEYS[1..14]: see _common.lua (running and flow: the only flow keys it touches)
 -- ARGV[1] retention ms (0 = delete the record now)
 -- ARGV[2] n (at most MAX_BATCH), then n pairs: job id, lease token
 -- Returns: {acked ids..., '|', refused ids...}  (a '|' separator; ids never contain '|').
 --   A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
 --   type or too many leases. Keys are checked when this call would touch them: jobs,
 --   attempts and info only when it deletes records (retention 0, or a trim).
--- Changes: active, leases, done (or jobs/attempts/info deleted), stats succeeded /
+-- Changes: active, leases, done (or jobs/attempts/info/flow deleted), stats succeeded /
 --          stale_refused; trims done records older than the retention window (bounded);
---          the queue clock's stats fields (see _common.lua).
+--          the queue clock's stats fields (see _common.lua); running (the acked jobs'
+--          slots, ADR 0033; stats flow:slots goes when none is left) and wake (a token
+--          when a slot is freed and none is waiting).
 -- @include _common.lua
 local retention, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = check_count(n)
@@ -21,7 +23,7 @@ local cur = {}
 if n > 0 then cur = redis.pcall('HMGET', K_LEASES, unpack(ids, 1, n)) end
 if cur['err'] then return redis.error_reply(corrupt(K_LEASES, 'hash')) end
 local now
-now, bad = queue_now()  -- also the type check of stats (a read)
+now, bad = queue_now(SLOTS_FIELD)  -- also the type check of stats (a read)
 if not now then return redis.error_reply(bad) end
 local now_s = string.format('%d', now)  -- formatted once, not per job (see fetch.lua)
 -- retention: finished records past the window, a bounded amount per call
@@ -52,6 +54,14 @@ if #old > 0 or (#ok > 0 and retention <= 0) then  -- records are deleted (forget
   keys[#keys + 1] = K_JOBS
   keys[#keys + 1] = K_ATTEMPTS
   keys[#keys + 1] = K_INFO
+end
+-- a key cap's running slots (ADR 0033): looked at only while stats says there may be one
+local slots = #ok > 0 and stats_extra and redis.call('EXISTS', K_RUNNING) == 1
+local unflag = #ok > 0 and stats_extra and not slots  -- no slot left: the flag goes
+if slots then
+  keys[#keys + 1] = K_RUNNING
+  keys[#keys + 1] = K_FLOW
+  keys[#keys + 1] = K_WAKE
 end
 if #keys > 0 or #counters > 0 then
   helpers()
@@ -86,6 +96,11 @@ if #ok > 0 then
   chunked('ZREM', K_ACTIVE, ok)
   if deferred then redis.call('HINCRBY', K_STATS, counter, by) end
   chunked('HDEL', K_LEASES, ok)
+  if unflag then redis.call('HDEL', K_STATS, SLOTS_FIELD) end
+  -- a slot came back: a worker whose fetch found every key capped may lease again
+  if slots and H.unrun(ok) > 0 and redis.call('LLEN', K_WAKE) == 0 then
+    redis.call('LPUSH', K_WAKE, '1')
+  end
   if retention > 0 then
     chunked('ZADD', K_DONE, zdone)
   else

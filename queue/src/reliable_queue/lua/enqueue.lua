@@ -1,11 +1,16 @@
 -- enqueue: add N jobs atomically, each with an optional idempotency key.
--- KEYS[1..12]: see _common.lua; KEYS[12+i]: the i-th idempotency key STRING.
+-- KEYS[1..12]: see _common.lua; when a job has a flow value, KEYS[13..19] too (the
+--   flow keys); then KEYS[b+i]: the i-th idempotency key STRING (b = 12, or 19).
 -- ARGV[1] n jobs (at most MAX_BATCH)
 -- ARGV[2] idempotency window, ms (>= 1)
 -- ARGV[3] wake-token cap
--- then 5 per job: id, record JSON, delay ms (0 = none), run_at ms (0 = none),
---                 index of its idempotency key among KEYS[13..] (0 = none; negative =
---                 the same index, and a key whose job record is gone is replaced)
+-- ARGV[4] flow keys passed: 0 (no job has a flow value; each job takes 5 ARGV) or 7
+--         (KEYS[13..19]; each job takes 6 ARGV)
+-- then 5 (or 6) per job: id, record JSON, delay ms (0 = none), run_at ms (0 = none),
+--                 index of its idempotency key among KEYS[b+1..] (0 = none; negative =
+--                 the same index, and a key whose job record is gone is replaced),
+--                 (with ARGV[4] > 0) its flow value "<priority 0-9>|<fairness key>" or
+--                 '0' for none (ADR 0033)
 -- Returns: a list of n job ids; for a duplicate, the id of the first job. A
 --   'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written) for a key of the wrong
 --   type, a bad counter or too many jobs. Keys are checked when this call would
@@ -13,15 +18,30 @@
 -- Changes: jobs (HSETNX), ready (LPUSH) or delayed (ZADD), idem keys (SET NX PX),
 --          stats enqueued / duplicates, wake; the queue clock's stats fields (see
 --          _common.lua) when a job has a delay or a run_at (the only calls that read it).
+--          A job with a flow value: flow (HSET), and waiting and tags (at the back of
+--          its key's lane in its band) instead of ready when it is due now.
 -- @include _common.lua
 -- Off the drain's hot path, yet a single enqueue is one script per job: it makes no
 -- helpers (a dozen closures) and checks each key by a read it makes anyway, or by its
 -- first write, or by one integer-reply read, all before that first write.
 local n = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
+local flowing = ARGV[4] == '7'
 local bad = check_count(n)
-if not bad and (not window or window < 1) then bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms' end
+if not bad and (not window or window < 1) then
+  bad = 'QUEUE_LIMIT idempotency window must be >= 1 ms'
+end
+if not bad and not (ARGV[4] == '0' or (flowing and KEYS[19])) then
+  bad = 'QUEUE_LIMIT flow keys ' .. tostring(ARGV[4]) .. ' is not 0 or 7 keys passed'
+end
 if bad then return redis.error_reply(bad) end
+local stride, ibase = 5, 12
+if flowing then
+  stride, ibase = 6, 19
+  helpers()  -- the flow path is off the plain enqueue's: it may make them
+  bad = H.check({K_WAITING, K_FLOW, K_TAGS})
+  if bad then return redis.error_reply(bad) end
+end
 local window_s = string.format('%d', window)  -- formatted once (see fetch.lua)
 -- One pass over the jobs, before any write: where each job goes if it is added (a
 -- duplicate goes nowhere) and its idempotency key's GET, the read the loop needs and
@@ -35,7 +55,7 @@ local dues, iks, replace, seen = {}, {}, {}, {}
 local to_ready, to_delayed = false, false
 local err
 for i = 0, n - 1 do
-  local b = 4 + i * 5
+  local b = 5 + i * stride
   local delay, run_at, ik = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   if delay == '0' and run_at == '0' then
     to_ready = true
@@ -58,7 +78,7 @@ for i = 0, n - 1 do
   end
   if ik ~= '0' then
     ik = tonumber(ik)
-    iks[i] = 12 + (ik < 0 and -ik or ik)  -- its index in KEYS
+    iks[i] = ibase + (ik < 0 and -ik or ik)  -- its index in KEYS
     local k = KEYS[iks[i]]
     replace[i] = ik < 0
     if seen[k] == nil then
@@ -97,9 +117,13 @@ end
 -- job's record is written before its idempotency key.
 local jobs_ok = false
 local out, ready, delayed = {}, {}, {}
+-- flow jobs due now, their values, and the flow HSET's arguments (tables made only
+-- when a job has a flow value: a table costs the plain enqueue a few hundred instructions)
+local fwait, fvals, fargs = nil, nil, nil
+if flowing then fwait, fvals, fargs = {}, {}, {} end
 local added, dups = 0, 0
 for i = 0, n - 1 do
-  local b = 4 + i * 5
+  local b = 5 + i * stride
   local id, rec, ki = ARGV[b], ARGV[b + 1], iks[i]
   local first = nil
   if ki then
@@ -140,9 +164,17 @@ for i = 0, n - 1 do
   else
     out[#out + 1] = id
     added = added + 1
+    local fv = stride == 6 and ARGV[b + 5] ~= '0' and ARGV[b + 5] or nil
+    if fv then
+      fargs[#fargs + 1] = id
+      fargs[#fargs + 1] = fv
+    end
     if dues[i] then
       delayed[#delayed + 1] = string.format('%d', dues[i])
       delayed[#delayed + 1] = id
+    elseif fv then
+      fwait[#fwait + 1] = id
+      fvals[#fvals + 1] = fv
     else
       ready[#ready + 1] = id
     end
@@ -150,12 +182,18 @@ for i = 0, n - 1 do
 end
 -- validated: no command below can fail
 if #ready > 0 then chunked('LPUSH', K_READY, ready) end
+if fargs and #fargs > 0 then
+  chunked('HSET', K_FLOW, fargs)
+  local back = H.to_waiting(fwait, fvals, false)  -- a value of another shape: plain
+  if #back > 0 then chunked('LPUSH', K_READY, back) end
+end
 chunked('ZADD', K_DELAYED, delayed)
 if added > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', string.format('%d', added)) end
 if dups > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', string.format('%d', dups)) end
 -- wake-up tokens: one per job added, the list kept at most cap long (its length was
 -- read above, so no LTRIM)
-local wake = math.min(#ready + #delayed / 2, tonumber(ARGV[3]) - woken)
+local wake = math.min(#ready + (fwait and #fwait or 0) + #delayed / 2,
+                      tonumber(ARGV[3]) - woken)
 if wake > 0 then
   local t = {}
   for i = 1, wake do t[i] = '1' end

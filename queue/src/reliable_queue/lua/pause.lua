@@ -1,11 +1,16 @@
 -- pause: pause or resume a queue (ADR 0031). While the paused hash exists, fetch leases
 -- nothing (it still reaps and promotes); the decision is fetch's, atomically with its pop.
--- KEYS[1..12]: see _common.lua; KEYS[13] paused  HASH {since, by, reason} while paused;
--- KEYS[14] limit  HASH {n, per, start, used} while a rate limit is set (ADR 0032)
+-- KEYS[1..19]: see _common.lua; paused (18) HASH {since, by, reason} while paused;
+-- limit (19) HASH {n, per, start, used} while a rate limit is set (ADR 0032);
+-- keycap (17) STRING K while a per-key cap is set (ADR 0033)
 -- Also the rate limit's setter: ARGV[1] 'limit' (ARGV[2] n >= 1 jobs, ARGV[3] per ms >= 1;
 --   a new window opens at the next fetch, so a changed limit applies from it; returns
 --   {1 when a limit was set before else 0, 0}) or 'unlimit' (removes a limit key of any
 --   type; returns {1 when there was one else 0, 0}).
+-- Also the per-key cap's setter: ARGV[1] 'cap' (ARGV[2] K >= 1: at most K leased jobs
+--   per fairness key from the next fetch; returns {1 when a cap was set before else 0,
+--   0}) or 'uncap' (removes a keycap key of any type; returns {1 when there was one, 0}).
+--   Leased jobs keep their slots until they settle.
 -- ARGV[1] action   'pause' or 'resume'
 -- ARGV[2] by       who pauses (text, already bounded by the caller; pause only)
 -- ARGV[3] reason   why (text, already bounded by the caller; pause only)
@@ -18,7 +23,6 @@
 -- Changes: paused; wake (resume); the queue clock's stats fields (see _common.lua).
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
-local K_PAUSED = KEYS[13]
 local action = ARGV[1]
 if action == 'pause' then
   local since = redis.pcall('HGET', K_PAUSED, 'since')  -- also the type check of paused
@@ -41,6 +45,10 @@ elseif action == 'resume' then
   end
   local waiting, err = read('list', 'LLEN', K_READY)
   if err then return redis.error_reply(err) end
+  local flowing
+  flowing, err = read('zset', 'ZCARD', K_WAITING)
+  if err then return redis.error_reply(err) end
+  waiting = waiting + flowing
   local bad = H.check({K_WAKE})
   if bad then return redis.error_reply(bad) end
   local was = redis.call('DEL', K_PAUSED)
@@ -53,12 +61,23 @@ elseif action == 'limit' then
       return redis.error_reply('QUEUE_LIMIT a rate limit ' .. v .. ' is not an integer >= 1')
     end
   end
-  local ok = redis.pcall('HLEN', KEYS[14])  -- the type check of limit
-  if type(ok) == 'table' then return redis.error_reply(corrupt(KEYS[14], 'hash')) end
-  redis.call('DEL', KEYS[14])
-  redis.call('HSET', KEYS[14], 'n', n, 'per', per, 'start', '0', 'used', '0')
+  local ok = redis.pcall('HLEN', K_LIMIT)  -- the type check of limit
+  if type(ok) == 'table' then return redis.error_reply(corrupt(K_LIMIT, 'hash')) end
+  redis.call('DEL', K_LIMIT)
+  redis.call('HSET', K_LIMIT, 'n', n, 'per', per, 'start', '0', 'used', '0')
   return {ok > 0 and 1 or 0, 0}
 elseif action == 'unlimit' then
-  return {redis.call('DEL', KEYS[14]), 0}
+  return {redis.call('DEL', K_LIMIT), 0}
+elseif action == 'cap' then
+  local k = ARGV[2]
+  if #k > 9 or not string.match(k, '^%d+$') or tonumber(k) < 1 then
+    return redis.error_reply('QUEUE_LIMIT a key cap ' .. k .. ' is not an integer >= 1')
+  end
+  local was, e = read('string', 'GET', K_KEYCAP)  -- the type check of keycap
+  if e then return redis.error_reply(e) end
+  redis.call('SET', K_KEYCAP, k)
+  return {was and 1 or 0, 0}
+elseif action == 'uncap' then
+  return {redis.call('DEL', K_KEYCAP), 0}
 end
 return redis.error_reply('QUEUE_LIMIT unknown pause action ' .. tostring(action))

@@ -3,17 +3,18 @@
 -- jobs that had already finished (they run again), so a test or chaos run can show
 -- that the handlers absorb the redelivery. Only jobs still in `done` (their record
 -- kept by the retention window) can be replayed.
--- KEYS[1..12]: see _common.lua
+-- KEYS[1..19]: see _common.lua
 -- ARGV[1] wake-token cap   ARGV[2..] job ids (at most MAX_BATCH)
 -- Returns: {replayed ids..., '|', skipped ids...}; skipped = not in `done`, or its
 --          record is gone (that `done` entry is then removed). A 'QUEUE_CORRUPT' /
 --          'QUEUE_LIMIT' error (nothing written) for a wrong-type key or too many ids.
--- Changes: done, attempts (reset: the rerun starts at attempt 1), info, ready,
---          stats replayed, wake.
+-- Changes: done, attempts (reset: the rerun starts at attempt 1), info, ready (a job
+--          with a flow value: its band, ADR 0033: waiting, tags), stats replayed, wake.
 -- @include _common.lua
 helpers()  -- off the drain's hot path: every helper, made up front
 local bad = check_count(#ARGV - 1)
-  or H.check({K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE}, {'replayed'})
+  or H.check({K_DONE, K_JOBS, K_ATTEMPTS, K_INFO, K_READY, K_STATS, K_WAKE, K_WAITING,
+              K_FLOW, K_TAGS}, {'replayed'})
 if bad then return redis.error_reply(bad) end
 local replayed, skipped, lost, seen = {}, {}, {}, {}
 for i = 2, #ARGV do
@@ -35,7 +36,9 @@ if #replayed > 0 then
   chunked('ZREM', K_DONE, replayed)
   chunked('HDEL', K_ATTEMPTS, replayed)
   chunked('HDEL', K_INFO, replayed)
-  chunked('LPUSH', K_READY, replayed)
+  local back, head = H.to_waiting(replayed, H.chunked_read('HMGET', K_FLOW, replayed), false)
+  chunked('LPUSH', K_READY, back)
+  if #head > 0 then H.push_head(head) end
   redis.call('HINCRBY', K_STATS, 'replayed', #replayed)
   H.wake(#replayed, tonumber(ARGV[1]))
 end
