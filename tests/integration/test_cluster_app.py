@@ -107,6 +107,8 @@ def test_chaos_on_the_cluster_loses_no_order_and_applies_no_effect_twice(
         "--cancel", "0",
         # the first freeze would come after this 3 s window; tests/chaos covers them
         "--freeze-every", "0", "--freeze-in-tx-rate", "0",
+        # pauses come every 8 s by default: sooner, so the cluster sees one in this window
+        "--pause-every", "1", "--pause-seconds", "0.4",
     ]  # fmt: skip
 
     report = run_json(args, env, data_dir, 230)

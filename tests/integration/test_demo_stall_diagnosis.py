@@ -32,7 +32,7 @@ def test_a_stall_with_lost_jobs_and_a_refused_row_is_diagnosed(
         )
         session.commit()
     for queue in app.queues.values():  # Redis lost every job
-        redis_client.delete(queue.keys.key("ready"))
+        redis_client.delete(queue.keys.key("ready"), queue.keys.key("waiting"))
     progress = observe(app, placed.order_ids[0], 3, 0.0)
     log = tmp_path / "worker-stock.log"
     log.write_text("starting\nerror: Redis namespace 'x' belongs to database 1234\n")

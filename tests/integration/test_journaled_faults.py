@@ -41,6 +41,8 @@ def slow_points_only() -> ChaosOptions:
         freeze_in_tx_rate=0,
         replay_every=0,
         evict_every=0,
+        pause_step=None,
+        limit_step=None,
     )
 
 

@@ -200,7 +200,7 @@ def test_the_sweep_republishing_a_lost_job_stays_in_the_orders_trace(traced, cat
     root = _order_spans(exporter)[order_id]
     queue = app.queues[STOCK]
     [first] = [s for s in exporter.get_finished_spans() if s.name == f"send {STOCK}"]
-    assert queue.evict_key_for_chaos("ready") == 1  # Redis lost the job
+    assert queue.evict_key_for_chaos("waiting") == 1  # Redis lost the job (keyed: ADR 0033)
     time.sleep(0.05)
     assert sweep_once(app).republished == 1
     sweeps = [s for s in exporter.get_finished_spans() if s.name == "relay sweep"]

@@ -78,7 +78,7 @@ def test_a_wrong_type_idempotency_key_defers_only_its_row_and_leaves_no_orphan_j
     assert bad.workflow_id == 1 and bad.publish_attempts == 1
     assert "WRONGTYPE" in (bad.publish_error or "")
     # the two good stock jobs are queued; no record sits in no structure
-    ids = stock.ids_in("ready")
+    ids = stock.ids_in("waiting")  # keyed by customer: the waiting set (ADR 0033)
     assert len(ids) == 2 and redis_client.hlen(stock.keys.key("jobs")) == 2
     assert where_is(stock, ids) == [READY, READY]
 
@@ -103,7 +103,7 @@ def test_a_wrong_type_idempotency_key_defers_only_its_row_and_leaves_no_orphan_j
     )
     assert healed.published == 1
     assert StepStatus.PENDING not in statuses(session_factory)
-    assert len(stock.ids_in("ready")) == 3
+    assert len(stock.ids_in("waiting")) == 3
 
 
 def test_an_undecodable_payload_is_given_up_after_its_attempts_and_blocks_its_workflow(
@@ -251,8 +251,9 @@ def test_steps_whose_ready_list_was_deleted_are_published_again_by_the_sweep(
     assert placed.published == 20  # the stock steps; the others wait for them
     stock = queues["stock"]
     records = redis_client.hlen(stock.keys.key("jobs"))
-    redis_client.delete(stock.keys.key("ready"))  # the records stay, on no list
-    assert records == 20 and stock.ids_in("ready") == []
+    # the records stay, in no structure (keyed steps wait in the waiting set, ADR 0033)
+    redis_client.delete(stock.keys.key("ready"), stock.keys.key("waiting"))
+    assert records == 20 and stock.ids_in("ready") == stock.ids_in("waiting") == []
     assert not real_publisher.is_known("1:stock")
 
     clock.advance(31)
@@ -265,7 +266,7 @@ def test_steps_whose_ready_list_was_deleted_are_published_again_by_the_sweep(
     )
     assert result.republished == 20
     assert {key.rsplit(":", 1)[1] for key in result.republished_keys} == {"stock"}
-    ready = stock.ids_in("ready")
+    ready = stock.ids_in("waiting")
     assert len(ready) == 20 and set(where_is(stock, ready)) == {READY}
     again = sweep(
         session_factory,
