@@ -27,18 +27,21 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from orders.app.placement import write_orders
+from orders.app.group_commit import GroupCommit
+from orders.app.placement import PlacedOrder, write_orders
 from orders.domain.access import ApiOrder
 from orders.domain.errors import OrdersError
-from orders.domain.models import Customer, Product
-from orders.domain.queries import OrderView, order_status
+from orders.domain.models import Customer, OrderStatus, Product
+from orders.domain.queries import OrderView, StepView
+from orders.domain.steps import STEPS
 from orders.sources.drafts import LineDraft, OrderDraft
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import DispatchedStep, Publisher
+from workflows.models import StepStatus, WorkflowStatus
 from workflows.relay import PublishPolicy, publish_dispatched
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -166,6 +169,7 @@ def place_api_order(
     turn: AbstractContextManager[Any] | None = None,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    group: GroupCommit[Pending, Committed] | None = None,
 ) -> Placed:
     """Place ``request`` once per key, then publish its first steps.
 
@@ -183,6 +187,9 @@ def place_api_order(
             API lets one placement of the process at a time write on SQLite).
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
+        group: writes the placements waiting at once in one transaction (its write
+            function is :func:`commit_placements`; it holds the turn itself); None:
+            this one alone, in its own transaction, holding ``turn``.
 
     Returns:
         :class:`Placed`: 201 with the new order, or the stored first response.
@@ -193,58 +200,186 @@ def place_api_order(
         InvalidOrder: unknown customer or part; nothing written.
         sqlalchemy.exc.SQLAlchemyError: the database failed; nothing written.
     """
+    pending = Pending(request, placed_by, rules)
     held = in_flight.hold(placed_by, rules.key) if rules.key else nullcontext()
-    with held, turn or nullcontext():
-        try:
-            placed, first = _commit(session_factory, request, placed_by, rules, render, clock())
-        except IntegrityError:
-            if rules.key is None:
-                raise
-            # another process committed this key first: answer its response
-            with UnitOfWork(session_factory) as uow:
-                replay = _stored(uow.session, placed_by, rules, clock())
-            if replay is None:
-                raise
-            return replay
+    with held:
+        if group is not None:
+            placed, first = group.submit(pending)
+        else:
+            with turn or nullcontext():
+                placed, first = _commit_alone(session_factory, pending, render, clock())
     if placed.replayed or not first:
         return placed
     return _publish(session_factory, publisher, first, placed, clock, policy)
 
 
-def _commit(
+@dataclass(frozen=True)
+class Pending:
+    """A placement waiting for its transaction: the order, its caller and its key."""
+
+    request: PlaceRequest
+    placed_by: str
+    rules: KeyRules
+
+
+Committed = tuple[Placed, list[DispatchedStep]]
+"""A placement's answer and the first steps its commit marked dispatched (to publish)."""
+
+
+def commit_placements(
     session_factory: SessionFactory,
-    request: PlaceRequest,
-    placed_by: str,
-    rules: KeyRules,
+    render: Callable[[OrderView], str],
+    items: Sequence[Pending],
+    *,
+    clock: Callable[[], datetime] = utcnow,
+) -> list[Committed | Exception]:
+    """Write ``items`` in one transaction (group commit, ``orders.app.group_commit``).
+
+    A refused item (:class:`ApiOrderError`) or a replayed key writes nothing and
+    leaves the others in the batch. When the batch's transaction fails (another
+    process committed one of its keys first: the unique index; or the database
+    failed), each item is written again alone, so only its own failure reaches it.
+
+    Args:
+        session_factory: makes the session of the unit of work.
+        render: the response body (JSON text) from an order's view.
+        items: the placements, one per request (no two with one key of one token).
+        clock: current time (timezone-aware).
+
+    Returns:
+        One outcome per item, in order: :data:`Committed`, or the exception its request
+        raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``).
+    """
+    if len(items) == 1:
+        return [_alone_or_error(session_factory, items[0], render, clock())]
+    try:
+        with UnitOfWork(session_factory) as uow:
+            outcomes = _write(uow.session, items, render, clock())
+            uow.commit()
+        return outcomes
+    except SQLAlchemyError:
+        return [_alone_or_error(session_factory, item, render, clock()) for item in items]
+
+
+def _alone_or_error(
+    session_factory: SessionFactory,
+    item: Pending,
     render: Callable[[OrderView], str],
     now: datetime,
-) -> tuple[Placed, list[DispatchedStep]]:
-    with UnitOfWork(session_factory) as uow:
-        session = uow.session
-        if rules.key is not None:
-            replay = _stored(session, placed_by, rules, now)
-            if replay is not None:
-                return replay, []
-        draft = _draft(session, request, now)
-        placed, first = write_orders(session, [draft], now=now, dispatch=True)
-        order_id = placed[0].order_id
-        view = order_status(session, order_id)
-        assert view is not None  # written above, in this transaction
-        body = render(view)
-        session.add(
-            ApiOrder(
-                order_id=order_id,
-                placed_by=placed_by,
-                idempotency_key=rules.key,
-                fingerprint=rules.fingerprint if rules.key else None,
-                response_status=201 if rules.key else None,
-                response_body=body if rules.key else None,
-                priority=request.priority,
-                created_at=now,
+) -> Committed | Exception:
+    try:
+        return _commit_alone(session_factory, item, render, now)
+    except (ApiOrderError, SQLAlchemyError) as exc:
+        return exc
+
+
+def _commit_alone(
+    session_factory: SessionFactory,
+    item: Pending,
+    render: Callable[[OrderView], str],
+    now: datetime,
+) -> Committed:
+    """One placement in its own transaction; a key another process committed first
+    answers that one's stored response."""
+    try:
+        with UnitOfWork(session_factory) as uow:
+            [outcome] = _write(uow.session, [item], render, now)
+            if isinstance(outcome, Exception):
+                raise outcome
+            uow.commit()
+        return outcome
+    except IntegrityError:
+        if item.rules.key is None:
+            raise
+        # another process committed this key first: answer its response
+        with UnitOfWork(session_factory) as uow:
+            replay = _stored(uow.session, item.placed_by, item.rules, now)
+        if replay is None:
+            raise
+        return replay, []
+
+
+def _write(
+    session: Session,
+    items: Sequence[Pending],
+    render: Callable[[OrderView], str],
+    now: datetime,
+) -> list[Committed | Exception]:
+    """Write the new orders of ``items`` in the caller's transaction (not committed)."""
+    outcomes: list[Committed | Exception | None] = [None] * len(items)
+    new: list[tuple[int, OrderDraft]] = []
+    for i, item in enumerate(items):
+        try:
+            if item.rules.key is not None:
+                replay = _stored(session, item.placed_by, item.rules, now)
+                if replay is not None:
+                    outcomes[i] = (replay, [])
+                    continue
+            new.append((i, _draft(session, item.request, now)))
+        except ApiOrderError as exc:
+            outcomes[i] = exc
+    if new:
+        placed, first = write_orders(session, [draft for _, draft in new], now=now, dispatch=True)
+        by_workflow: dict[int, list[DispatchedStep]] = {}
+        for row in first:
+            by_workflow.setdefault(row.workflow_id, []).append(row)
+        for (i, draft), order in zip(new, placed, strict=True):
+            item = items[i]
+            dispatched = by_workflow.get(order.workflow_id, [])
+            body = render(_written_view(draft, order, dispatched, now))
+            keyed = item.rules.key is not None
+            session.add(
+                ApiOrder(
+                    order_id=order.order_id,
+                    placed_by=item.placed_by,
+                    idempotency_key=item.rules.key,
+                    fingerprint=item.rules.fingerprint if keyed else None,
+                    response_status=201 if keyed else None,
+                    response_body=body if keyed else None,
+                    priority=item.request.priority,
+                    created_at=now,
+                )
             )
+            outcomes[i] = (Placed(201, body, order.order_id), dispatched)
+    return outcomes  # type: ignore[return-value]
+
+
+def _written_view(
+    draft: OrderDraft, order: PlacedOrder, dispatched: Sequence[DispatchedStep], now: datetime
+) -> OrderView:
+    """The view of an order just written (what ``order_status`` reads back in the same
+    transaction): placed, its first steps dispatched, the others waiting."""
+    first = {row.step for row in dispatched}
+    steps = tuple(
+        StepView(
+            step,
+            StepStatus.DISPATCHED if step in first else StepStatus.WAITING,
+            None,
+            0,
+            None,
+            None,
+            now,
+            now if step in first else None,
+            None,
+            None,
         )
-        uow.commit()
-    return Placed(201, body, order_id), first
+        for step in STEPS
+    )
+    return OrderView(
+        order_id=order.order_id,
+        status=OrderStatus.PLACED,
+        source=draft.source,
+        source_key=draft.source_key,
+        customer_id=draft.customer_id,
+        total_price=draft.total_price,
+        placed_at=now,
+        workflow_id=order.workflow_id,
+        workflow_status=WorkflowStatus.RUNNING,
+        blocked_step=None,
+        blocked_reason=None,
+        completed_at=None,
+        steps=steps,
+    )
 
 
 def _stored(session: Session, placed_by: str, rules: KeyRules, now: datetime) -> Placed | None:
