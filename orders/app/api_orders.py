@@ -232,6 +232,8 @@ def commit_placements(
     items: Sequence[Pending],
     *,
     clock: Callable[[], datetime] = utcnow,
+    publisher: Callable[[], Publisher] | None = None,
+    policy: PublishPolicy | None = None,
 ) -> list[Committed | Exception]:
     """Write ``items`` in one transaction (group commit, ``orders.app.group_commit``).
 
@@ -245,20 +247,51 @@ def commit_placements(
         render: the response body (JSON text) from an order's view.
         items: the placements, one per request (no two with one key of one token).
         clock: current time (timezone-aware).
+        publisher: with it, the first steps of the whole batch are published here after
+            the commit, in one call (each outcome then carries none to publish and its
+            :attr:`Placed.deferred`); None leaves them in the outcomes.
+        policy: publish attempts and backoff of refused rows.
 
     Returns:
         One outcome per item, in order: :data:`Committed`, or the exception its request
         raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``).
     """
     if len(items) == 1:
-        return [_alone_or_error(session_factory, items[0], render, clock())]
-    try:
-        with UnitOfWork(session_factory) as uow:
-            outcomes = _write(uow.session, items, render, clock())
-            uow.commit()
+        outcomes = [_alone_or_error(session_factory, items[0], render, clock())]
+    else:
+        try:
+            with UnitOfWork(session_factory) as uow:
+                outcomes = _write(uow.session, items, render, clock())
+                uow.commit()
+        except SQLAlchemyError:
+            outcomes = [_alone_or_error(session_factory, item, render, clock()) for item in items]
+    if publisher is None:
         return outcomes
-    except SQLAlchemyError:
-        return [_alone_or_error(session_factory, item, render, clock()) for item in items]
+    return _publish_batch(session_factory, publisher, outcomes, clock, policy)
+
+
+def _publish_batch(
+    session_factory: SessionFactory,
+    publisher: Callable[[], Publisher],
+    outcomes: list[Committed | Exception],
+    clock: Callable[[], datetime],
+    policy: PublishPolicy | None,
+) -> list[Committed | Exception]:
+    """Publish the first steps of every placed outcome at once; when some are left to
+    the sweep, each order that had any counts all its own as deferred (at most)."""
+    rows = [row for o in outcomes if not isinstance(o, Exception) for row in o[1]]
+    if not rows:
+        return outcomes
+    short = len(rows) - _publish_rows(session_factory, publisher, rows, clock, policy)
+    done: list[Committed | Exception] = []
+    for o in outcomes:
+        if isinstance(o, Exception) or not o[1]:
+            done.append(o)
+            continue
+        placed, first = o
+        deferred = len(first) if short else 0
+        done.append((Placed(placed.status, placed.body, placed.order_id, False, deferred), []))
+    return done
 
 
 def _alone_or_error(
@@ -308,10 +341,15 @@ def _write(
     """Write the new orders of ``items`` in the caller's transaction (not committed)."""
     outcomes: list[Committed | Exception | None] = [None] * len(items)
     new: list[tuple[int, OrderDraft]] = []
+    found = _stored_rows(session, items) if len(items) > 1 else None
+    if len(items) > 1:  # into the session's identity map: _draft's get reads no row again
+        session.scalars(
+            select(Customer).where(Customer.id.in_({i.request.customer_id for i in items}))
+        ).all()
     for i, item in enumerate(items):
         try:
             if item.rules.key is not None:
-                replay = _stored(session, item.placed_by, item.rules, now)
+                replay = _stored(session, item.placed_by, item.rules, now, found)
                 if replay is not None:
                     outcomes[i] = (replay, [])
                     continue
@@ -382,18 +420,28 @@ def _written_view(
     )
 
 
-def _stored(session: Session, placed_by: str, rules: KeyRules, now: datetime) -> Placed | None:
+def _stored(
+    session: Session,
+    placed_by: str,
+    rules: KeyRules,
+    now: datetime,
+    found: dict[tuple[str, str], ApiOrder] | None = None,
+) -> Placed | None:
     """The stored first response of the key, None when the key is new (a key past its
-    window is released here, in the caller's transaction).
+    window is released here, in the caller's transaction). ``found``: the rows of a
+    batch's keys, read at once (:func:`_stored_rows`); None reads this key's.
 
     Raises:
         KeyReused: the key was used with another body.
     """
-    row = session.scalar(
-        select(ApiOrder).where(
-            ApiOrder.placed_by == placed_by, ApiOrder.idempotency_key == rules.key
+    if found is not None:
+        row = found.get((placed_by, rules.key or ""))
+    else:
+        row = session.scalar(
+            select(ApiOrder).where(
+                ApiOrder.placed_by == placed_by, ApiOrder.idempotency_key == rules.key
+            )
         )
-    )
     if row is None:
         return None
     if row.created_at < now - timedelta(seconds=rules.window_seconds):
@@ -405,6 +453,26 @@ def _stored(session: Session, placed_by: str, rules: KeyRules, now: datetime) ->
             f"(order {row.order_id}); use a new key for a new order"
         )
     return Placed(row.response_status or 201, row.response_body or "", row.order_id, True)
+
+
+def _stored_rows(session: Session, items: Sequence[Pending]) -> dict[tuple[str, str], ApiOrder]:
+    """The ``api_orders`` rows of the keys of ``items``, by (token, key): one query
+    through the unique index on (placed_by, idempotency_key)."""
+    keyed = [item for item in items if item.rules.key is not None]
+    if not keyed:
+        return {}
+    wanted = {(item.placed_by, item.rules.key) for item in keyed}
+    rows = session.scalars(
+        select(ApiOrder).where(
+            ApiOrder.placed_by.in_({name for name, _ in wanted}),
+            ApiOrder.idempotency_key.in_({key for _, key in wanted}),
+        )
+    )
+    return {
+        (row.placed_by, row.idempotency_key): row
+        for row in rows
+        if (row.placed_by, row.idempotency_key) in wanted and row.idempotency_key is not None
+    }
 
 
 def _release(session: Session, order_ids: Sequence[int]) -> None:
@@ -486,14 +554,25 @@ def _publish(
     policy: PublishPolicy | None,
 ) -> Placed:
     """Publish the first steps; on any failure they are the sweep's (counted)."""
-    try:
-        published = publish_dispatched(
-            session_factory, publisher(), first, clock=clock, policy=policy
-        )
-    except Exception as exc:  # the order is committed: publishing is deferred
-        log.warning("first steps of order %d left to the sweep: %s", placed.order_id, describe(exc))
-        published = 0
+    published = _publish_rows(session_factory, publisher, first, clock, policy)
     return Placed(placed.status, placed.body, placed.order_id, False, len(first) - published)
+
+
+def _publish_rows(
+    session_factory: SessionFactory,
+    publisher: Callable[[], Publisher],
+    rows: list[DispatchedStep],
+    clock: Callable[[], datetime],
+    policy: PublishPolicy | None,
+) -> int:
+    """Publish committed step rows; returns how many went (on any failure the rest are
+    the sweep's)."""
+    try:
+        return publish_dispatched(session_factory, publisher(), rows, clock=clock, policy=policy)
+    except Exception as exc:  # the orders are committed: publishing is deferred
+        orders = sorted({row.workflow_id for row in rows})
+        log.warning("first steps of workflows %s left to the sweep: %s", orders, describe(exc))
+        return 0
 
 
 def placed_by(session: Session, order_id: int) -> str | None:

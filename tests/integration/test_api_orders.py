@@ -354,3 +354,28 @@ def test_twenty_threads_with_their_own_keys_place_twenty_orders_once_each(
     assert [r.status_code for r in replies] == [201] * 40
     assert len({r.json()["id"] for r in replies}) == 20
     assert counts(api_world) == (20, 40, 20, 20 * len(STEPS), 20)  # two lines each
+
+
+def test_a_batch_publishes_its_first_steps_in_one_call_or_leaves_them_to_the_sweep(
+    api_world: ApiWorld,
+) -> None:
+    factory, app = api_world.app.session_factory, api_world.app
+    went = commit_placements(
+        factory, render_id, [batch_item("p1"), batch_item("p2")], publisher=lambda: app.publisher
+    )
+    for outcome in went:
+        assert not isinstance(outcome, Exception)
+        placed, left = outcome
+        assert left == [] and placed.deferred == 0
+    with factory() as session:
+        workflows = session.scalars(select(Workflow.id)).all()
+    assert all(app.queues["stock"].pending_job_for(f"{w}:stock") for w in workflows)
+
+    def unreachable() -> Any:
+        raise ConnectionError("queue away")
+
+    kept = commit_placements(
+        factory, render_id, [batch_item("p3"), batch_item("p4")], publisher=unreachable
+    )
+    assert [o[0].deferred for o in kept if not isinstance(o, Exception)] == [1, 1]
+    assert counts(api_world)[0] == 4  # placed all the same: the sweep publishes them

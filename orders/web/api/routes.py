@@ -101,12 +101,19 @@ class ApiState:
 
     def placements(self) -> GroupCommit[Pending, Committed]:
         """The group commit of this process's placements (each batch holds
-        :meth:`placing`)."""
+        :meth:`placing`, then publishes its first steps in one call)."""
         turn = self.placing()
         with self._lock:
             if self._group is None:
+                app = self.web.app
                 self._group = GroupCommit(
-                    partial(commit_placements, self.web.app.session_factory, render_order),
+                    partial(
+                        commit_placements,
+                        app.session_factory,
+                        render_order,
+                        publisher=lambda: app.publisher,
+                        policy=app.publish_policy,
+                    ),
                     most=PLACEMENTS_PER_TRANSACTION,
                     turn=turn,
                 )
