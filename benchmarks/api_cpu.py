@@ -12,6 +12,7 @@ auth, the transaction, the publish, the response), so two checkouts compare on a
 loaded machine by CPU time where a wall clock cannot. On PostgreSQL the server's
 CPU is not counted; on SQLite the database runs in the process and is.
 ``--profile TOP`` prints cProfile's TOP functions by own time and by cumulative time.
+``--clients N`` sends N at once (group commit; the profile needs one).
 """
 
 from __future__ import annotations
@@ -154,8 +155,11 @@ async def _post(app: Any, headers: list[tuple[bytes, bytes]], key: str, body: by
         raise RuntimeError(f"{status}: {text[:300]!r}")
 
 
-def measure(database: str, orders: int, top: int) -> dict[str, object]:
+def measure(database: str, orders: int, top: int, clients: int = 1) -> dict[str, object]:
     """Place ``WARM_UP`` + ``orders`` orders; the CPU of the last ``orders``.
+
+    ``clients`` > 1 sends that many requests at once (the routes then run in the
+    thread pool, placements share transactions; no profile).
 
     Returns:
         ``{"database", "orders", "cpu_ms_per_order", "wall_ms_per_order"}`` and, with
@@ -185,17 +189,26 @@ def measure(database: str, orders: int, top: int) -> dict[str, object]:
                 (b"authorization", f"Bearer {token}".encode()),
                 (b"content-type", b"application/json"),
             ]
-            with _inline_threads():
+
+            async def send(numbers: range) -> None:
+                for i in numbers:
+                    await _post(web, headers, f"k{i}", bodies[i])
+
+            async def run(start: int, count: int) -> None:
+                # ``clients`` senders at once, each its share (sync routes in the thread pool)
+                await asyncio.gather(
+                    *(send(range(start + c, start + count, clients)) for c in range(clients))
+                )
+
+            with _inline_threads() if clients == 1 else contextlib.nullcontext():
                 loop = asyncio.new_event_loop()
                 try:
-                    for i in range(WARM_UP):
-                        loop.run_until_complete(_post(web, headers, f"k{i}", bodies[i]))
-                    profiler = cProfile.Profile() if top else None
+                    loop.run_until_complete(run(0, WARM_UP))
+                    profiler = cProfile.Profile() if top and clients == 1 else None
                     cpu, wall = time.process_time(), time.perf_counter()
                     if profiler:
                         profiler.enable()
-                    for i in range(WARM_UP, WARM_UP + orders):
-                        loop.run_until_complete(_post(web, headers, f"k{i}", bodies[i]))
+                    loop.run_until_complete(run(WARM_UP, orders))
                     if profiler:
                         profiler.disable()
                     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -208,6 +221,7 @@ def measure(database: str, orders: int, top: int) -> dict[str, object]:
     out: dict[str, object] = {
         "database": database,
         "orders": orders,
+        "clients": clients,
         "cpu_ms_per_order": round(1000 * cpu / orders, 3),
         "wall_ms_per_order": round(1000 * wall / orders, 3),
     }
@@ -226,8 +240,9 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=500)
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--profile", type=int, default=0, metavar="TOP")
+    parser.add_argument("--clients", type=int, default=1, help="requests at once")
     args = parser.parse_args()
-    result = measure(args.database, args.orders, args.profile)
+    result = measure(args.database, args.orders, args.profile, args.clients)
     profile = result.pop("profile", None)
     print(json.dumps(result))
     if profile:

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -342,10 +342,7 @@ def _write(
     outcomes: list[Committed | Exception | None] = [None] * len(items)
     new: list[tuple[int, OrderDraft]] = []
     found = _stored_rows(session, items) if len(items) > 1 else None
-    if len(items) > 1:  # into the session's identity map: _draft's get reads no row again
-        session.scalars(
-            select(Customer).where(Customer.id.in_({i.request.customer_id for i in items}))
-        ).all()
+    known = _catalog(session, [item.request for item in items])
     for i, item in enumerate(items):
         try:
             if item.rules.key is not None:
@@ -353,7 +350,7 @@ def _write(
                 if replay is not None:
                     outcomes[i] = (replay, [])
                     continue
-            new.append((i, _draft(session, item.request, now)))
+            new.append((i, _draft(session, item.request, now, known)))
         except ApiOrderError as exc:
             outcomes[i] = exc
     if new:
@@ -361,24 +358,27 @@ def _write(
         by_workflow: dict[int, list[DispatchedStep]] = {}
         for row in first:
             by_workflow.setdefault(row.workflow_id, []).append(row)
+        keys = []
         for (i, draft), order in zip(new, placed, strict=True):
             item = items[i]
             dispatched = by_workflow.get(order.workflow_id, [])
             body = render(_written_view(draft, order, dispatched, now))
             keyed = item.rules.key is not None
-            session.add(
-                ApiOrder(
-                    order_id=order.order_id,
-                    placed_by=item.placed_by,
-                    idempotency_key=item.rules.key,
-                    fingerprint=item.rules.fingerprint if keyed else None,
-                    response_status=201 if keyed else None,
-                    response_body=body if keyed else None,
-                    priority=item.request.priority,
-                    created_at=now,
-                )
+            keys.append(
+                {
+                    "order_id": order.order_id,
+                    "placed_by": item.placed_by,
+                    "idempotency_key": item.rules.key,
+                    "fingerprint": item.rules.fingerprint if keyed else None,
+                    "response_status": 201 if keyed else None,
+                    "response_body": body if keyed else None,
+                    "priority": item.request.priority,
+                    "created_at": now,
+                }
             )
             outcomes[i] = (Placed(201, body, order.order_id), dispatched)
+        # one Core statement (the unique index checks every key here): no ORM bookkeeping
+        session.execute(insert(ApiOrder), keys)
     return outcomes  # type: ignore[return-value]
 
 
@@ -511,20 +511,41 @@ def release_expired_keys(
     return len(ids)
 
 
-def _draft(session: Session, request: PlaceRequest, now: datetime) -> OrderDraft:
-    """The order draft of ``request``, priced from the catalog.
+@dataclass(frozen=True)
+class _Catalog:
+    """The customers and part prices that some requests name, read at once."""
+
+    customers: frozenset[int]
+    prices: dict[int, Decimal]
+
+
+def _catalog(session: Session, requests: Sequence[PlaceRequest]) -> _Catalog:
+    """What ``requests`` name of the catalog: one query for customers, one for prices."""
+    customers = {r.customer_id for r in requests}
+    parts = {line.part_id for r in requests for line in r.lines}
+    return _Catalog(
+        frozenset(session.scalars(select(Customer.id).where(Customer.id.in_(sorted(customers))))),
+        dict(
+            session.execute(
+                select(Product.id, Product.retail_price).where(Product.id.in_(sorted(parts)))
+            ).all()
+        ),
+    )
+
+
+def _draft(
+    session: Session, request: PlaceRequest, now: datetime, known: _Catalog | None = None
+) -> OrderDraft:
+    """The order draft of ``request``, priced from the catalog (``known``: read already
+    for a batch; None reads what this request names).
 
     Raises:
         InvalidOrder: the customer or a part does not exist (the first one named).
     """
-    if session.get(Customer, request.customer_id) is None:
+    known = known or _catalog(session, [request])
+    if request.customer_id not in known.customers:
         raise InvalidOrder("customer_id", f"customer {request.customer_id} does not exist")
-    wanted = {line.part_id for line in request.lines}
-    prices = dict(
-        session.execute(
-            select(Product.id, Product.retail_price).where(Product.id.in_(sorted(wanted)))
-        ).all()
-    )
+    prices = known.prices
     lines = []
     for n, line in enumerate(request.lines):
         price = prices.get(line.part_id)
