@@ -339,6 +339,7 @@ def _draft(session: Session, request: PlaceRequest, now: datetime) -> OrderDraft
         source=SOURCE,
         source_key=None,
         lines=tuple(lines),
+        queue_priority=request.priority,  # None: 5, the mapping of NOT SPECIFIED
     )
 
 
