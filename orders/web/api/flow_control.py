@@ -264,10 +264,9 @@ async def cap_queue(
     """Set, change (``{"cap": 2}``) or remove (``{"clear": true}``) the per-customer cap
     (as ``orders queue cap``); it applies from the next fetch. One audit row."""
     queue = _queue(request, step)
+    target: dict[str, Any] = {"step": step, "cap": body.cap}
     if body.cap is None:
         was = await run_in_threadpool(queue.clear_key_cap)
-        target = {"step": step, "cap": None}
         return await _acted(request, caller, queue, Action.CAP, target, bool(was))
     await run_in_threadpool(queue.set_key_cap, body.cap)
-    target = {"step": step, "cap": body.cap}
     return await _acted(request, caller, queue, Action.CAP, target, True)

@@ -251,7 +251,7 @@ def oldest_waiting_seconds(queue: Queue) -> float:
         )
         ids = [head] if isinstance(head, bytes | str) else []
         ids += [m for members in bands if isinstance(members, list) for m in members]
-        records = queue.client.hmget(k.key("jobs"), ids) if ids else []
+        records: list[Any] = queue.client.hmget(k.key("jobs"), ids) if ids else []  # type: ignore[assignment]
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
     except redis.ResponseError:  # the jobs hash holds another type: nothing readable
