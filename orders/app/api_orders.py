@@ -26,16 +26,19 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from opentelemetry.trace import Tracer
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from orders.app.order_traces import OrderSpans
 from orders.app.placement import write_orders
 from orders.domain.access import ApiOrder
 from orders.domain.errors import OrdersError
 from orders.domain.models import Customer, Product
 from orders.domain.queries import OrderView, order_status
 from orders.sources.drafts import LineDraft, OrderDraft
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import DispatchedStep, Publisher
@@ -166,6 +169,8 @@ def place_api_order(
     turn: AbstractContextManager[Any] | None = None,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
+    parent: TraceContext | None = None,
 ) -> Placed:
     """Place ``request`` once per key, then publish its first steps.
 
@@ -183,6 +188,9 @@ def place_api_order(
             API lets one placement of the process at a time write on SQLite).
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
+        tracer: records the order's ``place order`` span (None: tracing off).
+        parent: the caller's W3C context (its ``traceparent`` header): the order
+            continues that trace; None: the order's span is a root.
 
     Returns:
         :class:`Placed`: 201 with the new order, or the stored first response.
@@ -196,7 +204,9 @@ def place_api_order(
     held = in_flight.hold(placed_by, rules.key) if rules.key else nullcontext()
     with held, turn or nullcontext():
         try:
-            placed, first = _commit(session_factory, request, placed_by, rules, render, clock())
+            placed, first = _commit(
+                session_factory, request, placed_by, rules, render, clock(), (tracer, parent)
+            )
         except IntegrityError:
             if rules.key is None:
                 raise
@@ -218,32 +228,46 @@ def _commit(
     rules: KeyRules,
     render: Callable[[OrderView], str],
     now: datetime,
+    tracing: tuple[Tracer | None, TraceContext | None] = (None, None),
 ) -> tuple[Placed, list[DispatchedStep]]:
-    with UnitOfWork(session_factory) as uow:
-        session = uow.session
-        if rules.key is not None:
-            replay = _stored(session, placed_by, rules, now)
-            if replay is not None:
-                return replay, []
-        draft = _draft(session, request, now)
-        placed, first = write_orders(session, [draft], now=now, dispatch=True)
-        order_id = placed[0].order_id
-        view = order_status(session, order_id)
-        assert view is not None  # written above, in this transaction
-        body = render(view)
-        session.add(
-            ApiOrder(
-                order_id=order_id,
-                placed_by=placed_by,
-                idempotency_key=rules.key,
-                fingerprint=rules.fingerprint if rules.key else None,
-                response_status=201 if rules.key else None,
-                response_body=body if rules.key else None,
-                priority=request.priority,
-                created_at=now,
+    """Write the order, or find the key's stored response, in one transaction; the
+    order's ``place order`` span (a child of the caller's context) ends after it."""
+    spans = OrderSpans([], [])
+    try:
+        with UnitOfWork(session_factory) as uow:
+            session = uow.session
+            if rules.key is not None:
+                replay = _stored(session, placed_by, rules, now)
+                if replay is not None:
+                    return replay, []
+            draft = _draft(session, request, now)
+            tracer, parent = tracing
+            spans = OrderSpans.start(tracer, 1, SOURCE, parent)
+            placed, first = write_orders(
+                session, [draft], now=now, dispatch=True, traces=spans.contexts
             )
-        )
-        uow.commit()
+            order_id = placed[0].order_id
+            spans.placed([order_id])
+            view = order_status(session, order_id)
+            assert view is not None  # written above, in this transaction
+            body = render(view)
+            session.add(
+                ApiOrder(
+                    order_id=order_id,
+                    placed_by=placed_by,
+                    idempotency_key=rules.key,
+                    fingerprint=rules.fingerprint if rules.key else None,
+                    response_status=201 if rules.key else None,
+                    response_body=body if rules.key else None,
+                    priority=request.priority,
+                    created_at=now,
+                )
+            )
+            uow.commit()
+    except BaseException as exc:
+        spans.end(exc)
+        raise
+    spans.end()
     return Placed(201, body, order_id), first
 
 
@@ -339,6 +363,7 @@ def _draft(session: Session, request: PlaceRequest, now: datetime) -> OrderDraft
         source=SOURCE,
         source_key=None,
         lines=tuple(lines),
+        queue_priority=request.priority,  # None: 5, the mapping of NOT SPECIFIED
     )
 
 

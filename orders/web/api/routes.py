@@ -57,6 +57,7 @@ from orders.web.api.schemas import (
 )
 from orders.web.state import WebState
 from reliable_queue import QueueError
+from reliable_queue.trace_context import TraceContext
 from workflows.sql import dialect_of_factory
 from workflows.uow import UnitOfWork
 
@@ -191,7 +192,9 @@ def place_order(
     ] = None,
 ) -> Response:
     """Place one order through the transactional outbox; its first steps are published
-    after the commit. Answers 201 with the order's state and ``Location``."""
+    after the commit. Answers 201 with the order's state and ``Location``. A W3C
+    ``traceparent`` (and ``tracestate``) header is continued: the order's trace is the
+    caller's (an invalid one is ignored, as W3C says)."""
     state = api_state(request)
     app = state.web.app
     key = _key(idempotency_key)
@@ -215,6 +218,10 @@ def place_order(
             in_flight=state.in_flight,
             turn=state.placing(),
             policy=app.publish_policy,
+            tracer=app.tracer("orders.placement"),
+            parent=TraceContext.parse(
+                request.headers.get("traceparent"), request.headers.get("tracestate")
+            ),
         )
     except KeyInFlight as exc:
         raise ApiProblem(409, str(exc), field="Idempotency-Key") from exc
