@@ -22,6 +22,8 @@ NOT_IMPORTED = ("fastapi", "starlette", "uvicorn", "orders.web", "opentelemetry.
 NOT_IMPORTED_WHEN_QUIET = ("rich", "alembic")
 #: What it cannot serve without.
 IMPORTED = ("orders.worker.runner", "orders.domain.handlers", "sqlalchemy.orm", "redis")
+#: Another database's: not on SQLite.
+POSTGRESQL_ONLY = ("sqlalchemy.dialects.postgresql", "psycopg")
 
 PROBE = """
 import importlib.machinery, json, os, sys
@@ -50,7 +52,7 @@ main()
 
 
 def _modules_at_first_fetch(env: dict[str, str], args: list[str]) -> dict[str, bool]:
-    watched = [*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET, *IMPORTED]
+    watched = [*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET, *IMPORTED, *POSTGRESQL_ONLY]
     read, write = os.pipe()
     try:
         proc = subprocess.run(
@@ -88,6 +90,8 @@ def test_a_worker_reaches_its_first_fetch_without_web_tracing_sdk_rich_or_alembi
     loaded = _modules_at_first_fetch(env, args)
     assert [m for m in IMPORTED if not loaded[m]] == []
     assert [m for m in (*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET) if loaded[m]] == []
+    if not env.get("ORDERS_DATABASE_URL", "sqlite").startswith("postgres"):
+        assert [m for m in POSTGRESQL_ONLY if loaded[m]] == []
 
 
 def test_with_traces_on_the_worker_does_import_the_tracing_sdk(
