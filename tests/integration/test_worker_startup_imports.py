@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -72,10 +71,8 @@ def _modules_at_first_fetch(env: dict[str, str], args: list[str]) -> dict[str, b
     return json.loads(report.splitlines()[0])  # two lanes may both have written
 
 
-@pytest.mark.parametrize("args", [["--all"], ["stock"]], ids=["all", "one-step"])
-def test_a_worker_reaches_its_first_fetch_without_web_tracing_sdk_rich_or_alembic(
-    cli_env: dict[str, str], redis_url: str, key_prefix: str, args: list[str], tmp_path: Path
-) -> None:
+def _migrated(cli_env: dict[str, str], redis_url: str, key_prefix: str) -> dict[str, str]:
+    """The CLI's environment on the test's Redis, its database at the newest migration."""
     env = {k: v for k, v in cli_env.items() if not k.startswith("OTEL_")}
     env.setdefault("ORDERS_REDIS_URL", redis_url)
     env.setdefault("ORDERS_QUEUE_PREFIX", key_prefix)
@@ -87,6 +84,14 @@ def test_a_worker_reaches_its_first_fetch_without_web_tracing_sdk_rich_or_alembi
         check=False,
     )
     assert upgrade.returncode == 0, upgrade.stderr.decode()
+    return env
+
+
+@pytest.mark.parametrize("args", [["--all"], ["stock"]], ids=["all", "one-step"])
+def test_a_worker_reaches_its_first_fetch_without_web_tracing_sdk_rich_or_alembic(
+    cli_env: dict[str, str], redis_url: str, key_prefix: str, args: list[str]
+) -> None:
+    env = _migrated(cli_env, redis_url, key_prefix)
     loaded = _modules_at_first_fetch(env, args)
     assert [m for m in IMPORTED if not loaded[m]] == []
     assert [m for m in (*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET) if loaded[m]] == []
@@ -97,9 +102,7 @@ def test_a_worker_reaches_its_first_fetch_without_web_tracing_sdk_rich_or_alembi
 def test_with_traces_on_the_worker_does_import_the_tracing_sdk(
     cli_env: dict[str, str], redis_url: str, key_prefix: str
 ) -> None:
-    env = dict(cli_env, ORDERS_TRACES="local")
-    env.setdefault("ORDERS_REDIS_URL", redis_url)
-    env.setdefault("ORDERS_QUEUE_PREFIX", key_prefix)
+    env = dict(_migrated(cli_env, redis_url, key_prefix), ORDERS_TRACES="local")
     loaded = _modules_at_first_fetch(env, ["stock"])
     assert loaded["opentelemetry.sdk"] and loaded["orders.worker.runner"]
     assert not loaded["fastapi"] and not loaded["orders.web"]
