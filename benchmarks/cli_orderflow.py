@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -57,6 +58,28 @@ def script_latency(
 
     if not main(n):
         raise typer.Exit(1)
+
+
+@orderflow_app.command("startup-cpu")
+def startup_cpu(
+    runs: Annotated[int, typer.Option(min=1, help="counted starts per checkout")] = 5,
+    steps: Annotated[str, typer.Option(help="all, or one step name")] = "all",
+    database_url: Annotated[
+        str | None, typer.Option(help="PostgreSQL URL (default: SQLite in the data dir)")
+    ] = None,
+    against: Annotated[
+        list[Path] | None, typer.Option(help="another checkout (with .venv) to take turns with")
+    ] = None,
+    from_source: Annotated[
+        bool, typer.Option("--from-source", help="no bytecode: compile every import")
+    ] = False,
+) -> None:
+    """CPU seconds of `orders worker` from process start to its first fetch (median, min,
+    max), this checkout and others taking turns, with the load average."""
+    from .startup_cpu import run
+
+    for line in run(runs, steps, database_url, against, from_source):
+        typer.echo(line)
 
 
 @orderflow_app.command("scrape-cost")

@@ -1,8 +1,10 @@
 """What a /metrics scrape and a worker's gauges cost: per queue and per sample.
 
 Times, on a throwaway Redis with ``waiting`` jobs in one queue, ``stats`` (the
-depths and counters every scrape reads) and ``oldest_waiting_seconds`` (the wait of
-the next job, ADR 0042), interleaved call by call; and one sample of a worker
+depths and counters every scrape reads) and ``oldest_waiting_seconds`` (the longest
+wait, ADR 0042) — also on a second queue whose ``waiting`` jobs carry priorities in
+every band and 1,000 fairness keys, as the orders app's step jobs do —, interleaved
+call by call; and one sample of a worker
 process's gauges (its lanes and resident memory, written to a multi-process folder).
 Prints the median, min and max of each, microseconds.
 """
@@ -38,9 +40,18 @@ def run(waiting: int = 100_000, calls: int = 2000) -> dict[str, list[float]]:
             queue.enqueue_many(
                 [EnqueueRequest("t", {"i": i}) for i in range(start, min(start + 500, waiting))]
             )
+        keyed = Queue(client, "notification")
+        for start in range(0, waiting, 500):
+            keyed.enqueue_many(
+                [
+                    EnqueueRequest("t", {"i": i}, priority=i % 10, fairness_key=f"c-{i % 1000}")
+                    for i in range(start, min(start + 500, waiting))
+                ]
+            )
         readings: dict[str, Callable[[], object]] = {
             "stats (one queue)": lambda: stats(queue),
             "oldest_waiting_seconds (one queue)": lambda: oldest_waiting_seconds(queue),
+            "oldest_waiting_seconds (keyed, 10 bands)": lambda: oldest_waiting_seconds(keyed),
         }
         times: dict[str, list[float]] = {name: [] for name in readings}
         for _ in range(calls):
@@ -74,4 +85,4 @@ def main(waiting: int = 100_000, calls: int = 2000) -> None:
     """Print the table."""
     print(f"cost per call, {waiting:,} jobs waiting, {calls:,} calls each (interleaved):")
     for name, samples in run(waiting, calls).items():
-        print(f"  {name:40s} {_spread(samples)}")
+        print(f"  {name:42s} {_spread(samples)}")

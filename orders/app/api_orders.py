@@ -26,11 +26,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from opentelemetry.trace import Tracer
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from orders.app.group_commit import GroupCommit
+from orders.app.order_traces import OrderSpans
 from orders.app.placement import PlacedOrder, write_orders
 from orders.domain.access import ApiOrder
 from orders.domain.errors import OrdersError
@@ -38,6 +40,7 @@ from orders.domain.models import Customer, OrderStatus, Product
 from orders.domain.queries import OrderView, StepView
 from orders.domain.steps import STEPS
 from orders.sources.drafts import LineDraft, OrderDraft
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import DispatchedStep, Publisher
@@ -169,6 +172,8 @@ def place_api_order(
     turn: AbstractContextManager[Any] | None = None,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
+    parent: TraceContext | None = None,
     group: GroupCommit[Pending, Committed] | None = None,
 ) -> Placed:
     """Place ``request`` once per key, then publish its first steps.
@@ -187,6 +192,10 @@ def place_api_order(
             API lets one placement of the process at a time write on SQLite).
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
+        tracer: records the order's ``place order`` span (None: tracing off); with
+            ``group``, the group's write function has its own.
+        parent: the caller's W3C context (its ``traceparent`` header): the order
+            continues that trace; None: the order's span is a root.
         group: writes the placements waiting at once in one transaction (its write
             function is :func:`commit_placements`; it holds the turn itself); None:
             this one alone, in its own transaction, holding ``turn``.
@@ -200,14 +209,14 @@ def place_api_order(
         InvalidOrder: unknown customer or part; nothing written.
         sqlalchemy.exc.SQLAlchemyError: the database failed; nothing written.
     """
-    pending = Pending(request, placed_by, rules)
+    pending = Pending(request, placed_by, rules, parent)
     held = in_flight.hold(placed_by, rules.key) if rules.key else nullcontext()
     with held:
         if group is not None:
             placed, first = group.submit(pending)
         else:
             with turn or nullcontext():
-                placed, first = _commit_alone(session_factory, pending, render, clock())
+                placed, first = _commit_alone(session_factory, pending, render, clock(), tracer)
     if placed.replayed or not first:
         return placed
     return _publish(session_factory, publisher, first, placed, clock, policy)
@@ -215,11 +224,13 @@ def place_api_order(
 
 @dataclass(frozen=True)
 class Pending:
-    """A placement waiting for its transaction: the order, its caller and its key."""
+    """A placement waiting for its transaction: the order, its caller, its key, and the
+    caller's W3C context (None: the order's span is a root)."""
 
     request: PlaceRequest
     placed_by: str
     rules: KeyRules
+    parent: TraceContext | None = None
 
 
 Committed = tuple[Placed, list[DispatchedStep]]
@@ -234,6 +245,7 @@ def commit_placements(
     clock: Callable[[], datetime] = utcnow,
     publisher: Callable[[], Publisher] | None = None,
     policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
 ) -> list[Committed | Exception]:
     """Write ``items`` in one transaction (group commit, ``orders.app.group_commit``).
 
@@ -251,20 +263,25 @@ def commit_placements(
             the commit, in one call (each outcome then carries none to publish and its
             :attr:`Placed.deferred`); None leaves them in the outcomes.
         policy: publish attempts and backoff of refused rows.
+        tracer: records each order's ``place order`` span, a child of its item's
+            ``parent`` (None: tracing off); a batch that fails and is written again
+            item by item leaves its spans ended with the error.
 
     Returns:
         One outcome per item, in order: :data:`Committed`, or the exception its request
         raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``).
     """
     if len(items) == 1:
-        outcomes = [_alone_or_error(session_factory, items[0], render, clock())]
+        outcomes = [_alone_or_error(session_factory, items[0], render, clock(), tracer)]
     else:
         try:
-            with UnitOfWork(session_factory) as uow:
-                outcomes = _write(uow.session, items, render, clock())
+            with _placing(session_factory) as (uow, spans):
+                outcomes = _write(uow.session, items, render, clock(), tracer, spans)
                 uow.commit()
         except SQLAlchemyError:
-            outcomes = [_alone_or_error(session_factory, item, render, clock()) for item in items]
+            outcomes = [
+                _alone_or_error(session_factory, item, render, clock(), tracer) for item in items
+            ]
     if publisher is None:
         return outcomes
     return _publish_batch(session_factory, publisher, outcomes, clock, policy)
@@ -294,14 +311,31 @@ def _publish_batch(
     return done
 
 
+@contextmanager
+def _placing(session_factory: SessionFactory) -> Iterator[tuple[UnitOfWork, list[OrderSpans]]]:
+    """A unit of work and the ``place order`` spans its writes start: ended after it,
+    with its error when it raised."""
+    spans: list[OrderSpans] = []
+    try:
+        with UnitOfWork(session_factory) as uow:
+            yield uow, spans
+    except BaseException as exc:
+        for started in spans:
+            started.end(exc)
+        raise
+    for started in spans:
+        started.end()
+
+
 def _alone_or_error(
     session_factory: SessionFactory,
     item: Pending,
     render: Callable[[OrderView], str],
     now: datetime,
+    tracer: Tracer | None,
 ) -> Committed | Exception:
     try:
-        return _commit_alone(session_factory, item, render, now)
+        return _commit_alone(session_factory, item, render, now, tracer)
     except (ApiOrderError, SQLAlchemyError) as exc:
         return exc
 
@@ -311,12 +345,13 @@ def _commit_alone(
     item: Pending,
     render: Callable[[OrderView], str],
     now: datetime,
+    tracer: Tracer | None = None,
 ) -> Committed:
     """One placement in its own transaction; a key another process committed first
     answers that one's stored response."""
     try:
-        with UnitOfWork(session_factory) as uow:
-            [outcome] = _write(uow.session, [item], render, now)
+        with _placing(session_factory) as (uow, spans):
+            [outcome] = _write(uow.session, [item], render, now, tracer, spans)
             if isinstance(outcome, Exception):
                 raise outcome
             uow.commit()
@@ -337,8 +372,11 @@ def _write(
     items: Sequence[Pending],
     render: Callable[[OrderView], str],
     now: datetime,
+    tracer: Tracer | None,
+    spans: list[OrderSpans],
 ) -> list[Committed | Exception]:
-    """Write the new orders of ``items`` in the caller's transaction (not committed)."""
+    """Write the new orders of ``items`` in the caller's transaction (not committed),
+    starting each one's ``place order`` span into ``spans`` (the caller ends them)."""
     outcomes: list[Committed | Exception | None] = [None] * len(items)
     new: list[tuple[int, OrderDraft]] = []
     found = _stored_rows(session, items) if len(items) > 1 else None
@@ -354,7 +392,17 @@ def _write(
         except ApiOrderError as exc:
             outcomes[i] = exc
     if new:
-        placed, first = write_orders(session, [draft for _, draft in new], now=now, dispatch=True)
+        started = [OrderSpans.start(tracer, 1, SOURCE, items[i].parent) for i, _ in new]
+        spans.extend(started)
+        placed, first = write_orders(
+            session,
+            [draft for _, draft in new],
+            now=now,
+            dispatch=True,
+            traces=[s.contexts[0] for s in started],
+        )
+        for order_spans, order in zip(started, placed, strict=True):
+            order_spans.placed([order.order_id])
         by_workflow: dict[int, list[DispatchedStep]] = {}
         for row in first:
             by_workflow.setdefault(row.workflow_id, []).append(row)
@@ -563,6 +611,7 @@ def _draft(
         source=SOURCE,
         source_key=None,
         lines=tuple(lines),
+        queue_priority=request.priority,  # None: 5, the mapping of NOT SPECIFIED
     )
 
 

@@ -3,7 +3,7 @@ dashboard or the API, and reading it back.
 
 :func:`record` writes in the caller's transaction (a cancellation commits its row
 with its effect); :func:`record_now` commits a row of its own, right after an action
-whose effect lives in Redis (redrive, purge, pause, resume, limit, rebind). Targets
+whose effect lives in Redis (redrive, purge, pause, resume, limit, cap, rebind). Targets
 are JSON of filters and ids: never a token or a URL with its password (masked).
 Reasoning: docs/adr/0040-one-audit-row-per-operator-action.md.
 """
@@ -41,11 +41,23 @@ class Action:
     PAUSE = "pause"
     RESUME = "resume"
     LIMIT = "limit"
+    CAP = "cap"
     REBIND = "rebind"
     TOKEN_CREATE = "token_create"
     TOKEN_REVOKE = "token_revoke"
 
-    ALL = (REDRIVE, PURGE, CANCEL, PAUSE, RESUME, LIMIT, REBIND, TOKEN_CREATE, TOKEN_REVOKE)
+    ALL = (
+        REDRIVE,
+        PURGE,
+        CANCEL,
+        PAUSE,
+        RESUME,
+        LIMIT,
+        CAP,
+        REBIND,
+        TOKEN_CREATE,
+        TOKEN_REVOKE,
+    )
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from orders.app.db import make_engine, make_session_factory, worker_pool_size
 from orders.app.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.app.namespace import DatabaseLabel, bind_namespace, holder
 from orders.app.private_files import private_dir
+from orders.app.schema_head import at_head
 from orders.app.settings import Settings
 from orders.domain.steps import ALL_STEPS, queue_name
 from orders.observability.urls import mask_url, remember_url
@@ -163,15 +164,24 @@ class App:
         if self.engine_override is not None:
             return self.engine_override
         url = self.settings.resolved_database_url()
-        if not self.schema_checked:
-            self._check_schema(url)
-        return make_engine(
+        if self.settings.uses_embedded_database():
+            private_dir(self.settings.resolved_data_dir())  # before the file is created
+        engine = make_engine(
             url,
             pool_size=self.settings.db_pool_size or self.pool_size,
             statement_timeout_ms=db_timeout_ms(self.settings),
             lock_timeout_ms=db_timeout_ms(self.settings),
             lease_seconds=self.settings.lease_seconds if self.lease_bound else None,
         )
+        # at the head already (the usual case): one query on this engine's first
+        # connection, no Alembic; anything else goes Alembic's way below
+        if not self.schema_checked and not at_head(engine):
+            try:
+                self._check_schema(url)
+            except BaseException:
+                engine.dispose()
+                raise
+        return engine
 
     def _check_schema(self, url: str) -> None:
         """Migrate the embedded database (or any, with ``auto_migrate``); refuse a

@@ -4,10 +4,10 @@ Placement asks for the spans before it writes a batch, writes each order's conte
 its step rows in the same transaction (``workflows.outbox.WorkflowSpec.trace_context``)
 and ends the spans after the commit. Every later span of the order (the relay's
 producer spans, each attempt, its compensations) descends from that context. A
-caller with a current span (an HTTP request, a script) has its orders continue its
-trace; without one each order is the root of a trace of its own. Tracing off (no
-tracer): no span, and only a caller's context is written, unrecorded. Reasoning:
-docs/adr/0036.
+caller with a current span (a script) or a W3C context it hands in (an HTTP
+request's ``traceparent``) has its orders continue its trace; without one each order
+is the root of a trace of its own. Tracing off (no tracer): no span, and only a
+caller's context is written, unrecorded. Reasoning: docs/adr/0036.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
 from reliable_queue.trace_context import TraceContext
-from reliable_queue.tracing import current_trace_context, trace_context_of
+from reliable_queue.tracing import context_of, current_trace_context, trace_context_of
 
 #: attribute: the order's id
 ORDER_ID = "orders.order_id"
@@ -37,19 +37,34 @@ class OrderSpans:
         self.contexts = contexts
 
     @classmethod
-    def start(cls, tracer: Tracer | None, count: int, source: str) -> OrderSpans:
-        """Start the spans of ``count`` orders (children of the current span, if any).
+    def start(
+        cls,
+        tracer: Tracer | None,
+        count: int,
+        source: str,
+        parent: TraceContext | None = None,
+    ) -> OrderSpans:
+        """Start the spans of ``count`` orders: children of ``parent`` (a caller's W3C
+        context, e.g. an HTTP request's ``traceparent``) when given, else of the current
+        span, if any.
 
         Args:
-            tracer: None records no span; each order then carries the current span's
-                context (or none).
+            tracer: None records no span; each order then carries ``parent`` or the
+                current span's context (or none).
             count: orders in the batch.
             source: the orders' source, recorded on each span.
+            parent: the caller's context the orders continue; None: the current span's.
         """
         if tracer is None:
-            return cls([], [current_trace_context()] * count)
+            return cls([], [parent or current_trace_context()] * count)
+        context = context_of(parent)  # None: the current context
         spans = [
-            tracer.start_span("place order", kind=SpanKind.INTERNAL, attributes={SOURCE: source})
+            tracer.start_span(
+                "place order",
+                context=context,
+                kind=SpanKind.INTERNAL,
+                attributes={SOURCE: source},
+            )
             for _ in range(count)
         ]
         return cls(spans, [trace_context_of(span) for span in spans])

@@ -194,7 +194,12 @@ def write_orders(
     now = now or utcnow()
     order_ids = insert_orders(session, drafts, now=now)
     specs = [
-        order_workflow(order_id, priority=draft.priority, customer_id=draft.customer_id)
+        order_workflow(
+            order_id,
+            priority=draft.priority,
+            customer_id=draft.customer_id,
+            queue_priority=draft.queue_priority,
+        )
         for draft, order_id in zip(drafts, order_ids, strict=True)
     ]
     if traces is not None and any(traces):

@@ -1,4 +1,8 @@
-"""Shared pieces of the CLI: building the app, printing, turning errors into exits."""
+"""Shared pieces of the CLI: building the app, printing, turning errors into exits.
+
+Rich (``orders.cli.render``) is imported on first print, not here: a worker process
+prints nothing on the terminal unless it fails, and importing it is start-up CPU.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import redis
@@ -16,13 +20,11 @@ import typer
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 from redis.exceptions import RedisClusterException
-from rich.text import Text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from orders.app.bootstrap import App, build, build_worker_app
 from orders.app.errors import InvalidRedisUrl
 from orders.app.settings import Settings
-from orders.cli.render import clean, console, err_console
 from orders.domain.errors import OrdersError
 from orders.observability.urls import mask_url, mask_urls_in, remember_url
 from reliable_queue import (
@@ -33,6 +35,9 @@ from reliable_queue import (
     QueueLimitError,
 )
 from reliable_queue.errors import InvalidTextError
+
+if TYPE_CHECKING:
+    from orders.cli.render import console, err_console
 
 __all__ = [
     "console",
@@ -45,6 +50,16 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``err_console`` (``orders.cli.render``), imported when first asked for."""
+    if name in ("console", "err_console"):
+        from orders.cli import render
+
+        return getattr(render, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Largest id a row can have: a 64-bit signed integer (SQLite INTEGER, PostgreSQL
 #: BIGINT). Id arguments are bounded by it so that a larger number is refused as bad
@@ -129,6 +144,10 @@ def _say_if_starting_redis(settings: Settings) -> None:
     from reliable_queue.embedded import EmbeddedRedis
 
     if not EmbeddedRedis(settings.resolved_data_dir()).is_running():
+        from rich.text import Text
+
+        from orders.cli.render import err_console
+
         err_console.print(
             Text(
                 "the embedded Redis of the data dir is not running: starting it "
@@ -141,6 +160,10 @@ def _say_if_starting_redis(settings: Settings) -> None:
 
 def fail(message: str, code: int = 1) -> None:
     """Print ``error: message`` to stderr and exit with ``code``."""
+    from rich.text import Text
+
+    from orders.cli.render import clean, err_console
+
     line = Text("error: ", style="bold red")
     line.append(clean(mask_urls_in(message)))
     err_console.print(line, highlight=False, soft_wrap=True)
@@ -223,6 +246,8 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except KeyboardInterrupt:
+            from orders.cli.render import err_console
+
             err_console.print("interrupted", highlight=False)
             raise typer.Exit(130) from None
         except (JobIdTooShortError, InvalidTextError, QueueLimitError) as exc:  # bad usage
@@ -259,6 +284,10 @@ def handle_errors(func: F) -> F:
 def print_traceback(exc: BaseException) -> None:
     """Print ``exc``'s traceback on stderr with secrets masked and control characters
     shown as escapes (the one path an unexpected error takes to the terminal)."""
+    from rich.text import Text
+
+    from orders.cli.render import clean, err_console
+
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     err_console.print(
         Text(clean(mask_urls_in("".join(lines)), multiline=True)),

@@ -170,9 +170,11 @@ def cap(
         queue = app.queues[step]
         if wanted is None:
             was = queue.clear_key_cap()
+            audit_row(app, "cap", {"step": step, "cap": None}, count=int(was))
             say("cleared the cap of {}" if was else "{} had no cap", step)
         else:
             queue.set_key_cap(wanted)
+            audit_row(app, "cap", {"step": step, "cap": wanted}, count=1)
             say("capped {} at {} job(s) per customer at once", step, str(wanted))
     finally:
         app.close()

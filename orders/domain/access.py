@@ -46,7 +46,7 @@ class Permission:
     READ = "read"  # every order and job, searches, the audit log
     READ_OWN = "read_own"  # the orders this token placed
     PLACE = "place"
-    OPERATE = "operate"  # cancel, redrive, pause, resume, limit
+    OPERATE = "operate"  # cancel, redrive, pause, resume, limit, cap
     ADMINISTER = "administer"  # purge, rebind, tokens
 
 

@@ -91,19 +91,24 @@ def fairness_key(customer_id: int) -> str:
 
 
 def order_workflow(
-    order_id: int, *, priority: str | None = None, customer_id: int | None = None
+    order_id: int,
+    *,
+    priority: str | None = None,
+    customer_id: int | None = None,
+    queue_priority: int | None = None,
 ) -> WorkflowSpec:
     """Return the workflow to create for a newly placed order.
 
     Each step's payload is ``{"order_id": ..}``; the outbox adds
     ``workflow_id`` and ``step``. The steps after stock start ``waiting``. Their
-    jobs carry the priority mapped from the order's TPC-H ``priority``
-    (:data:`STEP_PRIORITY`) and the customer's fairness key.
+    jobs carry ``queue_priority`` (0..9, lower runs sooner: the API's ``priority``)
+    when given, else the priority mapped from the order's TPC-H ``priority``
+    (:data:`STEP_PRIORITY`), and the customer's fairness key.
     """
     return WorkflowSpec(
         kind=WORKFLOW_KIND,
         subject_id=order_id,
-        priority=step_priority(priority),
+        priority=step_priority(priority) if queue_priority is None else queue_priority,
         fairness_key=None if customer_id is None else fairness_key(customer_id),
         steps=[
             StepSpec(

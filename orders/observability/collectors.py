@@ -2,8 +2,8 @@
 
 A scrape never scans: the queue collector runs two MULTI round trips per queue
 (``reliable_queue.stats``: LLEN, ZCARDs and the counters hash; and
-``reliable_queue.oldest_waiting_seconds``: the heads of ready and delayed, plus one
-HGET of the next job's record); the orders
+``reliable_queue.oldest_waiting_seconds``: the heads of ready, delayed and each band
+of waiting, plus one HMGET of those jobs' records); the orders
 collector runs three grouped counts on indexed columns. Both cache what they
 read for ``ttl`` seconds, so many scrapers (or a fast one) cost no more.
 """

@@ -46,6 +46,9 @@ class OrderDraft:
         source_key: the TPC-H order key, or None for random orders.
         priority: the TPC-H order priority (``1-URGENT`` .. ``5-LOW``); random orders
             say ``4-NOT SPECIFIED``.
+        queue_priority: the queue priority of the order's steps (0..9, lower runs
+            sooner) when the caller names it (the API's ``priority``); None maps
+            ``priority`` (``orders.domain.steps.STEP_PRIORITY``).
     """
 
     customer_id: int
@@ -55,6 +58,7 @@ class OrderDraft:
     source_key: int | None
     lines: tuple[LineDraft, ...]
     priority: str = NOT_SPECIFIED
+    queue_priority: int | None = None
 
 
 def next_tpch_drafts(session: Session, count: int) -> list[OrderDraft]:

@@ -29,6 +29,7 @@ from orders.domain.models import Order, OrderLine
 from orders.domain.queries import order_status
 from orders.domain.steps import STEPS
 from orders.web.api.routes import order_out
+from reliable_queue import explain
 from workflows.columns import utcnow
 from workflows.models import Workflow, WorkflowStep
 
@@ -379,3 +380,32 @@ def test_a_batch_publishes_its_first_steps_in_one_call_or_leaves_them_to_the_swe
     )
     assert [o[0].deferred for o in kept if not isinstance(o, Exception)] == [1, 1]
     assert counts(api_world)[0] == 4  # placed all the same: the sweep publishes them
+
+
+@pytest.mark.parametrize(("priority", "expected"), [(0, 0), (9, 9), (None, 5)])
+def test_an_api_orders_steps_carry_its_priority_and_the_customers_fairness_key(
+    api_world: ApiWorld, priority: int | None, expected: int
+) -> None:
+    body = dict(ORDER) if priority is None else {**ORDER, "priority": priority}
+    reply = place(api_world, body)
+    assert reply.status_code == 201, reply.text
+    workflow_id = reply.json()["workflow_id"]
+    stock = api_world.app.queues["stock"]
+    job = stock.pending_job_for(f"{workflow_id}:stock")
+    assert job is not None
+    found = explain(stock, job)
+    assert (found.priority, found.fairness_key) == (expected, "customer-1")
+    with api_world.app.session_factory() as session:  # the later steps, when released
+        rows = session.scalars(
+            select(WorkflowStep).where(WorkflowStep.workflow_id == workflow_id)
+        ).all()
+    assert {(r.priority, r.fairness_key) for r in rows} == {(expected, "customer-1")}
+
+
+def test_an_urgent_api_order_overtakes_a_backlog_of_default_ones(api_world: ApiWorld) -> None:
+    for _ in range(3):
+        assert place(api_world).status_code == 201
+    urgent = place(api_world, {**ORDER, "customer_id": 2, "priority": 0})
+    stock = api_world.app.queues["stock"]
+    first = stock.fetch(1).jobs[0]
+    assert first.job_id == stock.pending_job_for(f"{urgent.json()['workflow_id']}:stock")

@@ -48,6 +48,8 @@ def test_each_operator_verb_leaves_one_audit_row(
         ("queue", "resume", "points"),
         ("queue", "limit", "points", "5/s"),
         ("queue", "limit", "points", "--clear"),
+        ("queue", "cap", "points", "2"),
+        ("queue", "cap", "points", "--clear"),
         ("dlq", "redrive", "--dry-run"),
         ("dlq", "purge", "--step", "points", "--yes"),
         ("tokens", "create", "ci-viewer", "--role", "viewer"),
@@ -69,6 +71,8 @@ def test_each_operator_verb_leaves_one_audit_row(
         ("resume", 1, False),
         ("limit", 1, False),
         ("limit", 1, False),
+        ("cap", 1, False),
+        ("cap", 1, False),
         ("redrive", 0, True),
         ("purge", 0, False),
         ("token_create", 1, False),
@@ -76,6 +80,10 @@ def test_each_operator_verb_leaves_one_audit_row(
         ("rebind", rows[-1]["count"], False),
     ]
     assert rows[0]["target"] == {"order_ids": [placed.order_id]}
+    assert [r["target"] for r in rows if r["action"] == "cap"] == [
+        {"step": "points", "cap": 2},
+        {"step": "points", "cap": None},
+    ]
     assert all(r["actor"].startswith("os:") and r["source"] == "cli" for r in rows)
     assert token not in listed.stdout  # the audit never holds a secret
     shown = orders(env, "audit")

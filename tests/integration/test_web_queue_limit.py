@@ -13,6 +13,7 @@ import redis
 from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
+from orders.app.audit import recent_actions
 from orders.app.bootstrap import App, build
 from orders.app.settings import Settings
 from orders.web.app import create_app
@@ -120,3 +121,32 @@ def test_set_and_clear_a_per_customer_cap_from_the_queue_page(client: TestClient
     assert 'id="clear-cap"' in client.get("/queues/notification").text
     client.post("/queues/notification/cap", data={"csrf": csrf, "clear": "1"})
     assert queue.key_cap() is None
+
+
+def test_limit_and_cap_actions_from_the_page_each_leave_one_audit_row(
+    client: TestClient, app: App
+) -> None:
+    csrf = sign_in(client)
+    for form in (
+        {"limit": "200/s"},
+        {"clear": "1"},
+    ):
+        reply = client.post("/queues/notification/limit", data={"csrf": csrf, **form})
+        assert reply.status_code == 200, reply.text
+    for form in ({"cap": "2"}, {"clear": "1"}):
+        reply = client.post("/queues/notification/cap", data={"csrf": csrf, **form})
+        assert reply.status_code == 200, reply.text
+    # refused or bad input writes no row
+    assert client.post("/queues/notification/cap", data={"cap": "3"}).status_code == 403
+    assert (
+        client.post("/queues/notification/limit", data={"csrf": csrf, "limit": "0/s"}).status_code
+        == 400
+    )
+    with app.session_factory() as session:
+        rows = list(reversed(recent_actions(session)))
+    assert [(r.action, r.source, r.target, r.count) for r in rows] == [
+        ("limit", "web", {"step": "notification", "limit": "200/s"}, 1),
+        ("limit", "web", {"step": "notification", "limit": None}, 1),
+        ("cap", "web", {"step": "notification", "cap": 2}, 1),
+        ("cap", "web", {"step": "notification", "cap": None}, 1),
+    ]

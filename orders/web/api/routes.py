@@ -62,6 +62,7 @@ from orders.web.api.schemas import (
 )
 from orders.web.state import WebState
 from reliable_queue import QueueError
+from reliable_queue.trace_context import TraceContext
 from workflows.sql import dialect_of_factory
 from workflows.uow import UnitOfWork
 
@@ -113,6 +114,7 @@ class ApiState:
                         render_order,
                         publisher=lambda: app.publisher,
                         policy=app.publish_policy,
+                        tracer=app.tracer("orders.placement"),
                     ),
                     most=PLACEMENTS_PER_TRANSACTION,
                     turn=turn,
@@ -225,7 +227,9 @@ def place_order(
     ] = None,
 ) -> Response:
     """Place one order through the transactional outbox; its first steps are published
-    after the commit. Answers 201 with the order's state and ``Location``."""
+    after the commit. Answers 201 with the order's state and ``Location``. A W3C
+    ``traceparent`` (and ``tracestate``) header is continued: the order's trace is the
+    caller's (an invalid one is ignored, as W3C says)."""
     state = api_state(request)
     app = state.web.app
     key = _key(idempotency_key)
@@ -248,6 +252,10 @@ def place_order(
             render=render_order,
             in_flight=state.in_flight,
             policy=app.publish_policy,
+            tracer=app.tracer("orders.placement"),
+            parent=TraceContext.parse(
+                request.headers.get("traceparent"), request.headers.get("tracestate")
+            ),
             group=state.placements(),
         )
     except KeyInFlight as exc:

@@ -10,13 +10,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orders.domain.search import MAX_ID, SearchFilter
+from reliable_queue.limits import MAX_PRIORITY, MIN_PRIORITY
 
 MAX_LINES = 50
 """Most lines one order may have (TPC-H orders have 1-7)."""
 MAX_QUANTITY = 10_000
 """Most units of one part on one line."""
-MAX_PRIORITY = 9
-"""Priorities run 0 (default) .. 9 (first)."""
 
 
 class LineIn(BaseModel):
@@ -38,7 +37,11 @@ class OrderIn(BaseModel):
         min_length=1, max_length=MAX_LINES, description="1..50 lines, one per part."
     )
     priority: int | None = Field(
-        default=None, ge=0, le=MAX_PRIORITY, description="0 (default) .. 9; recorded."
+        default=None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="The queue priority of the order's steps: 0 (runs first) .. 9 (last);"
+        " absent: 5, the queue's default. Within one priority, customers take turns.",
     )
 
     @field_validator("lines")

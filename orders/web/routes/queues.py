@@ -124,18 +124,23 @@ async def resume_queue(request: Request) -> Response:
 async def limit_queue(request: Request) -> Response:
     """POST /queues/{queue}/limit (form: ``limit`` as ``N/s``, ``N/m``, ``N/h`` or ``N/Ks``,
     or ``clear``; the CSRF token) : set, change or clear the queue's rate limit (ADR 0032),
-    then back to its page (303). Token-protected like every action.
+    then back to its page (303). Token-protected like every action (operator role);
+    leaves one ``limit`` audit row.
 
     Raises:
-        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        Refused: no token configured, not signed in, cross-site, a bad CSRF token, or a
+            role that may not operate.
         BadParam(400): a limit that does not parse (``0/s``, ``abc``), or neither a limit
             nor ``clear``.
     """
     queue = known_queue(request)
     form = await request.form()
-    web_state(request).guard.check_action(request, form)
+    caller = web_state(request).guard.check_action(request, form, Permission.OPERATE)
     if form.get("clear"):
-        await run_in_threadpool(queue.clear_limit)
+        was = await run_in_threadpool(queue.clear_limit)
+        await audit_now(
+            request, caller, Action.LIMIT, {"step": queue.name, "limit": None}, count=int(was)
+        )
         return RedirectResponse(f"/queues/{queue.name}", status_code=303)
     spec = str(form.get("limit") or "").strip()
     if not spec:
@@ -145,29 +150,38 @@ async def limit_queue(request: Request) -> Response:
     except QueueLimitError as exc:
         raise BadParam(str(exc)) from None
     await run_in_threadpool(queue.set_limit, rate.n, rate.per_ms / 1000.0)
+    await audit_now(
+        request, caller, Action.LIMIT, {"step": queue.name, "limit": rate.text()}, count=1
+    )
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 
 async def cap_queue(request: Request) -> Response:
     """POST /queues/{queue}/cap (form: ``cap``, a whole number 1..100000, or ``clear``;
     the CSRF token) : set, change or clear the per-customer cap (ADR 0033), then back to
-    its page (303). Token-protected like every action.
+    its page (303). Token-protected like every action (operator role); leaves one
+    ``cap`` audit row.
 
     Raises:
-        Refused: no token configured, not signed in, cross-site, or a bad CSRF token.
+        Refused: no token configured, not signed in, cross-site, a bad CSRF token, or a
+            role that may not operate.
         BadParam(400): a cap that is not a whole number in range, or neither a cap nor
             ``clear``.
     """
     queue = known_queue(request)
     form = await request.form()
-    web_state(request).guard.check_action(request, form)
+    caller = web_state(request).guard.check_action(request, form, Permission.OPERATE)
     if form.get("clear"):
-        await run_in_threadpool(queue.clear_key_cap)
+        was = await run_in_threadpool(queue.clear_key_cap)
+        await audit_now(
+            request, caller, Action.CAP, {"step": queue.name, "cap": None}, count=int(was)
+        )
         return RedirectResponse(f"/queues/{queue.name}", status_code=303)
     raw = str(form.get("cap") or "").strip()
     if not (raw.isascii() and raw.isdigit() and 1 <= int(raw[:7]) <= MAX_KEY_CAP):
         raise BadParam(f"a cap is a whole number 1..{MAX_KEY_CAP}, not {raw[:40]!r}")
     await run_in_threadpool(queue.set_key_cap, int(raw))
+    await audit_now(request, caller, Action.CAP, {"step": queue.name, "cap": int(raw)}, count=1)
     return RedirectResponse(f"/queues/{queue.name}", status_code=303)
 
 

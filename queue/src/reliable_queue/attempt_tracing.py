@@ -7,8 +7,10 @@ A handler call of several jobs (a batch task) is one more ``process <queue>`` sp
 of its own, a root with ``messaging.batch.message_count``
 and a link to every job's context; each job's span links to it. A span stays open
 until its settlement's reply: its ``reliable_queue.outcome`` is ``acked``,
-``retried``, ``dead-lettered``, ``timed out``, ``duplicate absorbed`` (told by the
-application, :meth:`AttemptTracing.note`), ``stale ack refused``, ``released``
+``retried``, ``dead-lettered``, ``throttled`` (held back by a downstream, uncharged:
+ADR 0034; past its budget ``retried`` or ``dead-lettered``), ``timed out``,
+``duplicate absorbed`` (told by the application, :meth:`AttemptTracing.note`),
+``stale ack refused``, ``released``
 (handed back unrun) or ``unsettled`` (:meth:`AttemptTracing.close`). A worker built
 without this piece pays nothing for it. Reasoning: docs/adr/0036.
 """
@@ -25,7 +27,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode, Tracer
 
 from .codec import trace_context_of
-from .execution import Dead, Outcome, Retry
+from .execution import Dead, Outcome, Retry, Throttle
 from .job import JobContext, Lease, RawJob
 from .middleware import BatchMiddleware, CallNext, Items, Results
 from .trace_context import TraceContext
@@ -51,11 +53,14 @@ DEAD_REASON = "reliable_queue.dead_reason"
 ACKED = "acked"
 RETRIED = "retried"
 DEAD_LETTERED = "dead-lettered"
+THROTTLED = "throttled"
 TIMED_OUT = "timed out"
 DUPLICATE = "duplicate absorbed"
 STALE = "stale ack refused"
 RELEASED = "released"
 UNSETTLED = "unsettled"
+#: a throttle past its attempt's budget: what the worker tells it became -> the outcome
+_PAST_BUDGET = {"nack": RETRIED, "dead": DEAD_LETTERED}
 #: the outcomes that are failures of the attempt (span status ERROR)
 _FAILED = frozenset({RETRIED, DEAD_LETTERED, TIMED_OUT, STALE})
 #: longest error text kept in a span's status, characters
@@ -190,6 +195,8 @@ class AttemptTracing:
             elif isinstance(outcome, Dead):
                 entry.outcome, entry.error = DEAD_LETTERED, outcome.error
                 entry.span.set_attribute(DEAD_REASON, outcome.reason)
+            elif isinstance(outcome, Throttle):  # the reply tells if it was past its budget
+                entry.outcome, entry.error = THROTTLED, outcome.error
             elif entry.outcome is None:
                 entry.outcome = ACKED
 
@@ -207,6 +214,10 @@ class AttemptTracing:
                     outcome = STALE
                 elif script == "release":
                     outcome = RELEASED
+                elif entry.outcome == THROTTLED and script != "throttle":
+                    outcome = _PAST_BUDGET.get(script, THROTTLED)  # charged after all
+                    if outcome == DEAD_LETTERED:
+                        entry.span.set_attribute(DEAD_REASON, "retries_exhausted")
                 else:
                     outcome = entry.outcome or ACKED
                 ended.append((entry, outcome))

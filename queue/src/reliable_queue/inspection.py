@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import clock, codec, stored
+from .audit_flow import BAND
 from .cluster import UNAVAILABLE, snapshot
 from .codec import check_text
 from .errors import QueueConnectionError, QueueDataError
 from .key_types import KEY_TYPES, checked
+from .limits import MAX_PRIORITY, MIN_PRIORITY
 from .pausing import PauseState, parse_state
 from .places import key_is_trusted
 from .priorities import DEFAULT_PRIORITY, parse_flow_value, parse_key_cap
@@ -200,16 +202,27 @@ def stats(queue: Queue) -> QueueStats:
     )
 
 
+WAITING_PER_BAND = 20
+"""Members of each priority band of the ``waiting`` set read by
+:func:`oldest_waiting_seconds` (the first by their fair-queueing tag)."""
+
+
 def oldest_waiting_seconds(queue: Queue) -> float:
     """Seconds the longest-waiting job of ``queue`` has waited to start, without a scan.
 
     Reads the heads of the structures that hold waiting jobs: the job next in line
-    (the ``ready`` list's tail, which the next fetch pops) counts from its enqueue time
-    (its record's ``enqueued_at``, on the producer's wall clock, compared with
-    ``queue.clock``), and the first due delayed job a fetch has not promoted yet
-    counts from its due time (on the queue clock, ADR 0022). A job back in line after
-    a retry or a reap counts from its first enqueue, so the figure can overstate a wait
-    while such a job is next. A new waiting structure adds its head here.
+    (the ``ready`` list's tail, which the next fetch pops) and, in the ``waiting`` set of
+    jobs with a priority or a fairness key (ADR 0033), the first
+    :data:`WAITING_PER_BAND` members of each band 0..9 by score (the next ones that band
+    serves) count from their enqueue time (their record's ``enqueued_at``, on the
+    producer's wall clock, compared with ``queue.clock``); the first due delayed job a
+    fetch has not promoted yet counts from its due time (on the queue clock, ADR 0022).
+    Bound per call: one transaction of 13 reads (10 ``ZRANGEBYSCORE ... LIMIT 0 20``),
+    then one ``HMGET`` of at most 201 records. Within a band, customers take turns, so
+    an older job of a customer further back in its band's turn than the first 20 is
+    not seen: the figure is then a lower bound. A job back in line after a retry or a
+    reap counts from its first enqueue, so the figure can overstate a wait while such a
+    job is next. A new waiting structure adds its head here.
 
     Args:
         queue: the queue.
@@ -228,16 +241,21 @@ def oldest_waiting_seconds(queue: Queue) -> float:
         pipe.zrange(k.key("delayed"), 0, 0, withscores=True)
         pipe.time()
         pipe.hmget(k.key("stats"), [clock.LAST_FIELD, clock.OFFSET_FIELD])
+        for band in range(MIN_PRIORITY, MAX_PRIORITY + 1):
+            low, high = band * BAND, (band + 1) * BAND
+            pipe.zrangebyscore(k.key("waiting"), low, f"({high}", start=0, num=WAITING_PER_BAND)
 
     try:
-        head, due, now, fields = snapshot(queue.client, k.key("ready"), fill, raise_on_error=False)
-        record = (
-            None if not isinstance(head, bytes | str) else queue.client.hget(k.key("jobs"), head)
+        head, due, now, fields, *bands = snapshot(
+            queue.client, k.key("ready"), fill, raise_on_error=False
         )
+        ids = [head] if isinstance(head, bytes | str) else []
+        ids += [m for members in bands if isinstance(members, list) for m in members]
+        records: list[Any] = queue.client.hmget(k.key("jobs"), ids) if ids else []  # type: ignore[assignment]
     except UNAVAILABLE as exc:
         raise QueueConnectionError(str(exc)) from exc
     except redis.ResponseError:  # the jobs hash holds another type: nothing readable
-        record = None
+        records = []
     ages = [0.0]
     if isinstance(due, list) and due and not isinstance(now, Exception):
         if isinstance(fields, Exception):  # stats of another type: no offset to read
@@ -246,9 +264,12 @@ def oldest_waiting_seconds(queue: Queue) -> float:
             int(now[0]) * 1000 + int(now[1]) // 1000, *(clock.field(f) for f in fields)
         )
         ages.append((queue_ms - float(due[0][1])) / 1000.0)
-    if record is not None:
+    wall = queue.clock()
+    for record in records:
+        if record is None:
+            continue
         try:
-            ages.append(queue.clock() - codec.decode_record(record).enqueued_at_ms / 1000.0)
+            ages.append(wall - codec.decode_record(record).enqueued_at_ms / 1000.0)
         except codec.RecordDecodeError:
             pass
     return max(ages)

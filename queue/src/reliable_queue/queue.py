@@ -983,13 +983,14 @@ class Queue:
 
     @staticmethod
     def settled_leases(call: Call) -> list[Lease]:
-        """The leases a settlement call (``ack``, ``nack``, ``dead``, ``release``) names.
+        """The leases a settlement call (``ack``, ``nack``, ``dead``, ``throttle``,
+        ``release``) names.
 
         Returns:
             The leases in the call's order; ``[]`` for a call of another script.
         """
         args = call.args
-        if call.script in ("nack", "dead"):
+        if call.script in ("nack", "dead", "throttle"):
             return [Lease(_text(args[0]), _text(args[1]))]
         if call.script in ("ack", "release"):
             n = int(args[1])

@@ -80,9 +80,11 @@ class WorkerHooks:
             sealed, ADR 0023). Called from the heartbeat thread; an exception is
             logged.
         on_settled: called with ``(queue name, script, leases, refused job ids)`` for
-            each settlement call of a lane (``ack``, ``nack``, ``dead``, ``release``)
-            once its reply came back: the leases it named, and the ids among them
-            whose token was stale (refused). An exception is logged.
+            each settlement call of a lane (``ack``, ``nack``, ``dead``, ``release``,
+            ``throttle``) once its reply came back: the leases it named, and the ids
+            among them whose token was stale (refused). A throttle past its attempt's
+            budget is told as what it became (``nack``: retried, or ``dead``). An
+            exception is logged.
     """
 
     after_fetch: Callable[[list[RawJob]], None] | None = None
@@ -160,6 +162,10 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+#: What a throttle call became past its attempt's budget, by its reply (throttle.lua).
+THROTTLE_BECAME = {2: "nack", 3: "dead"}
 
 
 def throttle_hold(calls: Sequence[Call], bound: float) -> float:
@@ -1247,13 +1253,16 @@ class Worker:
                 extra=extra,
             )
 
-    def _tell_settled(self, queue: Queue, call: Call, refused: list[str]) -> None:
-        """Hand one settled call to the ``on_settled`` hook (an exception is logged)."""
+    def _tell_settled(
+        self, queue: Queue, call: Call, refused: list[str], script: str | None = None
+    ) -> None:
+        """Hand one settled call to the ``on_settled`` hook (an exception is logged);
+        ``script`` names what the call became when not ``call.script``."""
         hook = self.hooks.on_settled
         if hook is None:
             return
         try:
-            hook(queue.name, call.script, queue.settled_leases(call), refused)
+            hook(queue.name, script or call.script, queue.settled_leases(call), refused)
         except Exception:
             log.exception("on_settled hook failed for a %s call", call.script)
 
@@ -1275,6 +1284,7 @@ class Worker:
                 log.error("queue %s: %s failed: %s", queue.name, call.script, reply)
                 self.counters.add("settle_errors")
                 continue
+            became = None
             if call.script == "ack":
                 if reply and reply[-1] in (b"|", "|"):
                     if told is not None:  # nothing refused: '|' ends the reply
@@ -1285,12 +1295,14 @@ class Worker:
             elif call.script in ("nack", "dead", "throttle"):
                 stale = 0 if int(reply) else 1
                 refused = [str(call.args[0])] if stale else []
+                if call.script == "throttle":  # 2 / 3: past its budget, retried / dead
+                    became = THROTTLE_BECAME.get(int(reply))
             else:
                 if told is not None:
                     self._tell_settled(queue, call, [])
                 continue
             if told is not None:
-                self._tell_settled(queue, call, refused)
+                self._tell_settled(queue, call, refused, became)
             if stale:
                 self.counters.add("stale_refused", stale)
                 for job_id in refused:

@@ -5,6 +5,7 @@ import time
 from queue_helpers import FAST
 
 from reliable_queue import Queue, oldest_waiting_seconds
+from reliable_queue.inspection import WAITING_PER_BAND
 
 
 class StepClock:
@@ -51,4 +52,38 @@ def test_unreadable_heads_read_as_nothing_waiting(make_queue):
     queue.client.delete(queue.keys.key("ready"))
     queue.client.set(queue.keys.key("ready"), "a string")
     queue.client.set(queue.keys.key("delayed"), "a string")
+    assert oldest_waiting_seconds(queue) == 0.0
+
+
+def test_a_job_with_a_fairness_key_or_a_priority_counts_from_its_enqueue(redis_client, key_prefix):
+    clock = StepClock()
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, settings=FAST, clock=clock)
+    queue.enqueue("t", {"n": 1}, fairness_key="customer-1")  # waits in the waiting set
+    clock.now += 30.0
+    queue.enqueue("t", {"n": 2}, priority=9)
+    clock.now += 15.0
+
+    assert oldest_waiting_seconds(queue) == 45.0
+    queue.fetch(1)  # the keyed job: band 5 before band 9
+    assert oldest_waiting_seconds(queue) == 15.0
+    queue.fetch(1)
+    assert oldest_waiting_seconds(queue) == 0.0
+
+
+def test_the_waiting_set_is_read_a_bounded_window_per_band(redis_client, key_prefix):
+    clock = StepClock()
+    queue = Queue(redis_client, "jobs", prefix=key_prefix, settings=FAST, clock=clock)
+    for band in (0, 9):
+        queue.enqueue("t", {"band": band}, priority=band, fairness_key="big")
+    clock.now += 60.0
+    for n in range(WAITING_PER_BAND * 2):  # a later backlog in band 9 behind the first
+        queue.enqueue("t", {"n": n}, priority=9, fairness_key="big")
+    assert oldest_waiting_seconds(queue) == 60.0
+    queue.fetch(1)  # band 0's job: band 9's first is still within the window
+    assert oldest_waiting_seconds(queue) == 60.0
+
+
+def test_an_unreadable_waiting_set_reads_as_nothing_waiting_there(make_queue):
+    queue = make_queue()
+    queue.client.set(queue.keys.key("waiting"), "a string")
     assert oldest_waiting_seconds(queue) == 0.0

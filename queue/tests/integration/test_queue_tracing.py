@@ -14,6 +14,7 @@ from reliable_queue import (
     Queue,
     RetryPolicy,
     TaskRegistry,
+    Throttled,
 )
 from reliable_queue.codec import decode_record
 from reliable_queue.tracing import trace_context_of
@@ -155,3 +156,55 @@ def test_a_batch_delivery_is_one_root_span_linked_to_every_job(
         assert span.parent.span_id in sends
         assert [link.context.span_id for link in span.links] == [batch.context.span_id]
         assert span.attributes["reliable_queue.outcome"] == "acked"
+
+
+def test_a_throttled_run_ends_its_span_throttled_and_past_its_budget_as_it_settled(
+    redis_client, key_prefix, spans
+) -> None:
+    tracer, exporter = spans
+    registry = TaskRegistry()
+    runs = {0: 0, 1: 0}
+
+    @registry.task("busy", retry=RetryPolicy(base_delay=0.02, jitter=False))
+    def busy(payload, ctx) -> None:
+        runs[payload["n"]] += 1
+        if payload["n"] == 1 or runs[0] < 3:  # job 1 is throttled every time
+            raise Throttled(0.02, "429 Too Many Requests")
+
+    settings = FAST.model_copy(update={"max_throttles": 2})
+    queue = Queue(redis_client, "h", prefix=key_prefix, settings=settings, tracer=tracer)
+    ok_id, dead_id = queue.enqueue_many(
+        [EnqueueRequest("busy", {"n": n}, max_attempts=2) for n in (0, 1)]
+    )
+    tracing = AttemptTracing(tracer)
+    with running_worker(
+        redis_client,
+        ["h"],
+        registry,
+        prefix=key_prefix,
+        settings=settings,
+        middleware=[tracing.middleware],
+        hooks=tracing.hooks(),
+    ):
+        wait_until(lambda: len(_named(exporter, "process h")) == 9, timeout=15)
+    attempts = _named(exporter, "process h")
+
+    def outcomes(job_id: str) -> list[str]:
+        mine = [s for s in attempts if s.attributes["messaging.message.id"] == job_id]
+        return [
+            s.attributes["reliable_queue.outcome"] for s in sorted(mine, key=lambda s: s.start_time)
+        ]
+
+    assert outcomes(ok_id) == ["throttled", "throttled", "acked"]
+    # past its budget of 2 a throttle is an ordinary failure: retried, then dead-lettered
+    assert outcomes(dead_id) == [*["throttled"] * 2, "retried", *["throttled"] * 2, "dead-lettered"]
+    [dead] = [
+        s
+        for s in attempts
+        if s.attributes["messaging.message.id"] == dead_id
+        and s.attributes["reliable_queue.outcome"] == "dead-lettered"
+    ]
+    assert dead.attributes["reliable_queue.dead_reason"] == "retries_exhausted"
+    throttled = [s for s in attempts if s.attributes["reliable_queue.outcome"] == "throttled"]
+    assert all(s.status.is_ok for s in throttled)  # a deferral is not a failure
+    assert {s.attributes["reliable_queue.attempt"] for s in throttled} == {1, 2}  # uncharged
