@@ -30,6 +30,7 @@ from orders.domain.queries import order_status
 from orders.domain.steps import STEPS
 from orders.web.api.routes import order_out
 from reliable_queue import explain
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.models import Workflow, WorkflowStep
 
@@ -409,3 +410,26 @@ def test_an_urgent_api_order_overtakes_a_backlog_of_default_ones(api_world: ApiW
     stock = api_world.app.queues["stock"]
     first = stock.fetch(1).jobs[0]
     assert first.job_id == stock.pending_job_for(f"{urgent.json()['workflow_id']}:stock")
+
+
+def test_each_order_of_a_batch_carries_its_own_callers_trace_context(
+    api_world: ApiWorld,
+) -> None:
+    """Without a tracer an order carries its caller's context as is: in a shared
+    transaction, each order's step rows carry their own request's."""
+    parents = [TraceContext.parse(f"00-{str(n) * 32}-{'ab' * 8}-01") for n in (1, 2)]
+    items = [
+        Pending(batch_item(f"t{n}").request, "placer", batch_item(f"t{n}").rules, parent)
+        for n, parent in enumerate(parents)
+    ]
+    outcomes = commit_placements(api_world.app.session_factory, render_id, items)
+    with api_world.app.session_factory() as session:
+        for outcome, parent in zip(outcomes, parents, strict=True):
+            assert not isinstance(outcome, Exception) and parent is not None
+            order_id = json.loads(outcome[0].body)["id"]
+            rows = session.scalars(
+                select(WorkflowStep.traceparent)
+                .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+                .where(Workflow.subject_id == order_id)
+            ).all()
+            assert set(rows) == {parent.traceparent}
