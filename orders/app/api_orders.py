@@ -27,21 +27,24 @@ from decimal import Decimal
 from typing import Any
 
 from opentelemetry.trace import Tracer
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from orders.app.group_commit import GroupCommit
 from orders.app.order_traces import OrderSpans
-from orders.app.placement import write_orders
+from orders.app.placement import PlacedOrder, write_orders
 from orders.domain.access import ApiOrder
 from orders.domain.errors import OrdersError
-from orders.domain.models import Customer, Product
-from orders.domain.queries import OrderView, order_status
+from orders.domain.models import Customer, OrderStatus, Product
+from orders.domain.queries import OrderView, StepView
+from orders.domain.steps import STEPS
 from orders.sources.drafts import LineDraft, OrderDraft
 from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.isolation import describe
 from workflows.messages import DispatchedStep, Publisher
+from workflows.models import StepStatus, WorkflowStatus
 from workflows.relay import PublishPolicy, publish_dispatched
 from workflows.uow import SessionFactory, UnitOfWork
 
@@ -171,6 +174,7 @@ def place_api_order(
     policy: PublishPolicy | None = None,
     tracer: Tracer | None = None,
     parent: TraceContext | None = None,
+    group: GroupCommit[Pending, Committed] | None = None,
 ) -> Placed:
     """Place ``request`` once per key, then publish its first steps.
 
@@ -188,9 +192,13 @@ def place_api_order(
             API lets one placement of the process at a time write on SQLite).
         clock: current time (timezone-aware).
         policy: publish attempts and backoff of refused rows.
-        tracer: records the order's ``place order`` span (None: tracing off).
+        tracer: records the order's ``place order`` span (None: tracing off); with
+            ``group``, the group's write function has its own.
         parent: the caller's W3C context (its ``traceparent`` header): the order
             continues that trace; None: the order's span is a root.
+        group: writes the placements waiting at once in one transaction (its write
+            function is :func:`commit_placements`; it holds the turn itself); None:
+            this one alone, in its own transaction, holding ``turn``.
 
     Returns:
         :class:`Placed`: 201 with the new order, or the stored first response.
@@ -201,88 +209,287 @@ def place_api_order(
         InvalidOrder: unknown customer or part; nothing written.
         sqlalchemy.exc.SQLAlchemyError: the database failed; nothing written.
     """
+    pending = Pending(request, placed_by, rules, parent)
     held = in_flight.hold(placed_by, rules.key) if rules.key else nullcontext()
-    with held, turn or nullcontext():
-        try:
-            placed, first = _commit(
-                session_factory, request, placed_by, rules, render, clock(), (tracer, parent)
-            )
-        except IntegrityError:
-            if rules.key is None:
-                raise
-            # another process committed this key first: answer its response
-            with UnitOfWork(session_factory) as uow:
-                replay = _stored(uow.session, placed_by, rules, clock())
-            if replay is None:
-                raise
-            return replay
+    with held:
+        if group is not None:
+            placed, first = group.submit(pending)
+        else:
+            with turn or nullcontext():
+                placed, first = _commit_alone(session_factory, pending, render, clock(), tracer)
     if placed.replayed or not first:
         return placed
     return _publish(session_factory, publisher, first, placed, clock, policy)
 
 
-def _commit(
+@dataclass(frozen=True)
+class Pending:
+    """A placement waiting for its transaction: the order, its caller, its key, and the
+    caller's W3C context (None: the order's span is a root)."""
+
+    request: PlaceRequest
+    placed_by: str
+    rules: KeyRules
+    parent: TraceContext | None = None
+
+
+Committed = tuple[Placed, list[DispatchedStep]]
+"""A placement's answer and the first steps its commit marked dispatched (to publish)."""
+
+
+def commit_placements(
     session_factory: SessionFactory,
-    request: PlaceRequest,
-    placed_by: str,
-    rules: KeyRules,
     render: Callable[[OrderView], str],
-    now: datetime,
-    tracing: tuple[Tracer | None, TraceContext | None] = (None, None),
-) -> tuple[Placed, list[DispatchedStep]]:
-    """Write the order, or find the key's stored response, in one transaction; the
-    order's ``place order`` span (a child of the caller's context) ends after it."""
-    spans = OrderSpans([], [])
+    items: Sequence[Pending],
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    publisher: Callable[[], Publisher] | None = None,
+    policy: PublishPolicy | None = None,
+    tracer: Tracer | None = None,
+) -> list[Committed | Exception]:
+    """Write ``items`` in one transaction (group commit, ``orders.app.group_commit``).
+
+    A refused item (:class:`ApiOrderError`) or a replayed key writes nothing and
+    leaves the others in the batch. When the batch's transaction fails (another
+    process committed one of its keys first: the unique index; or the database
+    failed), each item is written again alone, so only its own failure reaches it.
+
+    Args:
+        session_factory: makes the session of the unit of work.
+        render: the response body (JSON text) from an order's view.
+        items: the placements, one per request (no two with one key of one token).
+        clock: current time (timezone-aware).
+        publisher: with it, the first steps of the whole batch are published here after
+            the commit, in one call (each outcome then carries none to publish and its
+            :attr:`Placed.deferred`); None leaves them in the outcomes.
+        policy: publish attempts and backoff of refused rows.
+        tracer: records each order's ``place order`` span, a child of its item's
+            ``parent`` (None: tracing off); a batch that fails and is written again
+            item by item leaves its spans ended with the error.
+
+    Returns:
+        One outcome per item, in order: :data:`Committed`, or the exception its request
+        raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``).
+    """
+    if len(items) == 1:
+        outcomes = [_alone_or_error(session_factory, items[0], render, clock(), tracer)]
+    else:
+        try:
+            with _placing(session_factory) as (uow, spans):
+                outcomes = _write(uow.session, items, render, clock(), tracer, spans)
+                uow.commit()
+        except SQLAlchemyError:
+            outcomes = [
+                _alone_or_error(session_factory, item, render, clock(), tracer) for item in items
+            ]
+    if publisher is None:
+        return outcomes
+    return _publish_batch(session_factory, publisher, outcomes, clock, policy)
+
+
+def _publish_batch(
+    session_factory: SessionFactory,
+    publisher: Callable[[], Publisher],
+    outcomes: list[Committed | Exception],
+    clock: Callable[[], datetime],
+    policy: PublishPolicy | None,
+) -> list[Committed | Exception]:
+    """Publish the first steps of every placed outcome at once; when some are left to
+    the sweep, each order that had any counts all its own as deferred (at most)."""
+    rows = [row for o in outcomes if not isinstance(o, Exception) for row in o[1]]
+    if not rows:
+        return outcomes
+    short = len(rows) - _publish_rows(session_factory, publisher, rows, clock, policy)
+    done: list[Committed | Exception] = []
+    for o in outcomes:
+        if isinstance(o, Exception) or not o[1]:
+            done.append(o)
+            continue
+        placed, first = o
+        deferred = len(first) if short else 0
+        done.append((Placed(placed.status, placed.body, placed.order_id, False, deferred), []))
+    return done
+
+
+@contextmanager
+def _placing(session_factory: SessionFactory) -> Iterator[tuple[UnitOfWork, list[OrderSpans]]]:
+    """A unit of work and the ``place order`` spans its writes start: ended after it,
+    with its error when it raised."""
+    spans: list[OrderSpans] = []
     try:
         with UnitOfWork(session_factory) as uow:
-            session = uow.session
-            if rules.key is not None:
-                replay = _stored(session, placed_by, rules, now)
-                if replay is not None:
-                    return replay, []
-            draft = _draft(session, request, now)
-            tracer, parent = tracing
-            spans = OrderSpans.start(tracer, 1, SOURCE, parent)
-            placed, first = write_orders(
-                session, [draft], now=now, dispatch=True, traces=spans.contexts
-            )
-            order_id = placed[0].order_id
-            spans.placed([order_id])
-            view = order_status(session, order_id)
-            assert view is not None  # written above, in this transaction
-            body = render(view)
-            session.add(
-                ApiOrder(
-                    order_id=order_id,
-                    placed_by=placed_by,
-                    idempotency_key=rules.key,
-                    fingerprint=rules.fingerprint if rules.key else None,
-                    response_status=201 if rules.key else None,
-                    response_body=body if rules.key else None,
-                    priority=request.priority,
-                    created_at=now,
-                )
-            )
-            uow.commit()
+            yield uow, spans
     except BaseException as exc:
-        spans.end(exc)
+        for started in spans:
+            started.end(exc)
         raise
-    spans.end()
-    return Placed(201, body, order_id), first
+    for started in spans:
+        started.end()
 
 
-def _stored(session: Session, placed_by: str, rules: KeyRules, now: datetime) -> Placed | None:
+def _alone_or_error(
+    session_factory: SessionFactory,
+    item: Pending,
+    render: Callable[[OrderView], str],
+    now: datetime,
+    tracer: Tracer | None,
+) -> Committed | Exception:
+    try:
+        return _commit_alone(session_factory, item, render, now, tracer)
+    except (ApiOrderError, SQLAlchemyError) as exc:
+        return exc
+
+
+def _commit_alone(
+    session_factory: SessionFactory,
+    item: Pending,
+    render: Callable[[OrderView], str],
+    now: datetime,
+    tracer: Tracer | None = None,
+) -> Committed:
+    """One placement in its own transaction; a key another process committed first
+    answers that one's stored response."""
+    try:
+        with _placing(session_factory) as (uow, spans):
+            [outcome] = _write(uow.session, [item], render, now, tracer, spans)
+            if isinstance(outcome, Exception):
+                raise outcome
+            uow.commit()
+        return outcome
+    except IntegrityError:
+        if item.rules.key is None:
+            raise
+        # another process committed this key first: answer its response
+        with UnitOfWork(session_factory) as uow:
+            replay = _stored(uow.session, item.placed_by, item.rules, now)
+        if replay is None:
+            raise
+        return replay, []
+
+
+def _write(
+    session: Session,
+    items: Sequence[Pending],
+    render: Callable[[OrderView], str],
+    now: datetime,
+    tracer: Tracer | None,
+    spans: list[OrderSpans],
+) -> list[Committed | Exception]:
+    """Write the new orders of ``items`` in the caller's transaction (not committed),
+    starting each one's ``place order`` span into ``spans`` (the caller ends them)."""
+    outcomes: list[Committed | Exception | None] = [None] * len(items)
+    new: list[tuple[int, OrderDraft]] = []
+    found = _stored_rows(session, items) if len(items) > 1 else None
+    known = _catalog(session, [item.request for item in items])
+    for i, item in enumerate(items):
+        try:
+            if item.rules.key is not None:
+                replay = _stored(session, item.placed_by, item.rules, now, found)
+                if replay is not None:
+                    outcomes[i] = (replay, [])
+                    continue
+            new.append((i, _draft(session, item.request, now, known)))
+        except ApiOrderError as exc:
+            outcomes[i] = exc
+    if new:
+        started = [OrderSpans.start(tracer, 1, SOURCE, items[i].parent) for i, _ in new]
+        spans.extend(started)
+        placed, first = write_orders(
+            session,
+            [draft for _, draft in new],
+            now=now,
+            dispatch=True,
+            traces=[s.contexts[0] for s in started],
+        )
+        for order_spans, order in zip(started, placed, strict=True):
+            order_spans.placed([order.order_id])
+        by_workflow: dict[int, list[DispatchedStep]] = {}
+        for row in first:
+            by_workflow.setdefault(row.workflow_id, []).append(row)
+        keys = []
+        for (i, draft), order in zip(new, placed, strict=True):
+            item = items[i]
+            dispatched = by_workflow.get(order.workflow_id, [])
+            body = render(_written_view(draft, order, dispatched, now))
+            keyed = item.rules.key is not None
+            keys.append(
+                {
+                    "order_id": order.order_id,
+                    "placed_by": item.placed_by,
+                    "idempotency_key": item.rules.key,
+                    "fingerprint": item.rules.fingerprint if keyed else None,
+                    "response_status": 201 if keyed else None,
+                    "response_body": body if keyed else None,
+                    "priority": item.request.priority,
+                    "created_at": now,
+                }
+            )
+            outcomes[i] = (Placed(201, body, order.order_id), dispatched)
+        # one Core statement (the unique index checks every key here): no ORM bookkeeping
+        session.execute(insert(ApiOrder), keys)
+    return outcomes  # type: ignore[return-value]
+
+
+def _written_view(
+    draft: OrderDraft, order: PlacedOrder, dispatched: Sequence[DispatchedStep], now: datetime
+) -> OrderView:
+    """The view of an order just written (what ``order_status`` reads back in the same
+    transaction): placed, its first steps dispatched, the others waiting."""
+    first = {row.step for row in dispatched}
+    steps = tuple(
+        StepView(
+            step,
+            StepStatus.DISPATCHED if step in first else StepStatus.WAITING,
+            None,
+            0,
+            None,
+            None,
+            now,
+            now if step in first else None,
+            None,
+            None,
+        )
+        for step in STEPS
+    )
+    return OrderView(
+        order_id=order.order_id,
+        status=OrderStatus.PLACED,
+        source=draft.source,
+        source_key=draft.source_key,
+        customer_id=draft.customer_id,
+        total_price=draft.total_price,
+        placed_at=now,
+        workflow_id=order.workflow_id,
+        workflow_status=WorkflowStatus.RUNNING,
+        blocked_step=None,
+        blocked_reason=None,
+        completed_at=None,
+        steps=steps,
+    )
+
+
+def _stored(
+    session: Session,
+    placed_by: str,
+    rules: KeyRules,
+    now: datetime,
+    found: dict[tuple[str, str], ApiOrder] | None = None,
+) -> Placed | None:
     """The stored first response of the key, None when the key is new (a key past its
-    window is released here, in the caller's transaction).
+    window is released here, in the caller's transaction). ``found``: the rows of a
+    batch's keys, read at once (:func:`_stored_rows`); None reads this key's.
 
     Raises:
         KeyReused: the key was used with another body.
     """
-    row = session.scalar(
-        select(ApiOrder).where(
-            ApiOrder.placed_by == placed_by, ApiOrder.idempotency_key == rules.key
+    if found is not None:
+        row = found.get((placed_by, rules.key or ""))
+    else:
+        row = session.scalar(
+            select(ApiOrder).where(
+                ApiOrder.placed_by == placed_by, ApiOrder.idempotency_key == rules.key
+            )
         )
-    )
     if row is None:
         return None
     if row.created_at < now - timedelta(seconds=rules.window_seconds):
@@ -294,6 +501,26 @@ def _stored(session: Session, placed_by: str, rules: KeyRules, now: datetime) ->
             f"(order {row.order_id}); use a new key for a new order"
         )
     return Placed(row.response_status or 201, row.response_body or "", row.order_id, True)
+
+
+def _stored_rows(session: Session, items: Sequence[Pending]) -> dict[tuple[str, str], ApiOrder]:
+    """The ``api_orders`` rows of the keys of ``items``, by (token, key): one query
+    through the unique index on (placed_by, idempotency_key)."""
+    keyed = [item for item in items if item.rules.key is not None]
+    if not keyed:
+        return {}
+    wanted = {(item.placed_by, item.rules.key) for item in keyed}
+    rows = session.scalars(
+        select(ApiOrder).where(
+            ApiOrder.placed_by.in_({name for name, _ in wanted}),
+            ApiOrder.idempotency_key.in_({key for _, key in wanted}),
+        )
+    )
+    return {
+        (row.placed_by, row.idempotency_key): row
+        for row in rows
+        if (row.placed_by, row.idempotency_key) in wanted and row.idempotency_key is not None
+    }
 
 
 def _release(session: Session, order_ids: Sequence[int]) -> None:
@@ -332,20 +559,41 @@ def release_expired_keys(
     return len(ids)
 
 
-def _draft(session: Session, request: PlaceRequest, now: datetime) -> OrderDraft:
-    """The order draft of ``request``, priced from the catalog.
+@dataclass(frozen=True)
+class _Catalog:
+    """The customers and part prices that some requests name, read at once."""
+
+    customers: frozenset[int]
+    prices: dict[int, Decimal]
+
+
+def _catalog(session: Session, requests: Sequence[PlaceRequest]) -> _Catalog:
+    """What ``requests`` name of the catalog: one query for customers, one for prices."""
+    customers = {r.customer_id for r in requests}
+    parts = {line.part_id for r in requests for line in r.lines}
+    return _Catalog(
+        frozenset(session.scalars(select(Customer.id).where(Customer.id.in_(sorted(customers))))),
+        dict(
+            session.execute(
+                select(Product.id, Product.retail_price).where(Product.id.in_(sorted(parts)))
+            ).all()
+        ),
+    )
+
+
+def _draft(
+    session: Session, request: PlaceRequest, now: datetime, known: _Catalog | None = None
+) -> OrderDraft:
+    """The order draft of ``request``, priced from the catalog (``known``: read already
+    for a batch; None reads what this request names).
 
     Raises:
         InvalidOrder: the customer or a part does not exist (the first one named).
     """
-    if session.get(Customer, request.customer_id) is None:
+    known = known or _catalog(session, [request])
+    if request.customer_id not in known.customers:
         raise InvalidOrder("customer_id", f"customer {request.customer_id} does not exist")
-    wanted = {line.part_id for line in request.lines}
-    prices = dict(
-        session.execute(
-            select(Product.id, Product.retail_price).where(Product.id.in_(sorted(wanted)))
-        ).all()
-    )
+    prices = known.prices
     lines = []
     for n, line in enumerate(request.lines):
         price = prices.get(line.part_id)
@@ -376,14 +624,25 @@ def _publish(
     policy: PublishPolicy | None,
 ) -> Placed:
     """Publish the first steps; on any failure they are the sweep's (counted)."""
-    try:
-        published = publish_dispatched(
-            session_factory, publisher(), first, clock=clock, policy=policy
-        )
-    except Exception as exc:  # the order is committed: publishing is deferred
-        log.warning("first steps of order %d left to the sweep: %s", placed.order_id, describe(exc))
-        published = 0
+    published = _publish_rows(session_factory, publisher, first, clock, policy)
     return Placed(placed.status, placed.body, placed.order_id, False, len(first) - published)
+
+
+def _publish_rows(
+    session_factory: SessionFactory,
+    publisher: Callable[[], Publisher],
+    rows: list[DispatchedStep],
+    clock: Callable[[], datetime],
+    policy: PublishPolicy | None,
+) -> int:
+    """Publish committed step rows; returns how many went (on any failure the rest are
+    the sweep's)."""
+    try:
+        return publish_dispatched(session_factory, publisher(), rows, clock=clock, policy=policy)
+    except Exception as exc:  # the orders are committed: publishing is deferred
+        orders = sorted({row.workflow_id for row in rows})
+        log.warning("first steps of workflows %s left to the sweep: %s", orders, describe(exc))
+        return 0
 
 
 def placed_by(session: Session, order_id: int) -> str | None:

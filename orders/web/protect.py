@@ -121,16 +121,20 @@ class Protect:
             await refusal(scope, receive, send_with_headers)
             return
         limit = self.body_limits.get(path, self.default_body_limit)
-        too_large = self.refuse(path, 413, f"request body over {limit} bytes")
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            status = 413 if declared.isdigit() else 400
-            reply = too_large if status == 413 else self.refuse(path, 400, "bad Content-Length")
+            reply = (
+                self.refuse(path, 413, f"request body over {limit} bytes")
+                if declared.isdigit()
+                else self.refuse(path, 400, "bad Content-Length")
+            )
             await reply(scope, receive, send_with_headers)
             return
         try:
             body = await _read_body(receive, limit)
         except _TooLarge:
+            # built only when needed: a problem body costs more than the rest of this shell
+            too_large = self.refuse(path, 413, f"request body over {limit} bytes")
             await too_large(scope, receive, send_with_headers)
             return
         await self.app(scope, _replay(body, receive), send_with_headers)

@@ -13,14 +13,24 @@ import pytest
 from api_world import ApiWorld
 from sqlalchemy import func, select, update
 
-from orders.app.api_orders import InFlight, KeyRules, LineRequest, PlaceRequest
+from orders.app.api_orders import (
+    InFlight,
+    InvalidOrder,
+    KeyRules,
+    LineRequest,
+    Pending,
+    PlaceRequest,
+    commit_placements,
+)
 from orders.app.api_orders import place_api_order as place_direct
 from orders.domain.access import ApiOrder
 from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.models import Order, OrderLine
 from orders.domain.queries import order_status
 from orders.domain.steps import STEPS
+from orders.web.api.routes import order_out
 from reliable_queue import explain
+from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
 from workflows.models import Workflow, WorkflowStep
 
@@ -271,6 +281,108 @@ def test_a_key_another_server_commits_first_answers_that_servers_response(
     assert counts(api_world)[0] == 1  # the loser's order rolled back with its key
 
 
+def test_the_placement_answer_is_what_reading_the_order_back_gives(api_world: ApiWorld) -> None:
+    """The answer is built from the rows as written, not read back: it must say what
+    ``order_status`` reads in the same state."""
+    answer = place(api_world, key="view").json()
+    with api_world.app.session_factory() as session:
+        view = order_status(session, answer["id"])
+    assert view is not None
+    assert answer == json.loads(json.dumps(order_out(view)))
+
+
+def batch_item(key: str | None, customer: int = 1, part: int = 10) -> Pending:
+    """A placement of one unit of ``part`` for ``customer`` by the placer token."""
+    request = PlaceRequest(customer, (LineRequest(part, 1),))
+    return Pending(request, "placer", KeyRules(key, f"{customer}:{part}".ljust(64, "0"), 3600))
+
+
+def render_id(view: Any) -> str:
+    return json.dumps({"id": view.order_id})
+
+
+def test_one_transaction_places_a_batch_and_a_refused_item_writes_nothing(
+    api_world: ApiWorld,
+) -> None:
+    factory = api_world.app.session_factory
+    first = commit_placements(factory, render_id, [batch_item("a")])
+    outcomes = commit_placements(
+        factory,
+        render_id,
+        [batch_item("b"), batch_item("c", part=99), batch_item("a"), batch_item(None)],
+    )
+    placed_b, refused, replay, unkeyed = outcomes
+    assert isinstance(refused, InvalidOrder) and refused.field == "lines.0.part_id"
+    assert not isinstance(placed_b, Exception) and not placed_b[0].replayed
+    assert len(placed_b[1]) == 1  # its first step, to publish after the commit
+    assert not isinstance(replay, Exception) and replay[0].replayed and replay[1] == []
+    assert not isinstance(first[0], Exception) and replay[0].order_id == first[0][0].order_id
+    assert not isinstance(unkeyed, Exception)
+    assert counts(api_world) == (3, 3, 3, 3 * len(STEPS), 3)
+
+
+def test_a_batch_that_breaks_the_key_index_is_written_again_one_by_one(
+    api_world: ApiWorld,
+) -> None:
+    """Two items with one key in one batch (two processes' worth): the batch fails on
+    the unique index, then each is written alone and the second answers the first."""
+    factory = api_world.app.session_factory
+    one, two, other = commit_placements(
+        factory, render_id, [batch_item("same"), batch_item("same"), batch_item("x")]
+    )
+    assert not isinstance(one, Exception) and not isinstance(two, Exception)
+    assert not isinstance(other, Exception)
+    assert two[0].replayed and two[0].order_id == one[0].order_id
+    assert counts(api_world)[0] == 2
+
+
+@pytest.mark.slow
+def test_twenty_threads_with_their_own_keys_place_twenty_orders_once_each(
+    api_world: ApiWorld,
+) -> None:
+    replies: list[Any] = []
+    start = threading.Barrier(20)
+
+    def client(n: int) -> None:
+        start.wait()
+        replies.append(place(api_world, key=f"k{n}"))
+        replies.append(place(api_world, key=f"k{n}"))  # its retry
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert [r.status_code for r in replies] == [201] * 40
+    assert len({r.json()["id"] for r in replies}) == 20
+    assert counts(api_world) == (20, 40, 20, 20 * len(STEPS), 20)  # two lines each
+
+
+def test_a_batch_publishes_its_first_steps_in_one_call_or_leaves_them_to_the_sweep(
+    api_world: ApiWorld,
+) -> None:
+    factory, app = api_world.app.session_factory, api_world.app
+    went = commit_placements(
+        factory, render_id, [batch_item("p1"), batch_item("p2")], publisher=lambda: app.publisher
+    )
+    for outcome in went:
+        assert not isinstance(outcome, Exception)
+        placed, left = outcome
+        assert left == [] and placed.deferred == 0
+    with factory() as session:
+        workflows = session.scalars(select(Workflow.id)).all()
+    assert all(app.queues["stock"].pending_job_for(f"{w}:stock") for w in workflows)
+
+    def unreachable() -> Any:
+        raise ConnectionError("queue away")
+
+    kept = commit_placements(
+        factory, render_id, [batch_item("p3"), batch_item("p4")], publisher=unreachable
+    )
+    assert [o[0].deferred for o in kept if not isinstance(o, Exception)] == [1, 1]
+    assert counts(api_world)[0] == 4  # placed all the same: the sweep publishes them
+
+
 @pytest.mark.parametrize(("priority", "expected"), [(0, 0), (9, 9), (None, 5)])
 def test_an_api_orders_steps_carry_its_priority_and_the_customers_fairness_key(
     api_world: ApiWorld, priority: int | None, expected: int
@@ -298,3 +410,26 @@ def test_an_urgent_api_order_overtakes_a_backlog_of_default_ones(api_world: ApiW
     stock = api_world.app.queues["stock"]
     first = stock.fetch(1).jobs[0]
     assert first.job_id == stock.pending_job_for(f"{urgent.json()['workflow_id']}:stock")
+
+
+def test_each_order_of_a_batch_carries_its_own_callers_trace_context(
+    api_world: ApiWorld,
+) -> None:
+    """Without a tracer an order carries its caller's context as is: in a shared
+    transaction, each order's step rows carry their own request's."""
+    parents = [TraceContext.parse(f"00-{str(n) * 32}-{'ab' * 8}-01") for n in (1, 2)]
+    items = [
+        Pending(batch_item(f"t{n}").request, "placer", batch_item(f"t{n}").rules, parent)
+        for n, parent in enumerate(parents)
+    ]
+    outcomes = commit_placements(api_world.app.session_factory, render_id, items)
+    with api_world.app.session_factory() as session:
+        for outcome, parent in zip(outcomes, parents, strict=True):
+            assert not isinstance(outcome, Exception) and parent is not None
+            order_id = json.loads(outcome[0].body)["id"]
+            rows = session.scalars(
+                select(WorkflowStep.traceparent)
+                .join(Workflow, Workflow.id == WorkflowStep.workflow_id)
+                .where(Workflow.subject_id == order_id)
+            ).all()
+            assert set(rows) == {parent.traceparent}

@@ -10,9 +10,10 @@ from api_world import ENV_TOKEN, ApiWorld
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
-from orders.app.tokens import revoke_token
+from orders.app.tokens import Caller, revoke_token
 from orders.domain.access import OperatorAction, Role
 from orders.domain.models import Order
+from orders.web.api.auth import TokenLookup
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
 from workflows.uow import UnitOfWork
@@ -111,3 +112,19 @@ def test_api_cancel_and_bulk_actions_leave_audit_rows_with_the_request_id(
         ("operator", "api", "redrive", True, "req-42"),
     ]
     assert "of_" not in " ".join(r.target + r.result for r in rows)  # no token text
+
+
+def test_a_revoked_token_is_refused_within_the_lookups_ttl(api_world: ApiWorld) -> None:
+    """A token found is remembered for ``ttl`` seconds (one database read per token a
+    second, not per request): a revocation takes effect within that bound."""
+    now = [100.0]
+    lookup = TokenLookup(api_world.app.session_factory, None, ttl=1.0, clock=lambda: now[0])
+    text = api_world.as_role("placer")["Authorization"].removeprefix("Bearer ")
+    assert lookup(text) == Caller(Role.PLACER, Role.PLACER)
+    with UnitOfWork(api_world.app.session_factory) as uow:
+        revoke_token(uow.session, Role.PLACER)
+        uow.commit()
+    now[0] += 0.99
+    assert lookup(text) is not None  # remembered: within the bound
+    now[0] += 0.02
+    assert lookup(text) is None  # past the ttl: read again, revoked

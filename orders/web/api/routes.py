@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -21,13 +22,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from orders.app.api_orders import (
+    Committed,
     InFlight,
     InvalidOrder,
     KeyInFlight,
     KeyReused,
     KeyRules,
     LineRequest,
+    Pending,
     PlaceRequest,
+    commit_placements,
     place_api_order,
     placed_by,
     release_expired_keys,
@@ -35,6 +39,7 @@ from orders.app.api_orders import (
 from orders.app.audit import Action, Actor, recent_actions, record
 from orders.app.bulk import cancel_matching, redrive_matching
 from orders.app.cancellation import cancel_then_publish
+from orders.app.group_commit import GroupCommit
 from orders.app.step_jobs import step_jobs
 from orders.app.tokens import Caller
 from orders.domain.access import Permission, allows
@@ -66,6 +71,9 @@ KEY = re.compile(r'^"?([\x21\x23-\x7e]{1,255})"?$')
 structured-header string)."""
 JSON_TYPES = ("application/json",)
 PRUNE_EVERY_SECONDS = 60.0
+PLACEMENTS_PER_TRANSACTION = 100
+"""Most placements one transaction writes (group commit; under load a batch is the
+requests that arrived during the previous one's write)."""
 
 
 @dataclass
@@ -81,6 +89,7 @@ class ApiState:
     in_flight: InFlight = field(default_factory=InFlight)
     pruned_at: float = 0.0
     _placing: AbstractContextManager[Any] | None = None
+    _group: GroupCommit[Pending, Committed] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def placing(self) -> AbstractContextManager[Any]:
@@ -90,6 +99,27 @@ class ApiState:
                 writers = dialect_of_factory(self.web.app.session_factory).writers_at_once
                 self._placing = threading.BoundedSemaphore(writers) if writers else nullcontext()
             return self._placing
+
+    def placements(self) -> GroupCommit[Pending, Committed]:
+        """The group commit of this process's placements (each batch holds
+        :meth:`placing`, then publishes its first steps in one call)."""
+        turn = self.placing()
+        with self._lock:
+            if self._group is None:
+                app = self.web.app
+                self._group = GroupCommit(
+                    partial(
+                        commit_placements,
+                        app.session_factory,
+                        render_order,
+                        publisher=lambda: app.publisher,
+                        policy=app.publish_policy,
+                        tracer=app.tracer("orders.placement"),
+                    ),
+                    most=PLACEMENTS_PER_TRANSACTION,
+                    turn=turn,
+                )
+            return self._group
 
 
 def api_state(request: Request) -> ApiState:
@@ -142,6 +172,11 @@ def order_out(view: OrderView, unreadable: dict[str, str] | None = None) -> dict
     out["steps"] = [{n: _plain(getattr(s, n)) for n in STEP_FIELDS} for s in view.steps]
     out["unreadable"] = unreadable or {}
     return out
+
+
+def render_order(view: OrderView) -> str:
+    """The body of a placement's answer: :func:`order_out` as JSON text."""
+    return json.dumps(order_out(view))
 
 
 def _fingerprint(body: OrderIn) -> str:
@@ -214,14 +249,14 @@ def place_order(
             order,
             placed_by=caller.name,
             rules=KeyRules(key, _fingerprint(body), window),
-            render=lambda view: json.dumps(order_out(view)),
+            render=render_order,
             in_flight=state.in_flight,
-            turn=state.placing(),
             policy=app.publish_policy,
             tracer=app.tracer("orders.placement"),
             parent=TraceContext.parse(
                 request.headers.get("traceparent"), request.headers.get("tracestate")
             ),
+            group=state.placements(),
         )
     except KeyInFlight as exc:
         raise ApiProblem(409, str(exc), field="Idempotency-Key") from exc
