@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from orders.app.db import make_engine, make_session_factory, worker_pool_size
+from orders.app.db import make_engine, make_session_factory, sqlite_path, worker_pool_size
 from orders.app.errors import InvalidRedisUrl, SchemaNotMigrated
 from orders.app.namespace import DatabaseLabel, bind_namespace, holder
 from orders.app.private_files import private_dir
@@ -159,13 +159,21 @@ class App:
         not at the newest revision is refused.
 
         Raises:
-            SchemaNotMigrated: a configured database needs ``orders db upgrade``.
+            SchemaNotMigrated: a configured database needs ``orders db upgrade`` (a
+                configured SQLite file that does not exist is not created here).
         """
         if self.engine_override is not None:
             return self.engine_override
         url = self.settings.resolved_database_url()
         if self.settings.uses_embedded_database():
             private_dir(self.settings.resolved_data_dir())  # before the file is created
+        elif not self.auto_migrate:
+            path = sqlite_path(url)
+            if path is not None and not path.exists():  # a mistyped path: make nothing
+                raise SchemaNotMigrated(
+                    f"no database file at {str(path)!r} (ORDERS_DATABASE_URL={url}): check "
+                    "the path, or create the database there with `orders db upgrade`"
+                )
         engine = make_engine(
             url,
             pool_size=self.settings.db_pool_size or self.pool_size,

@@ -37,6 +37,13 @@ MUTE_SECONDS = 30.0
 PROTOCOL = "http/protobuf"
 #: seconds a process's exit waits for its last spans to be exported before giving up
 EXIT_SECONDS = 2.0
+#: ``OTEL_BSP_*`` variable -> (``BatchSpanProcessor`` argument, the SDK's default)
+BATCH_SETTINGS = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": ("max_queue_size", 2048),
+    "OTEL_BSP_SCHEDULE_DELAY": ("schedule_delay_millis", 5000),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("max_export_batch_size", 512),
+    "OTEL_BSP_EXPORT_TIMEOUT": ("export_timeout_millis", 30000),
+}
 
 
 @dataclass(frozen=True)
@@ -47,12 +54,17 @@ class TracingConfig:
         local: write spans into the data dir's ``traces`` folder.
         otlp: export spans over OTLP/HTTP (the exporter reads its ``OTEL_*``).
         budget: most bytes of the local folder.
+        batch: ``BatchSpanProcessor`` arguments from ``OTEL_BSP_*`` (name, value) pairs,
+            every one given (the SDK's default for a bad value), so the SDK reads none.
         warnings: what was misconfigured (each said once, as a warning).
     """
 
     local: bool = False
     otlp: bool = False
     budget: int = 64 * 1024 * 1024
+    batch: tuple[tuple[str, int], ...] = field(
+        default=tuple(BATCH_SETTINGS[name] for name in BATCH_SETTINGS)
+    )
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -90,7 +102,28 @@ def tracing_config(environ: Mapping[str, str]) -> TracingConfig:
         except ValueError:
             budget = 64
             warnings.append(f"ORDERS_TRACES_MAX_MB={_shown(raw_budget)} is not 1..100000: using 64")
-    return TracingConfig(local, _otlp(environ, warnings), budget * 1024 * 1024, tuple(warnings))
+    otlp = _otlp(environ, warnings)
+    batch = _batch(environ, warnings if local or otlp else [])
+    return TracingConfig(local, otlp, budget * 1024 * 1024, batch, tuple(warnings))
+
+
+def _batch(environ: Mapping[str, str], warnings: list[str]) -> tuple[tuple[str, int], ...]:
+    """The batch processor's arguments from ``OTEL_BSP_*``: a value that is not a whole
+    number >= 1 is a warning and the SDK's default (the SDK would log a traceback)."""
+    batch = []
+    for name, (argument, default) in BATCH_SETTINGS.items():
+        raw = environ.get(name, "").strip()
+        value = default
+        if raw:
+            try:
+                value = int(raw)
+                if value < 1:
+                    raise ValueError
+            except ValueError:
+                value = default
+                warnings.append(f"{name}={_shown(raw)} is not a whole number >= 1: using {default}")
+        batch.append((argument, value))
+    return tuple(batch)
 
 
 def _otlp(environ: Mapping[str, str], warnings: list[str]) -> bool:
@@ -281,17 +314,18 @@ def _build(config: TracingConfig, data_dir: Path, environ: Mapping[str, str]) ->
     if not environ.get("OTEL_SERVICE_NAME") and not named:
         attributes["service.name"] = "orderflow"
     provider = TracerProvider(resource=Resource.create(attributes))
+    batch: dict[str, Any] = dict(config.batch)
     if config.local:
         local = LocalSpanExporter(traces_dir(data_dir), config.budget)
         muted = MutedOnFailure(local, "local")
-        provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", muted)))
+        provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", muted), **batch))
     if config.otlp:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # the exporter's own per-batch complaints: MutedOnFailure says it once instead
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
         exporter = MutedOnFailure(OTLPSpanExporter(), "OTLP")
-        provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", exporter)))
+        provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", exporter), **batch))
         # runs before the provider's own exit hook (registered first): its last export
         # gets EXIT_SECONDS, not the exporter's retries against a collector that is down
         atexit.register(_bounded_exit, exporter, EXIT_SECONDS)

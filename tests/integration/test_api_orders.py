@@ -193,6 +193,27 @@ def test_wrong_content_type_huge_body_and_missing_token_are_problems(api_world: 
     assert counts(api_world) == (0, 0, 0, 0, 0)
 
 
+@pytest.mark.parametrize(
+    ("content", "status"),
+    [
+        (b'{"customer_id": 1, "lines": [', 422),  # malformed JSON
+        (b'{"customer_id": 1, "lines": [], "note": "\xff"}', 400),  # not UTF-8
+    ],
+)
+def test_a_body_that_is_not_json_is_a_problem_naming_the_body_and_writes_nothing(
+    api_world: ApiWorld, content: bytes, status: int
+) -> None:
+    headers = {**api_world.as_role("placer"), "content-type": "application/json"}
+    reply = api_world.client.post("/api/v1/orders", content=content, headers=headers)
+    assert reply.status_code == status, reply.text
+    problem = reply.json()
+    assert problem["field"] == "body", problem
+    [error] = problem["errors"]
+    assert error["field"] == "body" and "not valid JSON" in error["message"], problem
+    assert problem["detail"] == f"body: {error['message']}", problem
+    assert counts(api_world) == (0, 0, 0, 0, 0)
+
+
 def test_get_order_has_the_facts_of_orders_status_json(api_world: ApiWorld) -> None:
     order_id = place(api_world).json()["id"]
     reply = api_world.client.get(f"/api/v1/orders/{order_id}", headers=api_world.as_role("viewer"))

@@ -353,3 +353,18 @@ def test_an_unusable_path_names_its_setting(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"({variable}={value})" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+def test_a_sqlite_url_naming_a_missing_file_is_refused_and_creates_nothing(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Regression: ``orders status`` with a mistyped ``ORDERS_DATABASE_URL`` made the
+    missing folders and an empty database file, then said to run ``orders db upgrade``."""
+    url = f"sqlite:///{tmp_path / 'typo' / 'dir' / 'orders.db'}"
+    env = {k: v for k, v in cli_env.items() if k != "ORDERS_DATABASE_URL"}
+    proc = run(dict(env, ORDERS_DATABASE_URL=url), "status")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert f"(ORDERS_DATABASE_URL={url})" in said and "orders db upgrade" in said, said
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "typo").exists()

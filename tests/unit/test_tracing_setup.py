@@ -159,3 +159,32 @@ def test_a_json_log_line_carries_the_current_spans_ids() -> None:
 def test_nothing_is_imported_or_started_when_tracing_is_off(tmp_path) -> None:
     assert tracer_provider(tmp_path, {}) is None
     assert not os.path.exists(traces_dir(tmp_path))
+
+
+def test_a_bad_batch_setting_is_one_warning_without_a_traceback(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    # the SDK reads OTEL_BSP_* from os.environ itself and logs a traceback for a bad one
+    monkeypatch.setenv("ORDERS_TRACES", "local")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "abc\x1b[31m")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
+    with caplog.at_level(logging.WARNING):
+        provider = tracer_provider(tmp_path)
+        assert provider is not None
+        with provider.get_tracer("t").start_as_current_span("work") as span:
+            trace_id = format(span.get_span_context().trace_id, "032x")
+        assert provider.force_flush()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    said = warnings[0].getMessage()
+    assert "OTEL_BSP_MAX_QUEUE_SIZE" in said and "2048" in said and "\x1b" not in said
+    assert warnings[0].exc_info is None
+    assert read_spans(traces_dir(tmp_path), [trace_id])  # still traced, with the default
+
+
+def test_batch_settings_are_read_and_a_bad_one_is_said_only_when_tracing_is_on() -> None:
+    on = tracing_config({"ORDERS_TRACES": "local", "OTEL_BSP_EXPORT_TIMEOUT": "-1"})
+    assert len(on.warnings) == 1 and "OTEL_BSP_EXPORT_TIMEOUT" in on.warnings[0]
+    assert tracing_config({"OTEL_BSP_EXPORT_TIMEOUT": "-1"}).warnings == ()
+    fast = tracing_config({"ORDERS_TRACES": "local", "OTEL_BSP_SCHEDULE_DELAY": " 250 "})
+    assert fast.warnings == () and dict(fast.batch)["schedule_delay_millis"] == 250

@@ -100,9 +100,20 @@ def _field(loc: Sequence[Any]) -> str:
     return where[1] if len(where) > 1 else where[0]
 
 
+def _error(error: Mapping[str, Any]) -> tuple[str, str]:
+    """One validation error as (field, message); a body that is not JSON names ``body``
+    (FastAPI's location of that error is the character offset, not a field)."""
+    if error.get("type") == "json_invalid":
+        loc = list(error.get("loc", ()))
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        why = (error.get("ctx") or {}).get("error", "")
+        return "body", f"not valid JSON{where}" + (f": {why}" if why else "")
+    return _field(error.get("loc", ())), str(error.get("msg", "invalid"))
+
+
 async def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    errors = [(_field(e.get("loc", ())), str(e.get("msg", "invalid"))) for e in exc.errors()]
+    errors = [_error(e) for e in exc.errors()]
     first = errors[0] if errors else ("body", "invalid")
     return problem(
         422, f"{first[0]}: {first[1]}", instance=request.url.path, errors=errors or [first]
@@ -117,9 +128,17 @@ async def _api_problem(request: Request, exc: Exception) -> Response:
     )
 
 
+#: FastAPI's 400 for a body it could not decode (not UTF-8) before parsing it as JSON
+_UNPARSED_BODY = "There was an error parsing the body"
+
+
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     status = exc.status_code if exc.status_code in DOCUMENTED else 404
+    if status == 400 and exc.detail == _UNPARSED_BODY:
+        message = "not valid JSON: not UTF-8 text"
+        errors = [("body", message)]
+        return problem(400, f"body: {message}", instance=request.url.path, errors=errors)
     return problem(status, str(exc.detail), instance=request.url.path, headers=exc.headers)
 
 
