@@ -134,12 +134,15 @@ def lease_holders(app: App) -> set[int]:
 class PauseWindow:
     """One pause of a queue, in Redis time (ms): from the moment ``pause`` returned
     (its ``since``) to just before ``resume`` was sent (None: not resumed yet).
+    ``fence``: the last fencing number issued before the pause took effect (a lease
+    numbered above it came after; None: judge by ``since_ms`` alone).
     ``interrupted``: Redis was killed while it lasted, so the pause may have been lost
     with the AOF tail: the window proves nothing."""
 
     since_ms: int
     until_ms: int | None = None
     interrupted: bool = False
+    fence: int | None = None
 
 
 class FlowControls:
@@ -195,7 +198,7 @@ class FlowControls:
                 state = self.app.queues[self.pause_step].pause(reason="chaos", by="orders chaos")
             except TRANSIENT:
                 return
-            self.windows.append(PauseWindow(int((state.since or 0) * 1000)))
+            self.windows.append(PauseWindow(int((state.since or 0) * 1000), fence=state.fence))
             self._resume_at = self.clock() + self.pause_seconds
 
     def crashed(self) -> None:

@@ -93,8 +93,10 @@ def starts_while_paused(
     """Leases of ``queue`` whose fencing number dates them inside a pause (ADR 0031).
 
     A fencing number is the queue clock in ms times 1000 plus a count (ADR 0022), so
-    ``number // 1000`` is when the lease was made. Windows Redis was killed during are
-    not judged (the pause may have gone with the AOF tail).
+    ``number // 1000`` is when the lease was made. A lease of the pause's own
+    millisecond may have come before it: the window's ``fence`` (the last number issued
+    before the pause) decides, so only a number above it counts. Windows Redis was
+    killed during are not judged (the pause may have gone with the AOF tail).
 
     Returns:
         One :data:`PAUSE_HELD` finding per such lease, at most ``limit``.
@@ -104,7 +106,8 @@ def starts_while_paused(
     for (name, number), jobs in sorted(journal.leases.items()):
         at = number // 1000
         for w in judged:
-            if name == queue and w.since_ms <= at < (w.until_ms or 0) and len(out) < limit:
+            after = number > w.fence if w.fence is not None else w.since_ms <= at
+            if name == queue and after and at < (w.until_ms or 0) and len(out) < limit:
                 out.append(
                     Finding(
                         PAUSE_HELD,

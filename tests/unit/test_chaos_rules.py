@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from orders.chaos.actions import PauseWindow
 from orders.chaos.driver import Periodic, due_orders
+from orders.chaos.journal import Journal
 from orders.chaos.observe import lost_increments
 from orders.chaos.poison import POISON_KEY, PoisonOutcome
 from orders.chaos.pool import lease_holder_pid
@@ -23,7 +25,13 @@ from orders.chaos.report import (
     queue_findings,
 )
 from orders.chaos.setup import ChaosOptions, handler_faults, worker_env
-from orders.chaos.summary import RunFacts, fault_tallies, handler_runs, restored_increments
+from orders.chaos.summary import (
+    RunFacts,
+    fault_tallies,
+    handler_runs,
+    restored_increments,
+    starts_while_paused,
+)
 
 
 def test_a_schedule_fires_half_a_period_in_then_every_period() -> None:
@@ -321,3 +329,19 @@ def test_the_transient_failure_tally_names_the_runs_its_rate_applied_to() -> Non
     assert tallies["transient_failure"].setting.endswith("; 40 runs while on")
     unread = fault_tallies(ChaosOptions(), RunFacts(first_order_id=1), counters)
     assert "runs while on" not in {t.kind: t for t in unread}["transient_failure"].setting
+
+
+def test_a_lease_of_the_pauses_own_millisecond_is_judged_by_the_fence() -> None:
+    """Regression: a lease made just before the pause, in the same millisecond, was
+    reported as a start inside the pause (a cluster chaos run failed on it)."""
+    since = 1_796_571_872_533
+    before, after = since * 1000 + 2, since * 1000 + 3  # the same millisecond
+    journal = Journal(leases={("points", before): ["a"], ("points", after): ["b"]})
+    window = PauseWindow(since, until_ms=since + 459, fence=before)
+    findings = starts_while_paused(journal, "points", [window])
+    assert [f.detail.split()[1] for f in findings] == ["b"]
+    # without a fence (an older report), the millisecond alone decides: both count
+    assert len(starts_while_paused(journal, "points", [PauseWindow(since, since + 459)])) == 2
+    # a lease after the resume was sent is no finding
+    late = Journal(leases={("points", (since + 459) * 1000): ["c"]})
+    assert starts_while_paused(late, "points", [window]) == []

@@ -9,7 +9,7 @@ settle as usual; due delayed jobs are still promoted (they wait on ``ready``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import check_text
@@ -33,11 +33,16 @@ class PauseState:
             stored value is not a time: a foreign writer's hash).
         by: who paused it ("" when not given).
         reason: why ("" when not given).
+        fence: as :meth:`Queue.pause <reliable_queue.queue.Queue.pause>` returns it,
+            the last fencing number issued before the pause took effect (every lease
+            made after it has a larger number, ADR 0022); None when read back from Redis.
+            Not part of the state's equality: it says when this call took effect.
     """
 
     since: float | None
     by: str
     reason: str
+    fence: int | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""

@@ -574,7 +574,10 @@ class Queue:
             by: who (at most :data:`~reliable_queue.pausing.MAX_BY_CHARS`; None: "").
 
         Returns:
-            The :class:`~reliable_queue.pausing.PauseState` now in force.
+            The :class:`~reliable_queue.pausing.PauseState` now in force, with its
+            ``fence``: the last fencing number issued before the pause took effect, so
+            a lease numbered above it was made while the queue was paused (exact where
+            ``since``, in ms, cannot order a lease of the same millisecond).
 
         Raises:
             QueueLimitError: ``reason`` or ``by`` not text, or too long (nothing sent).
@@ -586,8 +589,8 @@ class Queue:
         why = bounded_text("reason", reason, MAX_REASON_CHARS)
         who = bounded_text("by", by, MAX_BY_CHARS)
         self._register_name()
-        _, since = self.scripts.run("pause", self._flow_keys, ["pause", who, why, 0])
-        return PauseState(int(since) / 1000.0, who, why)
+        _, since, fence = self.scripts.run("pause", self._flow_keys, ["pause", who, why, 0])
+        return PauseState(int(since) / 1000.0, who, why, fence=int(fence))
 
     def resume(self) -> bool:
         """Resume a paused queue: the next fetch leases again, and idle workers are woken.

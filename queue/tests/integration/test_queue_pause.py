@@ -28,6 +28,7 @@ from reliable_queue import (
     explain,
     stats,
 )
+from reliable_queue.execution import fencing_number
 from reliable_queue.pausing import MAX_REASON_CHARS
 
 
@@ -216,3 +217,19 @@ def test_an_idle_worker_of_a_paused_queue_does_not_poll(private_client, key_pref
     # 20 enqueues, and per lane about one fetch per 2 s: far from a loop
     assert calls["evalsha"] - 20 <= 2 * (elapsed / 2.0 + 2), calls
     assert stats(queue).ready == 25
+
+
+def test_pause_returns_a_fence_that_orders_leases_of_its_own_millisecond(make_queue):
+    """``since`` is in ms: a lease of the same millisecond may have come before or after
+    the pause. The fence (the last fencing number issued before the pause) orders them."""
+    queue: Queue = make_queue()
+    for _ in range(3):
+        queue.enqueue("t", {})
+    before = queue.fetch(2).jobs
+    state = queue.pause(reason="fence", by="test")
+    assert state.fence == max(fencing_number(j.lease.token) for j in before)
+    assert queue.fetch(1).jobs == []  # paused
+    assert queue.resume() is True
+    [after] = queue.fetch(1).jobs
+    assert fencing_number(after.lease.token) > state.fence
+    assert queue.paused() is None

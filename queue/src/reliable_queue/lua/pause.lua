@@ -15,8 +15,10 @@
 -- ARGV[2] by       who pauses (text, already bounded by the caller; pause only)
 -- ARGV[3] reason   why (text, already bounded by the caller; pause only)
 -- ARGV[4] wake-token cap (resume: idle workers are woken for the jobs waiting)
--- Returns: pause: {1 when the queue was already paused else 0, since ms}; a second pause
---   keeps the first `since` and replaces `by` and `reason`. resume: {1 when the queue was
+-- Returns: pause: {1 when the queue was already paused else 0, since ms, fence}, fence
+--   the last fencing number issued before this call (text; '0' when none): every lease
+--   made after it has a larger number; a second pause keeps the first `since` and
+--   replaces `by` and `reason`. resume: {1 when the queue was
 --   paused (a paused key of any type is removed: resume is also the repair of a foreign
 --   value there) else 0, 0}. A 'QUEUE_CORRUPT' / 'QUEUE_LIMIT' error (nothing written)
 --   for a key of the wrong type (pause: paused; resume: ready, wake) or a bad action.
@@ -29,6 +31,11 @@ if action == 'pause' then
   if type(since) == 'table' then return redis.error_reply(corrupt(K_PAUSED, 'hash')) end
   local now, bad = queue_now()  -- also the type check of stats
   if not now then return redis.error_reply(bad) end
+  -- the last fencing number issued: a lease made after this pause has a larger one
+  -- (fetch stores the number of its last lease in seq, ADR 0022)
+  local fence = redis.pcall('GET', K_SEQ)  -- also the type check of seq
+  if type(fence) == 'table' then return redis.error_reply(corrupt(K_SEQ, 'string')) end
+  if not (fence and #fence <= 16 and string.match(fence, '^%d+$')) then fence = '0' end
   local was = 0
   if since and string.match(since, '^%d+$') and #since <= 16 then
     was = 1
@@ -37,7 +44,7 @@ if action == 'pause' then
   end
   redis.call('HSET', K_PAUSED, 'since', since, 'by', ARGV[2], 'reason', ARGV[3])
   save_clock()
-  return {was, tonumber(since)}
+  return {was, tonumber(since), fence}
 elseif action == 'resume' then
   local cap = tonumber(ARGV[4])
   if not cap or cap < 1 then
