@@ -156,6 +156,11 @@ BAD_BODIES = [
     ({"customer_id": "one", "lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
     ({"lines": [{"part_id": 10, "quantity": 1}]}, "customer_id"),
     ({**ORDER, "priority": 10}, "priority"),
+    # strict: a number is a JSON integer (these were read as 3, 1 and customer 1000)
+    ({**ORDER, "priority": "3"}, "priority"),
+    ({**ORDER, "priority": True}, "priority"),
+    ({**ORDER, "customer_id": 1e3}, "customer_id"),
+    ({"customer_id": 1, "lines": [{"part_id": 10, "quantity": "2"}]}, "lines.0.quantity"),
     ({**ORDER, "coupon": "FREE"}, "coupon"),
 ]
 

@@ -19,18 +19,22 @@ MAX_QUANTITY = 10_000
 
 
 class LineIn(BaseModel):
-    """One line of an order: a part and how many."""
+    """One line of an order: a part and how many (JSON integers only: strict)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     part_id: int = Field(ge=1, le=MAX_ID, description="The part (TPC-H PART key).")
     quantity: int = Field(ge=1, le=MAX_QUANTITY, description="Units, 1..10000.")
 
 
 class OrderIn(BaseModel):
-    """The body of ``POST /api/v1/orders``."""
+    """The body of ``POST /api/v1/orders``.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: a number is a JSON integer, never ``"3"``, ``true`` or ``1e3`` (a shop's
+    bug should be a 422 naming the field, not an order for customer 1000).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     customer_id: int = Field(ge=1, le=MAX_ID, description="The customer (TPC-H CUSTOMER key).")
     lines: list[LineIn] = Field(

@@ -20,7 +20,8 @@ from .errors import QueueLimitError
 MAX_LIMIT = 10**9
 #: The units of ``N/UNIT``: seconds per unit.
 UNITS = {"s": 1, "m": 60, "h": 3600}
-_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*$")
+_SPEC = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]*)\s*([smh])\s*$", re.ASCII)
+"""ASCII digits only: ``\\d`` also takes other scripts' digits (``５/s`` read as 5/s)."""
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,11 @@ def test_a_bad_limit_is_refused_and_changes_nothing(make_queue, n, per):
     assert not queue.client.exists(queue.keys.limit)
 
 
-@pytest.mark.parametrize("spec", ["0/s", "-1/s", "nan/s", "abc", "1/x", "", "1.5/s"])
+@pytest.mark.parametrize(
+    "spec",
+    # the last two: digits of other scripts (full-width, Arabic-Indic) were read as 5/s
+    ["0/s", "-1/s", "nan/s", "abc", "1/x", "", "1.5/s", "\uff15/s", "\u0665/2s"],
+)
 def test_bad_specs_are_refused(spec):
     with pytest.raises(QueueLimitError):
         parse_spec(spec)
