@@ -382,13 +382,16 @@ def _write(
     found = _stored_rows(session, items) if len(items) > 1 else None
     known = _catalog(session, [item.request for item in items])
     for i, item in enumerate(items):
+        expired: list[int] = []
         try:
             if item.rules.key is not None:
-                replay = _stored(session, item.placed_by, item.rules, now, found)
+                replay = _stored(session, item.placed_by, item.rules, now, found, expired)
                 if replay is not None:
                     outcomes[i] = (replay, [])
                     continue
             new.append((i, _draft(session, item.request, now, known)))
+            if expired:  # only a placement that goes ahead releases the old key
+                _release(session, expired)
         except ApiOrderError as exc:
             outcomes[i] = exc
     if new:
@@ -474,10 +477,13 @@ def _stored(
     rules: KeyRules,
     now: datetime,
     found: dict[tuple[str, str], ApiOrder] | None = None,
+    expired: list[int] | None = None,
 ) -> Placed | None:
-    """The stored first response of the key, None when the key is new (a key past its
-    window is released here, in the caller's transaction). ``found``: the rows of a
-    batch's keys, read at once (:func:`_stored_rows`); None reads this key's.
+    """The stored first response of the key, None when the key is new or past its
+    window. ``found``: the rows of a batch's keys, read at once (:func:`_stored_rows`);
+    None reads this key's. ``expired``: gets the order id of a key past its window,
+    which the caller releases (:func:`_release`) before it writes the key again, and
+    only when it does (a refused request writes nothing).
 
     Raises:
         KeyReused: the key was used with another body.
@@ -493,7 +499,8 @@ def _stored(
     if row is None:
         return None
     if row.created_at < now - timedelta(seconds=rules.window_seconds):
-        _release(session, [row.order_id])
+        if expired is not None:
+            expired.append(row.order_id)
         return None
     if row.fingerprint != rules.fingerprint:
         raise KeyReused(
