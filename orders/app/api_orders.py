@@ -28,7 +28,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 from sqlalchemy import insert, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orders.app.group_commit import GroupCommit
@@ -251,8 +251,9 @@ def commit_placements(
 
     A refused item (:class:`ApiOrderError`) or a replayed key writes nothing and
     leaves the others in the batch. When the batch's transaction fails (another
-    process committed one of its keys first: the unique index; or the database
-    failed), each item is written again alone, so only its own failure reaches it.
+    process committed one of its keys first: the unique index; the database failed;
+    any other error of one item's write), each item is written again alone, so only
+    its own failure reaches it, and an order committed alone is always answered.
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -269,7 +270,8 @@ def commit_placements(
 
     Returns:
         One outcome per item, in order: :data:`Committed`, or the exception its request
-        raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``).
+        raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``, or whatever
+        else writing it alone raised).
     """
     if len(items) == 1:
         outcomes = [_alone_or_error(session_factory, items[0], render, clock(), tracer)]
@@ -278,7 +280,7 @@ def commit_placements(
             with _placing(session_factory) as (uow, spans):
                 outcomes = _write(uow.session, items, render, clock(), tracer, spans)
                 uow.commit()
-        except SQLAlchemyError:
+        except Exception:  # each item alone meets its own failure again
             outcomes = [
                 _alone_or_error(session_factory, item, render, clock(), tracer) for item in items
             ]
@@ -336,7 +338,7 @@ def _alone_or_error(
 ) -> Committed | Exception:
     try:
         return _commit_alone(session_factory, item, render, now, tracer)
-    except (ApiOrderError, SQLAlchemyError) as exc:
+    except Exception as exc:  # its caller raises it; the others are placed
         return exc
 
 

@@ -478,3 +478,24 @@ def test_a_refused_batch_item_with_an_expired_key_writes_nothing(api_world: ApiW
         row = session.get(ApiOrder, first[0][0].order_id)
         assert row is not None and row.idempotency_key == "late"
         assert row.response_body is not None
+
+
+def test_an_item_whose_answer_fails_leaves_the_others_of_its_batch_placed(
+    api_world: ApiWorld,
+) -> None:
+    """An unexpected error of one item (here its answer cannot be built) is that item's:
+    the others of its batch are placed and answered, each exactly once."""
+
+    def render(view: Any) -> str:
+        if view.customer_id == 2:
+            raise ValueError("cannot render")
+        return render_id(view)
+
+    factory = api_world.app.session_factory
+    one, broken, three = commit_placements(
+        factory, render, [batch_item("r1"), batch_item("r2", customer=2), batch_item("r3")]
+    )
+    assert isinstance(broken, ValueError)
+    assert not isinstance(one, Exception) and not isinstance(three, Exception)
+    assert one[0].order_id != three[0].order_id
+    assert counts(api_world)[0] == 2
