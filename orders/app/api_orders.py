@@ -28,7 +28,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 from sqlalchemy import insert, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orders.app.group_commit import GroupCommit
@@ -251,8 +251,9 @@ def commit_placements(
 
     A refused item (:class:`ApiOrderError`) or a replayed key writes nothing and
     leaves the others in the batch. When the batch's transaction fails (another
-    process committed one of its keys first: the unique index; or the database
-    failed), each item is written again alone, so only its own failure reaches it.
+    process committed one of its keys first: the unique index; the database failed;
+    any other error of one item's write), each item is written again alone, so only
+    its own failure reaches it, and an order committed alone is always answered.
 
     Args:
         session_factory: makes the session of the unit of work.
@@ -269,7 +270,8 @@ def commit_placements(
 
     Returns:
         One outcome per item, in order: :data:`Committed`, or the exception its request
-        raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``).
+        raises (:class:`ApiOrderError`, ``sqlalchemy.exc.SQLAlchemyError``, or whatever
+        else writing it alone raised).
     """
     if len(items) == 1:
         outcomes = [_alone_or_error(session_factory, items[0], render, clock(), tracer)]
@@ -278,7 +280,7 @@ def commit_placements(
             with _placing(session_factory) as (uow, spans):
                 outcomes = _write(uow.session, items, render, clock(), tracer, spans)
                 uow.commit()
-        except SQLAlchemyError:
+        except Exception:  # each item alone meets its own failure again
             outcomes = [
                 _alone_or_error(session_factory, item, render, clock(), tracer) for item in items
             ]
@@ -336,7 +338,7 @@ def _alone_or_error(
 ) -> Committed | Exception:
     try:
         return _commit_alone(session_factory, item, render, now, tracer)
-    except (ApiOrderError, SQLAlchemyError) as exc:
+    except Exception as exc:  # its caller raises it; the others are placed
         return exc
 
 
@@ -382,13 +384,16 @@ def _write(
     found = _stored_rows(session, items) if len(items) > 1 else None
     known = _catalog(session, [item.request for item in items])
     for i, item in enumerate(items):
+        expired: list[int] = []
         try:
             if item.rules.key is not None:
-                replay = _stored(session, item.placed_by, item.rules, now, found)
+                replay = _stored(session, item.placed_by, item.rules, now, found, expired)
                 if replay is not None:
                     outcomes[i] = (replay, [])
                     continue
             new.append((i, _draft(session, item.request, now, known)))
+            if expired:  # only a placement that goes ahead releases the old key
+                _release(session, expired)
         except ApiOrderError as exc:
             outcomes[i] = exc
     if new:
@@ -474,10 +479,13 @@ def _stored(
     rules: KeyRules,
     now: datetime,
     found: dict[tuple[str, str], ApiOrder] | None = None,
+    expired: list[int] | None = None,
 ) -> Placed | None:
-    """The stored first response of the key, None when the key is new (a key past its
-    window is released here, in the caller's transaction). ``found``: the rows of a
-    batch's keys, read at once (:func:`_stored_rows`); None reads this key's.
+    """The stored first response of the key, None when the key is new or past its
+    window. ``found``: the rows of a batch's keys, read at once (:func:`_stored_rows`);
+    None reads this key's. ``expired``: gets the order id of a key past its window,
+    which the caller releases (:func:`_release`) before it writes the key again, and
+    only when it does (a refused request writes nothing).
 
     Raises:
         KeyReused: the key was used with another body.
@@ -493,7 +501,8 @@ def _stored(
     if row is None:
         return None
     if row.created_at < now - timedelta(seconds=rules.window_seconds):
-        _release(session, [row.order_id])
+        if expired is not None:
+            expired.append(row.order_id)
         return None
     if row.fingerprint != rules.fingerprint:
         raise KeyReused(

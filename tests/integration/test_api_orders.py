@@ -459,3 +459,43 @@ def test_each_order_of_a_batch_carries_its_own_callers_trace_context(
                 .where(Workflow.subject_id == order_id)
             ).all()
             assert set(rows) == {parent.traceparent}
+
+
+def test_a_refused_batch_item_with_an_expired_key_writes_nothing(api_world: ApiWorld) -> None:
+    """A key past its window is released only for a placement that goes ahead: in a
+    shared transaction, a refused item leaves the expired key's row as it was."""
+    factory = api_world.app.session_factory
+    first = commit_placements(factory, render_id, [batch_item("late")])
+    assert not isinstance(first[0], Exception)
+    with factory() as session:
+        session.execute(update(ApiOrder).values(created_at=utcnow() - timedelta(hours=2)))
+        session.commit()
+    refused, placed = commit_placements(
+        factory, render_id, [batch_item("late", part=99), batch_item("other")]
+    )
+    assert isinstance(refused, InvalidOrder) and not isinstance(placed, Exception)
+    with factory() as session:
+        row = session.get(ApiOrder, first[0][0].order_id)
+        assert row is not None and row.idempotency_key == "late"
+        assert row.response_body is not None
+
+
+def test_an_item_whose_answer_fails_leaves_the_others_of_its_batch_placed(
+    api_world: ApiWorld,
+) -> None:
+    """An unexpected error of one item (here its answer cannot be built) is that item's:
+    the others of its batch are placed and answered, each exactly once."""
+
+    def render(view: Any) -> str:
+        if view.customer_id == 2:
+            raise ValueError("cannot render")
+        return render_id(view)
+
+    factory = api_world.app.session_factory
+    one, broken, three = commit_placements(
+        factory, render, [batch_item("r1"), batch_item("r2", customer=2), batch_item("r3")]
+    )
+    assert isinstance(broken, ValueError)
+    assert not isinstance(one, Exception) and not isinstance(three, Exception)
+    assert one[0].order_id != three[0].order_id
+    assert counts(api_world)[0] == 2
