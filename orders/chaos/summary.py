@@ -94,9 +94,11 @@ def starts_while_paused(
 
     A fencing number is the queue clock in ms times 1000 plus a count (ADR 0022), so
     ``number // 1000`` is when the lease was made. A lease of the pause's own
-    millisecond may have come before it: the window's ``fence`` (the last number issued
-    before the pause) decides, so only a number above it counts. Windows Redis was
-    killed during are not judged (the pause may have gone with the AOF tail).
+    millisecond may have come before it: there the window's ``fence`` (the last number
+    issued before the pause) decides, so only a number above it counts. Only there: a
+    Redis crash that drops the AOF tail can set the sequence, and so the fence, back
+    below numbers issued before it. Windows Redis was killed during are not judged
+    (the pause may have gone with the AOF tail).
 
     Returns:
         One :data:`PAUSE_HELD` finding per such lease, at most ``limit``.
@@ -106,7 +108,10 @@ def starts_while_paused(
     for (name, number), jobs in sorted(journal.leases.items()):
         at = number // 1000
         for w in judged:
-            after = number > w.fence if w.fence is not None else w.since_ms <= at
+            # the pause's own millisecond: the fence orders it (it cannot elsewhere:
+            # a Redis crash that drops the AOF tail sets the fencing sequence back)
+            same_ms = at == w.since_ms and w.fence is not None
+            after = number > (w.fence or 0) if same_ms else w.since_ms <= at
             if name == queue and after and at < (w.until_ms or 0) and len(out) < limit:
                 out.append(
                     Finding(

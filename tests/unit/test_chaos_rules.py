@@ -342,6 +342,9 @@ def test_a_lease_of_the_pauses_own_millisecond_is_judged_by_the_fence() -> None:
     assert [f.detail.split()[1] for f in findings] == ["b"]
     # without a fence (an older report), the millisecond alone decides: both count
     assert len(starts_while_paused(journal, "points", [PauseWindow(since, since + 459)])) == 2
+    # a fence set back by a Redis crash (AOF tail dropped) judges no earlier millisecond
+    earlier = Journal(leases={("points", (since - 5000) * 1000 + 7): ["d"]})
+    assert starts_while_paused(earlier, "points", [PauseWindow(since, since + 459, fence=5)]) == []
     # a lease after the resume was sent is no finding
     late = Journal(leases={("points", (since + 459) * 1000): ["c"]})
     assert starts_while_paused(late, "points", [window]) == []
