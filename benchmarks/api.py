@@ -2,10 +2,14 @@
 
 One run per database: a fresh database with TPC-H (scale 0.01) loaded, its own Redis
 (AOF everysec), one worker process per step, and ``orders web`` serving the API.
-Locust (``benchmarks/api_locustfile.py``) offers each rate for a fixed time; 10% of
-the orders are first sent on a connection the client abandons after 2 ms, then sent
-again with the same key. Between two rates, ``orders place --source random`` places
-the same number of orders through the CLI (interleaved, same machine, same run).
+A load generator offers each rate for a fixed time; 10% of the orders are first sent
+on a connection the client abandons after 2 ms, then sent again with the same key.
+With ``--client wrk`` (the default) wrk sends 90% of the orders once each
+(``benchmarks/api_wrk.lua``; the latency figures are its own, of those first sends)
+and threads of this process send the retried 10% (``benchmarks/api_retrier.py``);
+with ``--client locust`` locust sends both (``benchmarks/api_locustfile.py``).
+Between two rates, ``orders place --source random`` places the same number of orders
+through the CLI (interleaved, same machine, same run).
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ import csv
 import json
 import logging
 import os
+import shutil
+import statistics
+import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -30,6 +38,7 @@ from orders.domain.steps import STEPS
 from orders.sources.tpch import load_tpch
 from workflows.uow import UnitOfWork
 
+from .api_retrier import Retried, run_retried
 from .e2e import drop_pg_database, fresh_pg_database, wait_until_serving
 from .measure import process_cpu_seconds, start_process, stop_process
 from .run_peers import REPO, environment
@@ -39,6 +48,9 @@ log = logging.getLogger("benchmarks")
 HERE = Path(__file__).resolve().parent
 USER_RATE = 5.0
 """Orders per second each simulated shop places (users = rate / USER_RATE)."""
+RETRIED_SHARE = 0.1
+"""Share of the offered orders first sent on a connection abandoned after 2 ms."""
+CLIENTS = ("wrk", "locust")
 
 
 def _wait_http(url: str, timeout: float = 60.0) -> None:
@@ -102,6 +114,84 @@ def _locust(port: int, token: str, rate: float, seconds: float, out: Path) -> di
     return {"users": users, "stats": stats, "client": client}
 
 
+def _wrk(port: int, token: str, rate: float, seconds: float, out: Path) -> dict[str, Any]:
+    """Offer ``rate`` orders/s for ``seconds``: wrk sends ``1 - RETRIED_SHARE`` of them once
+    each, threads of this process the rest (abandoned once, then retried).
+
+    Returns:
+        ``users`` (connections plus shops), ``stats`` (locust's CSV field names: request
+        and failure counts and the 50/99/100 percentiles in ms of wrk's first sends) and
+        ``client`` (``acknowledged``, ``conflicting``, ``abandoned``, ``gave_up``).
+
+    Raises:
+        RuntimeError: wrk is not installed, or printed no figures (its stderr).
+    """
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise RuntimeError("wrk is not installed (Debian: apt-get install wrk); or --client locust")
+    once = rate * (1 - RETRIED_SHARE)
+    connections = max(1, round(once / USER_RATE))
+    retried_holder: list[Retried] = []
+    retrier = threading.Thread(
+        target=lambda: retried_holder.append(
+            run_retried(port, token, rate * RETRIED_SHARE, seconds, per_shop=USER_RATE)
+        ),
+        name="retried-orders",
+    )
+    retrier.start()
+    try:
+        done = subprocess.run(
+            [
+                wrk,
+                "-t2",
+                f"-c{connections}",
+                f"-d{seconds:g}s",
+                "--timeout",
+                "10s",
+                "-s",
+                str(HERE / "api_wrk.lua"),
+                f"http://127.0.0.1:{port}",
+            ],
+            env={
+                **os.environ,
+                "BENCH_TOKEN": token,
+                "BENCH_DELAY_MS": str(1000 * connections / once),
+            },
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=False,
+        )
+    finally:
+        retrier.join(timeout=seconds + 120)
+    (out / f"wrk-{rate:g}.log").write_text(done.stdout + done.stderr)
+    figures = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not figures or not retried_holder:
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr[-500:]}")
+    sent, retried = json.loads(figures[-1]), retried_holder[0]
+    to_201 = sorted(retried.seconds_to_201)
+    return {
+        "users": connections + max(1, round(rate * RETRIED_SHARE / USER_RATE)),
+        "stats": {
+            "Request Count": sent["requests"] + retried.requests,
+            "Failure Count": sent["other"] + sent["transport_errors"] + retried.failures,
+            "50%": sent["p50_ms"],
+            "99%": sent["p99_ms"],
+            "100%": sent["max_ms"],
+        },
+        "client": {
+            "acknowledged": sent["created"] + len(retried.acknowledged),
+            "conflicting": retried.conflicting,
+            "abandoned": retried.abandoned,
+            "gave_up": retried.gave_up,
+            # wrk's orders whose reply never came (in flight when its time was up, or
+            # lost to a transport error): placed or not, nobody knows
+            "unanswered": sent["unanswered"],
+            "retried_median_ms": round(1000 * statistics.median(to_201), 1) if to_201 else None,
+        },
+    }
+
+
 def _place_cli(env: dict[str, str], count: int, log_file: Path) -> float:
     """Seconds ``orders place --count N --source random`` takes (placement only)."""
     started = time.perf_counter()
@@ -116,7 +206,12 @@ def _place_cli(env: dict[str, str], count: int, log_file: Path) -> float:
 
 
 def run_api(
-    database: str, rates: list[float], seconds: float, *, workers: bool = True
+    database: str,
+    rates: list[float],
+    seconds: float,
+    *,
+    workers: bool = True,
+    client: str = "wrk",
 ) -> list[dict[str, Any]]:
     """One database's rows: for each offered rate, what the API accepted, its latency and
     the duplicates, and ``orders place`` placing as many orders through the CLI.
@@ -126,7 +221,15 @@ def run_api(
         rates: offered orders per second, one run each, in order.
         seconds: length of one run, seconds.
         workers: run one worker process per step throughout (the issue's setting).
+        client: ``wrk`` (wrk plus threads for the retried share) or ``locust``.
+
+    Raises:
+        ValueError: an unknown ``client``.
+        RuntimeError: ``wrk`` is not installed or failed.
     """
+    if client not in CLIENTS:
+        raise ValueError(f"client must be one of {', '.join(CLIENTS)}, not {client!r}")
+    offer = _wrk if client == "wrk" else _locust
     data_dir = Path(tempfile.mkdtemp(prefix="bench-api-"))
     url = fresh_pg_database() if database == "postgresql" else f"sqlite:///{data_dir}/orders.db"
     rows: list[dict[str, Any]] = []
@@ -177,10 +280,10 @@ def run_api(
                 before = _api_orders(app)
                 cpu_before = process_cpu_seconds(web.pid)
                 log.info("%s: offering %g orders/s for %g s", database, rate, seconds)
-                run = _locust(port, token, rate, seconds, data_dir)
+                run = offer(port, token, rate, seconds, data_dir)
                 cpu = (process_cpu_seconds(web.pid) or 0.0) - (cpu_before or 0.0)
                 created = _api_orders(app) - before
-                stats, client = run["stats"], run["client"]
+                stats, answers = run["stats"], run["client"]
                 count = max(int(rate * seconds), 1)
                 cli_seconds = _place_cli(env, count, data_dir / f"place-{rate:g}.log")
                 rows.append(
@@ -195,17 +298,27 @@ def run_api(
                         "users": run["users"],
                         "requests": int(stats["Request Count"]),
                         "failures": int(stats["Failure Count"]),
-                        "accepted_orders": client["acknowledged"],
-                        "accepted_per_second": round(client["acknowledged"] / seconds, 1),
+                        "accepted_orders": answers["acknowledged"],
+                        "accepted_per_second": round(answers["acknowledged"] / seconds, 1),
                         "p50_ms": float(stats["50%"]),
                         "p99_ms": float(stats["99%"]),
                         "max_ms": float(stats["100%"]),
-                        "retried_after_timeout": client["abandoned"],
+                        "retried_after_timeout": answers["abandoned"],
+                        "retried_median_ms": answers.get("retried_median_ms"),
+                        "unanswered": answers.get("unanswered", 0),
+                        "client": client,
                         "orders_created": created,
-                        # orders created beyond the keys acknowledged (0: no duplicate)
-                        "duplicate_orders": created - client["acknowledged"] - client["gave_up"],
-                        "keys_with_two_ids": len(client["conflicting"]),
-                        "keys_given_up": client["gave_up"],
+                        # orders created beyond the keys acknowledged (0: no duplicate); the
+                        # orders of unanswered requests may or may not have been placed
+                        "duplicate_orders": max(
+                            0,
+                            created
+                            - answers["acknowledged"]
+                            - answers["gave_up"]
+                            - answers.get("unanswered", 0),
+                        ),
+                        "keys_with_two_ids": len(answers["conflicting"]),
+                        "keys_given_up": answers["gave_up"],
                         "web_cpu_ms_per_order": round(1000 * cpu / created, 2) if created else None,
                         "cli_place_orders": count,
                         "cli_place_per_second": round(count / cli_seconds, 1),

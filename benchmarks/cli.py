@@ -206,18 +206,32 @@ def api(
     seconds: Annotated[float, typer.Option(help="length of one run, seconds")] = 20.0,
     workers: Annotated[bool, typer.Option(help="one worker process per step runs")] = True,
     save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>-api.json")] = True,
+    client: Annotated[
+        str,
+        typer.Option(
+            help="load generator: wrk (Debian package wrk; the retried 10% from threads "
+            "of this process) or locust"
+        ),
+    ] = "wrk",
 ) -> None:
-    """Orders/s and p50/p99 through POST /api/v1/orders at increasing rates (locust; 10%
-    retried with the same key after a client-side timeout), the duplicate orders, and
+    """Orders/s and p50/p99 through POST /api/v1/orders at increasing rates (wrk or locust;
+    10% retried with the same key after a client-side timeout), the duplicate orders, and
     `orders place` placing as many in the same run. Needs `uv sync --group bench`."""
-    from .api import run_api
+    from .api import CLIENTS, run_api
+
+    if client not in CLIENTS:
+        raise typer.BadParameter(f"one of {', '.join(CLIENTS)}", param_hint="--client")
 
     rows = [
         row
         for db in databases.split(",")
         if db.strip()
         for row in run_api(
-            db.strip(), [float(r) for r in rates.split(",") if r.strip()], seconds, workers=workers
+            db.strip(),
+            [float(r) for r in rates.split(",") if r.strip()],
+            seconds,
+            workers=workers,
+            client=client,
         )
     ]
     report.show(
