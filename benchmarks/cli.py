@@ -43,12 +43,22 @@ def peers(
             "is the median of this many runs, with min and max (3 or more for figures)",
         ),
     ] = 3,
+    cpu_hog: Annotated[
+        bool,
+        typer.Option(
+            "--cpu-hog",
+            help="run every latency run beside a second CPU-bound process (a busy loop "
+            "started just before the run and killed after it)",
+        ),
+    ] = False,
     save: Annotated[bool, typer.Option(help="write benchmarks/results/<date>.json")] = True,
 ) -> None:
     """Every library: enqueue and drain N no-op jobs (default and tuned), then latency.
 
     The libraries take turns, every other round reversed; each figure is the median of
-    --repeat runs with min and max, the load average read around every run.
+    --repeat runs with min and max, the load average read around every run. With
+    --cpu-hog a busy loop in a process of its own competes for the cores during each
+    latency run (its rows say `cpu_hog: true` and how much of a core it took).
     """
     from .run_peers import PeerOptions, run_peers
 
@@ -59,7 +69,14 @@ def peers(
     names = tuple(sorted(names, key=lambda x: x != "orderflow"))
     rows = run_peers(
         PeerOptions(
-            names, n, drain_timeout, latency_rate, latency_seconds, latency_peers, repeat=repeat
+            names,
+            n,
+            drain_timeout,
+            latency_rate,
+            latency_seconds,
+            latency_peers,
+            repeat=repeat,
+            cpu_hog=cpu_hog,
         )
     )
     report.show(report.peers_table(rows), report.latency_table(rows))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .report import _pick, load_span, ms, rate, ratio, with_range
+from .report import _pick, cpu_hog_cell, each_run, load_span, ms, rate, ratio, with_range
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -60,7 +60,8 @@ def peers_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def latency_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """Enqueue-to-start percentiles in ms, median (min-max) of the runs, and each run's p99."""
+    """Enqueue-to-start percentiles in ms, median (min-max) of the runs, each run's p99 and
+    max, and whether a second CPU-bound process ran beside them (the cores it took)."""
     lat = [r for r in rows if r["kind"] == "latency"]
     return _table(
         [
@@ -72,6 +73,8 @@ def latency_markdown(rows: Sequence[dict[str, Any]]) -> str:
             "p99 ms",
             "max ms",
             "p99 of each run",
+            "max of each run",
+            "CPU hog",
             "load 1m",
         ],
         [
@@ -83,7 +86,9 @@ def latency_markdown(rows: Sequence[dict[str, Any]]) -> str:
                 with_range(r, "p95_ms", ms),
                 with_range(r, "p99_ms", ms),
                 with_range(r, "max_ms", ms),
-                " / ".join(ms(x) for x in r.get("p99_ms_runs") or [r["p99_ms"]]),
+                each_run(r, "p99_ms", ms),
+                each_run(r, "max_ms", ms),
+                cpu_hog_cell(r),
                 load_span([r]),
             ]
             for r in lat

@@ -160,18 +160,41 @@ def peers_table(rows: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
+def each_run(row: dict[str, Any], field: str, fmt: Callable[[float | None], str]) -> str:
+    """Every run's value of a summarised row's figure, in run order, ``a / b / c``."""
+    runs = row.get(f"{field}_runs") or [row.get(field)]
+    return " / ".join(fmt(x) for x in runs)
+
+
+def cpu_hog_cell(row: dict[str, Any]) -> str:
+    """Whether a latency row ran beside a second CPU-bound process, and the cores it took
+    over the timed window, median (min-max) of the runs: ``yes, 0.98 (0.95-1.00) cores``."""
+    if not row.get("cpu_hog"):
+        return "no"
+    return f"yes, {with_range(row, 'cpu_hog_cores', lambda v: '-' if v is None else f'{v:.2f}')}"
+
+
+def latency_title(rows: Sequence[dict[str, Any]]) -> str:
+    """What the latency rows measured: offered rate, length, runs, and the CPU hog."""
+    first = rows[0]
+    hog = any(r.get("cpu_hog") for r in rows)
+    return (
+        f"Enqueue-to-start latency at {first['offered_rate']:,.0f} jobs/s offered for "
+        f"{first['seconds']:.0f} s{', beside a second CPU-bound process' if hog else ''} "
+        f"(ms, median of {first.get('runs', 1)} interleaved runs (min-max))"
+    )
+
+
 def latency_table(rows: Sequence[dict[str, Any]]) -> Table | None:
     """Enqueue-to-start percentiles (ms) of the latency rows, median (min-max) of their
-    runs, or None when there are none."""
+    runs, each run's p99 and max, the CPU hog beside them (if any), or None when there
+    are no latency rows."""
     lat = [r for r in rows if r["kind"] == "latency"]
     if not lat:
         return None
-    table = Table(
-        title=f"Enqueue-to-start latency at {lat[0]['offered_rate']:,.0f} jobs/s "
-        f"offered for {lat[0]['seconds']:.0f} s (ms, median of {lat[0].get('runs', 1)} "
-        "interleaved runs (min-max))"
-    )
-    for col in ("library", "jobs", "p50", "p95", "p99", "max", "p99 ratio", "load 1m"):
+    table = Table(title=latency_title(lat))
+    columns = ("library", "jobs", "p50", "p95", "p99", "max", "p99 ratio", "p99 each run")
+    for col in (*columns, "max each run", "CPU hog", "load 1m"):
         table.add_column(col, justify="left" if col == "library" else "right")
     base = next((r["p99_ms"] for r in lat if r["library"] == "orderflow"), None)
     for r in lat:
@@ -183,6 +206,9 @@ def latency_table(rows: Sequence[dict[str, Any]]) -> Table | None:
             with_range(r, "p99_ms", ms),
             with_range(r, "max_ms", ms),
             ratio(r["p99_ms"], base),
+            each_run(r, "p99_ms", ms),
+            each_run(r, "max_ms", ms),
+            cpu_hog_cell(r),
             load_span([r]),
         )
     return table

@@ -6,12 +6,14 @@ import logging
 import os
 import platform
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from .cpu_hog import Hog, cpu_hog, share_of_a_core
 from .harness import Turn, group_runs, summarize, take_turns
 from .measure import percentile, start_process, stop_process, time_drain, timed
 from .peers.base import LATENCY_KEY, URL_ENV, Peer
@@ -37,6 +39,8 @@ class PeerOptions:
         log_dir: where worker logs go.
         repeat: rounds of turns (``benchmarks.harness.interleaved``): runs per variant,
             summarised as median, min and max.
+        cpu_hog: run every latency run beside a second CPU-bound process
+            (``benchmarks.cpu_hog``), started just before the run and killed after it.
     """
 
     libraries: tuple[str, ...]
@@ -47,6 +51,12 @@ class PeerOptions:
     latency_peers: int = 2
     log_dir: Path = Path("/tmp/bench-logs")
     repeat: int = 3
+    cpu_hog: bool = False
+
+
+#: Seconds a latency run may take besides its paced part: the warm-up's bound (60),
+#: the wait for the last latencies (30) and some slack; a hog outlives none of them.
+LATENCY_RUN_BOUND = 120.0
 
 
 def environment(server: RedisServer) -> dict[str, Any]:
@@ -133,6 +143,7 @@ LATENCY_FIELDS = (
     "p95_ms",
     "p99_ms",
     "max_ms",
+    "cpu_hog_cores",
 )
 """The measured figures of a latency run."""
 
@@ -186,29 +197,45 @@ def latency_once(
     server: RedisServer, peer: Peer, opts: PeerOptions, env: dict[str, Any]
 ) -> dict[str, Any]:
     """Enqueue-to-start percentiles (ms) of one run at a fixed offered load, default worker
-    settings; the load average read before and after it."""
+    settings; the load average read before and after it.
+
+    With ``opts.cpu_hog`` a busy loop runs in a second process from just before the
+    worker starts until the run's last latency is read (killed then, or when the run
+    fails); ``cpu_hog_cores`` is the CPU it used over the timed window, in cores.
+    """
     load_before = os.getloadavg()[0]
     server.flush()
     client = server.client()
     producer = peer.producer(server.url)
     argv, described = peer.worker(False)
-    proc = start_process(argv, worker_env(server), opts.log_dir / f"{peer.name}-latency.log")
+    hog: AbstractContextManager[Hog | None] = (
+        cpu_hog(opts.latency_seconds + LATENCY_RUN_BOUND) if opts.cpu_hog else nullcontext()
+    )
     try:
-        # warm-up: the worker is up and has run a few jobs before the clock starts
-        producer.paced(50.0, 0.2)
-        deadline = time.monotonic() + 60
-        while client.llen(LATENCY_KEY) < 10 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        client.delete(LATENCY_KEY)
-        started = time.perf_counter()
-        sent = producer.paced(opts.latency_rate, opts.latency_seconds)
-        send_seconds = time.perf_counter() - started
-        deadline = time.monotonic() + 30
-        while client.llen(LATENCY_KEY) < sent and time.monotonic() < deadline:
-            time.sleep(0.05)
-        values = sorted(float(x) for x in client.lrange(LATENCY_KEY, 0, -1))
+        with hog as running:
+            proc = start_process(
+                argv, worker_env(server), opts.log_dir / f"{peer.name}-latency.log"
+            )
+            try:
+                # warm-up: the worker is up and has run a few jobs before the clock starts
+                producer.paced(50.0, 0.2)
+                deadline = time.monotonic() + 60
+                while client.llen(LATENCY_KEY) < 10 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                client.delete(LATENCY_KEY)
+                hog_before = running.cpu_seconds() if running else None
+                started = time.perf_counter()
+                sent = producer.paced(opts.latency_rate, opts.latency_seconds)
+                send_seconds = time.perf_counter() - started
+                deadline = time.monotonic() + 30
+                while client.llen(LATENCY_KEY) < sent and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                values = sorted(float(x) for x in client.lrange(LATENCY_KEY, 0, -1))
+                window = time.perf_counter() - started
+                hog_after = running.cpu_seconds() if running else None
+            finally:
+                stop_process(proc)
     finally:
-        stop_process(proc)
         producer.close()
         client.close()
     return {
@@ -229,6 +256,8 @@ def latency_once(
         "p95_ms": round(percentile(values, 95), 3),
         "p99_ms": round(percentile(values, 99), 3),
         "max_ms": round(values[-1], 3) if values else None,
+        "cpu_hog": opts.cpu_hog,
+        "cpu_hog_cores": share_of_a_core(hog_before, hog_after, window) if opts.cpu_hog else None,
         "worker": described,
         "loadavg_1m_before": round(load_before, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
@@ -264,10 +293,11 @@ def run_peers(opts: PeerOptions) -> list[dict[str, Any]]:
 
         def latency_turn(peer: Peer, _: int) -> list[dict[str, Any]]:
             log.info(
-                "%s: latency at %.0f jobs/s for %.0f s",
+                "%s: latency at %.0f jobs/s for %.0f s%s",
                 peer.name,
                 opts.latency_rate,
                 opts.latency_seconds,
+                " beside a CPU-bound process" if opts.cpu_hog else "",
             )
             return [latency_once(server, peer, opts, env)]
 
