@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel
 
-from . import codec, inspection, limits
+from . import codec, limits
 from .cluster import UNAVAILABLE, is_redirect, node_client, refresh
-from .dlq import DeadLetters
 from .errors import (
     InvalidTraceContextError,
     PayloadTooLargeError,
@@ -52,6 +51,9 @@ from .scripts import Call, ScriptRunner
 from .settings import QueueSettings
 from .trace_context import TraceContext
 from .tracing import ProducerSpans
+
+if TYPE_CHECKING:  # the DLQ view and the inspection reads are imported on first use
+    from .dlq import DeadLetters
 
 #: Most ids one ``locate`` script call checks (:meth:`Queue.locate_many` sends more in
 #: one round trip, this many per call): each id may cost an LPOS walk of ``ready``, so
@@ -1295,6 +1297,8 @@ class Queue:
     @property
     def dead_letters(self) -> DeadLetters:
         """The :class:`~reliable_queue.dlq.DeadLetters` view of this queue."""
+        from .dlq import DeadLetters
+
         return DeadLetters(self)
 
     def ids_in(self, kind: str, start: int = 0, stop: int = -1) -> list[str]:
@@ -1305,6 +1309,8 @@ class Queue:
             QueueDataError: the structure's key holds a value of the wrong type.
             QueueConnectionError: Redis unreachable.
         """
+        from . import inspection
+
         ids, problem = inspection.ids_in(self, kind, start, stop)
         if problem:
             raise QueueDataError(problem)

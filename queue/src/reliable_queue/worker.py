@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -43,7 +43,6 @@ from .execution import (
 )
 from .gate import LaneGate, Ticket
 from .heartbeat import Heartbeat, Held, LaneRun, LeaseBook
-from .isolation import ChildProcess, Killed, Lost, load_factory, run_isolated
 from .job import FetchResult, Lease, RawJob
 from .limits import MAX_FETCH
 from .middleware import BatchMiddleware
@@ -56,6 +55,9 @@ from .replies import split as _split
 from .scripts import Call
 from .settings import QueueSettings
 from .shutdown import StopRequest, StopSignals
+
+if TYPE_CHECKING:  # process isolation is imported by the workers that use it
+    from .isolation import Killed, Lost
 
 log = logging.getLogger("reliable_queue.worker")
 
@@ -295,6 +297,8 @@ class Worker:
                 "give the worker isolated_registry='package.module:function'"
             )
         if isolated_registry is not None:
+            from .isolation import load_factory
+
             load_factory(isolated_registry)  # fails here, not in every child
         self.isolated_registry = isolated_registry
         self.hooks = hooks or WorkerHooks()
@@ -954,6 +958,8 @@ class Worker:
         stopped is settled here (:meth:`_settle_stopped`), except a lone run whose
         child died: that is an ordinary failure, settled with the others.
         """
+        from .isolation import ChildProcess, Killed, run_isolated
+
         if run.child is None:
             run.child = ChildProcess(
                 str(self.isolated_registry), self._guards, label=run.queue.name
@@ -1011,6 +1017,8 @@ class Worker:
         next, so that only a job that kills its child alone is charged. Nothing is
         settled when the time-limit check took the lane's batch first.
         """
+        from .isolation import Lost
+
         if not self.book.take(run, group):
             return
         queue = group[0].queue
