@@ -4,12 +4,12 @@ The dialect is chosen once, when the application builds its session factory
 (``orders.app.db.make_session_factory`` stores it in the factory's ``info``,
 which every session it makes carries); code holding a session reads it with
 :func:`dialect_of`. Statements are built once per dialect with
-:func:`per_dialect` and looked up by the session's dialect.
+:func:`per_dialect`, on first use, and looked up by the session's dialect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -28,6 +28,7 @@ __all__ = [
     "SQLITE",
     "Dialect",
     "LockPlan",
+    "PerDialect",
     "dialect_for",
     "dialect_of",
     "dialect_of_factory",
@@ -104,13 +105,48 @@ def dialect_of_factory(session_factory: SessionFactory) -> Dialect:
         return dialect_of(session)
 
 
-def per_dialect(build: Callable[[Dialect], T]) -> dict[Dialect, T]:
-    """``build`` run once for every dialect: dialect -> what it built (e.g. a statement).
+class PerDialect(Mapping[Dialect, T]):
+    """What :func:`per_dialect` returns: every dialect's form of one thing, each built
+    by ``build`` the first time it is looked up, then kept.
+
+    A process serves one database, so the other dialect's form is never built there,
+    and none is built before a statement is first run (module import stays cheap: a
+    worker's start-up CPU). Two threads looking up an unbuilt form at once may both
+    build it; the first one stored is the one every lookup returns.
+    """
+
+    def __init__(self, build: Callable[[Dialect], T]) -> None:
+        self._build = build
+        self._built: dict[Dialect, T] = {}
+
+    def __getitem__(self, dialect: Dialect) -> T:
+        """The form of ``dialect``, built now if it is the first lookup.
+
+        Raises:
+            KeyError: not one of :data:`DIALECTS`.
+        """
+        try:
+            return self._built[dialect]
+        except KeyError:
+            if dialect not in DIALECTS:
+                raise
+        return self._built.setdefault(dialect, self._build(dialect))
+
+    def __iter__(self) -> Iterator[Dialect]:
+        return iter(DIALECTS)
+
+    def __len__(self) -> int:
+        return len(DIALECTS)
+
+
+def per_dialect(build: Callable[[Dialect], T]) -> PerDialect[T]:
+    """``build`` run for each dialect, at most once, when its form is first looked up:
+    dialect -> what it built (e.g. a statement).
 
     Args:
         build: makes the dialect's form of something from the pieces it gives.
 
     Returns:
-        A dict to index with :func:`dialect_of`'s answer.
+        A mapping to index with :func:`dialect_of`'s answer.
     """
-    return {dialect: build(dialect) for dialect in DIALECTS}
+    return PerDialect(build)

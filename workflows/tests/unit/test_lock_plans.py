@@ -86,6 +86,24 @@ def test_per_dialect_builds_once_for_every_dialect():
     assert built == {SQLITE: "sqlite", POSTGRESQL: "postgresql"}
 
 
+def test_per_dialect_builds_a_form_at_its_first_lookup_and_never_the_other_dialects():
+    calls: list[str] = []
+
+    def build(dialect):
+        calls.append(dialect.name)
+        return object()
+
+    forms = per_dialect(build)
+    assert calls == []  # nothing built at import time
+    first = forms[SQLITE]
+    assert forms[SQLITE] is first  # built once, then kept
+    assert calls == ["sqlite"]  # a process on SQLite never builds the PostgreSQL form
+    assert len(forms) == 2 and list(forms) == list(DIALECTS)
+    with pytest.raises(KeyError):
+        forms["mysql"]  # type: ignore[index]
+    assert calls == ["sqlite"]
+
+
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
 def test_an_id_list_is_one_parameter(dialect):
     text = sql(dialect, select(_WF.c.id).where(dialect.one_of(_WF.c.id, "ids")))
