@@ -14,7 +14,6 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import click
 import redis
 import typer
 from pydantic import ValidationError
@@ -220,15 +219,18 @@ def _first_line(exc: BaseException) -> str:
 
 
 #: What a command raises to end itself (an exit, bad usage, a declined confirmation):
-#: typer's own classes and click's, which typer may or may not share.
-_CLI_EXITS = (
-    typer.Exit,
-    typer.Abort,
-    typer.TyperException,
-    click.exceptions.Exit,
-    click.ClickException,
-    click.Abort,
-)
+#: typer's own classes; click's too once click is loaded (:func:`_cli_exits`).
+_TYPER_EXITS: tuple[type[BaseException], ...] = (typer.Exit, typer.Abort, typer.TyperException)
+
+
+def _cli_exits() -> tuple[type[BaseException], ...]:
+    """typer's exit classes, and click's when click is imported (typer carries its own
+    copy of click; the package itself is imported only by what uses it, and an
+    exception of a module never imported cannot be raised)."""
+    click = sys.modules.get("click")
+    if click is None:
+        return _TYPER_EXITS
+    return (*_TYPER_EXITS, click.exceptions.Exit, click.ClickException, click.Abort)
 
 
 def handle_errors(func: F) -> F:
@@ -272,10 +274,10 @@ def handle_errors(func: F) -> F:
             )
         except OSError as exc:
             fail(_os_problem(exc))
-        except _CLI_EXITS:
-            raise  # the command's own exit, bad usage, a declined confirmation
-        except Exception as exc:  # a bug: its traceback, masked, never a secret
-            print_traceback(exc)
+        except Exception as exc:
+            if isinstance(exc, _cli_exits()):
+                raise  # the command's own exit, bad usage, a declined confirmation
+            print_traceback(exc)  # a bug: its traceback, masked, never a secret
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]

@@ -14,8 +14,6 @@ from orders.domain.steps import queue_name, task_name
 from orders.observability.liveness import Verdict
 from orders.observability.logs import job_log_context
 from orders.observability.multiproc import current_slot, enable_multiprocess, metrics_dir
-from orders.observability.readiness import cached_readiness
-from orders.observability.registry import metrics_registry, serve
 from orders.observability.worker_gauges import WorkerGauges
 from orders.observability.worker_metrics import WorkerMetrics, completion_seconds
 from reliable_queue import RawJob
@@ -80,9 +78,15 @@ class WorkerObservability:
         (``orders.observability.readiness``) and ``/livez`` (``live``; without it, the
         server answering is the answer); return the bound port.
 
+        The server's modules (the registry, the Redis and database collectors, the
+        readiness probe) are imported here: a worker without a port needs none of them.
+
         Raises:
             OSError: the port cannot be bound.
         """
+        from orders.observability.readiness import cached_readiness
+        from orders.observability.registry import metrics_registry, serve
+
         registry = metrics_registry(app, multiproc=metrics_dir(app.settings))
         probes = {
             "/livez": live or (lambda: Verdict(True, ("serving",))),

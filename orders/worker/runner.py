@@ -7,6 +7,7 @@ import os
 import random
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from orders.app.bootstrap import App
 from orders.app.eviction import check_key_eviction
@@ -21,11 +22,13 @@ from orders.worker.faults import FaultMiddleware, FaultSource, FaultStore
 from orders.worker.journal import AttemptJournal
 from orders.worker.relay_loop import SweepLoop
 from orders.worker.tasks import OnRefused, OnResults, build_registry, outcome_recorder
-from reliable_queue import AttemptTracing, JobContext, Worker, WorkerHooks
-from reliable_queue.attempt_tracing import DUPLICATE
+from reliable_queue import JobContext, Worker, WorkerHooks
 from workflows.messages import DispatchedStep
 from workflows.relay import publish_dispatched
 from workflows.tracker import StepResult
+
+if TYPE_CHECKING:  # attempt spans are imported by a worker whose tracing is on
+    from reliable_queue import AttemptTracing
 
 log = logging.getLogger("orders.worker")
 
@@ -228,10 +231,16 @@ def liveness_probe(worker: Worker, app: App) -> Callable[[], Verdict]:
 def attempt_tracing(app: App) -> AttemptTracing | None:
     """The worker's attempt spans, made by the app's tracer; None when tracing is off."""
     tracer = app.tracer("reliable_queue.worker")
-    return None if tracer is None else AttemptTracing(tracer)
+    if tracer is None:
+        return None
+    from reliable_queue.attempt_tracing import AttemptTracing
+
+    return AttemptTracing(tracer)
 
 
 def _absorbed(tracing: AttemptTracing) -> Callable[[JobContext], None]:
+    from reliable_queue.attempt_tracing import DUPLICATE
+
     return lambda ctx: tracing.note(ctx, DUPLICATE)
 
 

@@ -1,4 +1,5 @@
-"""A worker process starts without the web stack, the tracing SDK, Rich or Alembic.
+"""A worker process starts without the web stack, the tracing SDK, Rich or Alembic, and
+without the modules of options it was not given (process isolation, the /metrics server).
 
 Start-up CPU is mostly imports (docs/performance.md, "Worker start-up"). The worker
 runs the real ``orders`` console-script function up to its first fetch from Redis,
@@ -19,6 +20,18 @@ import pytest
 #: terminal message, a database behind the newest migration).
 NOT_IMPORTED = ("fastapi", "starlette", "uvicorn", "orders.web", "opentelemetry.sdk", "locust")
 NOT_IMPORTED_WHEN_QUIET = ("rich", "alembic")
+#: Imported on first use: process isolation (``--isolation process``), the /metrics
+#: server and its collectors (``--metrics-port``), the queue's inspection reads, attempt
+#: spans (``ORDERS_TRACES``), and the click package (typer carries its own copy).
+ON_FIRST_USE = (
+    "reliable_queue.isolation",
+    "multiprocessing",
+    "orders.observability.registry",
+    "orders.observability.readiness",
+    "reliable_queue.inspection",
+    "reliable_queue.attempt_tracing",
+    "click",
+)
 #: What it cannot serve without.
 IMPORTED = ("orders.worker.runner", "orders.domain.handlers", "sqlalchemy.orm", "redis")
 #: Another database's: not on SQLite.
@@ -51,7 +64,7 @@ main()
 
 
 def _modules_at_first_fetch(env: dict[str, str], args: list[str]) -> dict[str, bool]:
-    watched = [*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET, *IMPORTED, *POSTGRESQL_ONLY]
+    watched = [*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET, *ON_FIRST_USE, *IMPORTED, *POSTGRESQL_ONLY]
     read, write = os.pipe()
     try:
         proc = subprocess.run(
@@ -95,8 +108,28 @@ def test_a_worker_reaches_its_first_fetch_without_web_tracing_sdk_rich_or_alembi
     loaded = _modules_at_first_fetch(env, args)
     assert [m for m in IMPORTED if not loaded[m]] == []
     assert [m for m in (*NOT_IMPORTED, *NOT_IMPORTED_WHEN_QUIET) if loaded[m]] == []
+    assert [m for m in ON_FIRST_USE if loaded[m]] == []
     if not env.get("ORDERS_DATABASE_URL", "sqlite").startswith("postgres"):
         assert [m for m in POSTGRESQL_ONLY if loaded[m]] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needed"),
+    [
+        (["stock", "--isolation", "process"], ("reliable_queue.isolation",)),
+        (
+            ["stock", "--metrics-port", "0"],
+            ("orders.observability.registry", "orders.observability.readiness"),
+        ),
+    ],
+    ids=["isolation", "metrics-port"],
+)
+def test_a_worker_given_an_option_imports_what_serves_it(
+    cli_env: dict[str, str], redis_url: str, key_prefix: str, args: list[str], needed: tuple
+) -> None:
+    loaded = _modules_at_first_fetch(_migrated(cli_env, redis_url, key_prefix), args)
+    assert [m for m in needed if not loaded[m]] == []
+    assert loaded["orders.worker.runner"] and not loaded["orders.web"]
 
 
 def test_with_traces_on_the_worker_does_import_the_tracing_sdk(
@@ -105,4 +138,5 @@ def test_with_traces_on_the_worker_does_import_the_tracing_sdk(
     env = dict(_migrated(cli_env, redis_url, key_prefix), ORDERS_TRACES="local")
     loaded = _modules_at_first_fetch(env, ["stock"])
     assert loaded["opentelemetry.sdk"] and loaded["orders.worker.runner"]
+    assert loaded["reliable_queue.attempt_tracing"]
     assert not loaded["fastapi"] and not loaded["orders.web"]
