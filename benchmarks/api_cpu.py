@@ -4,15 +4,18 @@
 [--profile TOP]`` builds a fresh database with a small catalog (100 customers,
 200 parts), a Redis of its own, and ``orders web``'s ASGI application, then sends
 N ``POST /api/v1/orders`` (each a new ``Idempotency-Key``, 1-4 lines) straight into
-the ASGI application, one at a time on one thread (sync routes run inline instead of
-in the thread pool, so cProfile sees them), and prints the process's CPU
-milliseconds per placement (after 50 warm-up placements). No worker runs, no HTTP
+the ASGI application, one at a time (what Starlette sends to its thread pool runs
+inline, so cProfile sees it; the placements are written on the group commit's writer
+thread, profiled on its own), and prints the process's CPU milliseconds per placement
+(after 50 warm-up placements). No worker runs, no HTTP
 server or client: it is what the application spends per order (routing, validation,
 auth, the transaction, the publish, the response), so two checkouts compare on a
 loaded machine by CPU time where a wall clock cannot. On PostgreSQL the server's
 CPU is not counted; on SQLite the database runs in the process and is.
-``--profile TOP`` prints cProfile's TOP functions by own time and by cumulative time.
-``--clients N`` sends N at once (group commit; the profile needs one).
+``--profile TOP`` prints cProfile's TOP functions by own time and by cumulative time,
+timed by each thread's CPU clock (the event loop's thread and the writer's, merged).
+``--clients N`` sends N at once (group commit; the profile then leaves out the sync
+dependencies and routes Starlette's thread pool runs).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import anyio.to_thread
 from sqlalchemy import insert
 
 from orders.app.bootstrap import build
+from orders.app.group_commit import GroupCommit
 from orders.app.settings import Settings
 from orders.app.tokens import create_token
 from orders.domain.models import Customer, Inventory, Product
@@ -102,6 +106,24 @@ def _bodies(n: int, seed: int = 7) -> list[bytes]:
 
 
 @contextlib.contextmanager
+def _profiled_writer(profiles: list[cProfile.Profile]) -> Iterator[None]:
+    """Profile each run of the group commit's writer thread (by that thread's CPU time)
+    into a new profile added to ``profiles``."""
+    drain = GroupCommit._drain
+
+    def profiled(self: GroupCommit[Any, Any]) -> None:
+        profile = cProfile.Profile(time.thread_time)
+        profiles.append(profile)
+        profile.runcall(drain, self)
+
+    GroupCommit._drain = profiled  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        GroupCommit._drain = drain  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def _inline_threads() -> Iterator[None]:
     """Run what Starlette sends to its thread pool on the calling thread instead."""
 
@@ -158,8 +180,8 @@ async def _post(app: Any, headers: list[tuple[bytes, bytes]], key: str, body: by
 def measure(database: str, orders: int, top: int, clients: int = 1) -> dict[str, object]:
     """Place ``WARM_UP`` + ``orders`` orders; the CPU of the last ``orders``.
 
-    ``clients`` > 1 sends that many requests at once (the routes then run in the
-    thread pool, placements share transactions; no profile).
+    ``clients`` > 1 sends that many requests at once (placements share transactions;
+    what Starlette sends to its thread pool runs there, out of the profile).
 
     Returns:
         ``{"database", "orders", "cpu_ms_per_order", "wall_ms_per_order"}`` and, with
@@ -200,18 +222,20 @@ def measure(database: str, orders: int, top: int, clients: int = 1) -> dict[str,
                     *(send(range(start + c, start + count, clients)) for c in range(clients))
                 )
 
+            writer_profiles: list[cProfile.Profile] = []
             with _inline_threads() if clients == 1 else contextlib.nullcontext():
                 loop = asyncio.new_event_loop()
                 try:
                     loop.run_until_complete(run(0, WARM_UP))
-                    profiler = cProfile.Profile() if top and clients == 1 else None
-                    cpu, wall = time.process_time(), time.perf_counter()
-                    if profiler:
-                        profiler.enable()
-                    loop.run_until_complete(run(WARM_UP, orders))
-                    if profiler:
-                        profiler.disable()
-                    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                    profiler = cProfile.Profile(time.thread_time) if top else None
+                    with _profiled_writer(writer_profiles) if top else contextlib.nullcontext():
+                        cpu, wall = time.process_time(), time.perf_counter()
+                        if profiler:
+                            profiler.enable()
+                        loop.run_until_complete(run(WARM_UP, orders))
+                        if profiler:
+                            profiler.disable()
+                        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                 finally:
                     loop.close()
             app.close()
@@ -227,7 +251,7 @@ def measure(database: str, orders: int, top: int, clients: int = 1) -> dict[str,
     }
     if profiler:
         text = io.StringIO()
-        stats = pstats.Stats(profiler, stream=text)
+        stats = pstats.Stats(profiler, *writer_profiles, stream=text)
         stats.sort_stats("tottime").print_stats(top)
         stats.sort_stats("cumulative").print_stats(top)
         out["profile"] = text.getvalue()

@@ -17,6 +17,7 @@ first's stored response. Reasoning: docs/adr/0039-the-front-door-tokens-and-idem
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -220,6 +221,47 @@ def place_api_order(
     if placed.replayed or not first:
         return placed
     return _publish(session_factory, publisher, first, placed, clock, policy)
+
+
+async def place_api_order_async(
+    session_factory: SessionFactory,
+    publisher: Callable[[], Publisher],
+    request: PlaceRequest,
+    *,
+    placed_by: str,
+    rules: KeyRules,
+    in_flight: InFlight,
+    group: GroupCommit[Pending, Committed],
+    clock: Callable[[], datetime] = utcnow,
+    policy: PublishPolicy | None = None,
+    parent: TraceContext | None = None,
+) -> Placed:
+    """:func:`place_api_order` through ``group`` for a coroutine: it waits for the
+    group's writer thread on its event loop instead of holding a thread of its own.
+
+    Args:
+        session_factory, publisher, request, placed_by, rules, in_flight, clock,
+        policy, parent: as :func:`place_api_order`.
+        group: writes the placements waiting at once in one transaction (its write
+            function is :func:`commit_placements`, which publishes the first steps when
+            given a publisher; steps it leaves are published here, in a thread).
+
+    Returns:
+        :class:`Placed`: 201 with the new order, or the stored first response.
+
+    Raises:
+        KeyInFlight, KeyReused, InvalidOrder, sqlalchemy.exc.SQLAlchemyError: as
+            :func:`place_api_order`.
+    """
+    pending = Pending(request, placed_by, rules, parent)
+    held = in_flight.hold(placed_by, rules.key) if rules.key else nullcontext()
+    with held:
+        placed, first = await group.submit_async(pending)
+    if placed.replayed or not first:
+        return placed
+    return await asyncio.to_thread(
+        _publish, session_factory, publisher, first, placed, clock, policy
+    )
 
 
 @dataclass(frozen=True)

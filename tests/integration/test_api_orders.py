@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import anyio.to_thread
 import pytest
 from api_world import ApiWorld
 from sqlalchemy import func, select, update
@@ -499,3 +501,24 @@ def test_an_item_whose_answer_fails_leaves_the_others_of_its_batch_placed(
     assert not isinstance(one, Exception) and not isinstance(three, Exception)
     assert one[0].order_id != three[0].order_id
     assert counts(api_world)[0] == 2
+
+
+def test_placements_wait_for_their_transaction_without_a_thread_of_the_pool(
+    api_world: ApiWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's token, once remembered, is checked on the event loop and the
+    placement waits for the group commit's writer there: request threads do not bound
+    how many placements wait together for the next transaction."""
+    api_world.client.app.api.state.api.auth.lookup.ttl = 3600.0  # type: ignore[attr-defined]
+    assert place(api_world).status_code == 201  # the token read, expired keys released
+    handed: list[Any] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        handed.append(func)
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    replies = [place(api_world, key=f"t{n}") for n in range(5)]
+    assert [r.status_code for r in replies] == [201] * 5
+    assert handed == []

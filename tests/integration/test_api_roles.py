@@ -4,6 +4,7 @@ orders; no token, a revoked token, or a spent rate are refused without writing."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from api_world import ENV_TOKEN, ApiWorld
@@ -128,3 +129,27 @@ def test_a_revoked_token_is_refused_within_the_lookups_ttl(api_world: ApiWorld) 
     assert lookup(text) is not None  # remembered: within the bound
     now[0] += 0.02
     assert lookup(text) is None  # past the ttl: read again, revoked
+
+
+def test_the_lookup_tells_what_it_remembers_without_reading_the_database(
+    api_world: ApiWorld,
+) -> None:
+    """The API checks a remembered token on its event loop and reads an unknown one in
+    a thread: ``remembered`` says which, and never reads the database itself."""
+    now = [100.0]
+    reads = [0]
+
+    def counted_sessions() -> Any:
+        reads[0] += 1
+        return api_world.app.session_factory()
+
+    lookup = TokenLookup(counted_sessions, None, ttl=1.0, clock=lambda: now[0])
+    text = api_world.as_role("placer")["Authorization"].removeprefix("Bearer ")
+    assert lookup.remembered(text) == (False, None)  # only the database can say
+    assert lookup(text) == Caller(Role.PLACER, Role.PLACER)
+    assert lookup.remembered(text) == (True, Caller(Role.PLACER, Role.PLACER))
+    assert lookup("of_nothing") is None
+    assert lookup.remembered("of_nothing") == (True, None)  # a refusal is remembered too
+    now[0] += 1.01
+    assert lookup.remembered(text) == (False, None)
+    assert reads[0] == 2

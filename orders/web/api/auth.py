@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from orders.app.tokens import Caller, find_caller, hash_token
@@ -99,10 +100,9 @@ class TokenLookup:
         """The caller ``text`` names, or None (unknown or revoked)."""
         digest = hash_token(text)
         now = self.clock()
-        with self._lock:
-            hit = self._known.get(digest)
-            if hit is not None and hit[1] > now:
-                return hit[0]
+        known, hit = self._remembered(digest, now)
+        if known:
+            return hit
         with self.session_factory() as session:
             caller = find_caller(session, text, self.env_token)
         with self._lock:
@@ -111,6 +111,23 @@ class TokenLookup:
             while len(self._known) > MAX_REMEMBERED:
                 self._known.popitem(last=False)
         return caller
+
+    def remembered(self, text: str) -> tuple[bool, Caller | None]:
+        """What ``text`` names, if this process remembers it now (no database read).
+
+        Returns:
+            ``(True, caller)`` for a token found or refused within ``ttl`` seconds
+            (``caller`` None: unknown or revoked); ``(False, None)`` when only the
+            database can say (call the lookup itself).
+        """
+        return self._remembered(hash_token(text), self.clock())
+
+    def _remembered(self, digest: str, now: float) -> tuple[bool, Caller | None]:
+        with self._lock:
+            hit = self._known.get(digest)
+        if hit is not None and hit[1] > now:
+            return True, hit[0]
+        return False, None
 
     def any_tokens(self) -> bool:
         """Whether a named token that is not revoked exists (remembered ``ttl`` seconds)."""
@@ -139,8 +156,12 @@ class Authenticator:
     throttle: SignInThrottle
     buckets: TokenBuckets
 
-    def caller(self, conn: HTTPConnection, bearer: str | None, permission: str) -> Caller:
+    async def caller(self, conn: HTTPConnection, bearer: str | None, permission: str) -> Caller:
         """The caller of ``conn``, allowed ``permission`` and within its rate.
+
+        Runs on the event loop: a token the lookup remembers costs no thread; only one
+        that the database must name is read, in Starlette's thread pool. The checks
+        go in this order: the address's wrong tokens, the token, its role, its rate.
 
         Args:
             conn: the request.
@@ -160,7 +181,11 @@ class Authenticator:
                 field="Authorization",
                 headers={"Retry-After": "60"},
             )
-        found = self.lookup(bearer) if bearer else None
+        found = None
+        if bearer:
+            known, found = self.lookup.remembered(bearer)
+            if not known:
+                found = await run_in_threadpool(self.lookup, bearer)
         if found is None:
             if bearer:
                 self.throttle.failed(client)

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from orders.app.api_orders import (
     Committed,
@@ -32,7 +33,7 @@ from orders.app.api_orders import (
     Pending,
     PlaceRequest,
     commit_placements,
-    place_api_order,
+    place_api_order_async,
     placed_by,
     release_expired_keys,
 )
@@ -130,15 +131,28 @@ def api_state(request: Request) -> ApiState:
 bearer = HTTPBearer(auto_error=False, description="A token from `orders tokens create`.")
 
 
-def needs(permission: str) -> Any:
-    """A dependency giving the :class:`Caller` allowed ``permission`` (else a problem)."""
+async def authorize(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, permission: str
+) -> Caller:
+    """The caller of ``request`` (its bearer ``credentials``), allowed ``permission``
+    and within its rate: ``Authenticator.caller``, on the event loop.
 
-    def dependency(
+    Raises:
+        ApiProblem: as ``Authenticator.caller`` (401, 403, 429).
+    """
+    token = credentials.credentials if credentials else None
+    return await api_state(request).auth.caller(request, token, permission)
+
+
+def needs(permission: str) -> Any:
+    """A dependency giving the :class:`Caller` allowed ``permission`` (else a problem):
+    :func:`authorize` of the request's bearer token."""
+
+    async def dependency(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> Caller:
-        token = credentials.credentials if credentials else None
-        return api_state(request).auth.caller(request, token, permission)
+        return await authorize(request, credentials, permission)
 
     return Depends(dependency)
 
@@ -197,7 +211,7 @@ def _key(raw: str | None) -> str | None:
     return match.group(1)
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     """Refuse a body that is not ``application/json`` (415), before it is parsed."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in JSON_TYPES:
@@ -211,7 +225,7 @@ def require_json(request: Request) -> None:
     summary="Place an order",
     responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}},
 )
-def place_order(
+async def place_order(
     request: Request,
     body: OrderIn,
     caller: Annotated[Caller, needs(Permission.PLACE)],
@@ -236,27 +250,25 @@ def place_order(
     window = state.web.settings.idempotency_hours * 3600
     if time.monotonic() - state.pruned_at > PRUNE_EVERY_SECONDS:
         state.pruned_at = time.monotonic()
-        release_expired_keys(app.session_factory, window)
+        await run_in_threadpool(release_expired_keys, app.session_factory, window)
     order = PlaceRequest(
         body.customer_id,
         tuple(LineRequest(line.part_id, line.quantity) for line in body.lines),
         body.priority,
     )
     try:
-        placed = place_api_order(
+        placed = await place_api_order_async(
             app.session_factory,
             lambda: app.publisher,
             order,
             placed_by=caller.name,
             rules=KeyRules(key, _fingerprint(body), window),
-            render=render_order,
             in_flight=state.in_flight,
+            group=state.placements(),
             policy=app.publish_policy,
-            tracer=app.tracer("orders.placement"),
             parent=TraceContext.parse(
                 request.headers.get("traceparent"), request.headers.get("tracestate")
             ),
-            group=state.placements(),
         )
     except KeyInFlight as exc:
         raise ApiProblem(409, str(exc), field="Idempotency-Key") from exc
