@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from opentelemetry.trace import Tracer
-from sqlalchemy import insert, select, update
+from sqlalchemy import Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -47,6 +47,7 @@ from workflows.isolation import describe
 from workflows.messages import DispatchedStep, Publisher
 from workflows.models import StepStatus, WorkflowStatus
 from workflows.relay import PublishPolicy, publish_dispatched
+from workflows.sql import dialect_of, per_dialect
 from workflows.uow import SessionFactory, UnitOfWork
 
 log = logging.getLogger("orders.api")
@@ -405,7 +406,7 @@ def _commit_alone(
             raise
         # another process committed this key first: answer its response
         with UnitOfWork(session_factory) as uow:
-            replay = _stored(uow.session, item.placed_by, item.rules, now)
+            replay = _stored(item.placed_by, item.rules, now, _stored_rows(uow.session, [item]))
         if replay is None:
             raise
         return replay, []
@@ -423,13 +424,13 @@ def _write(
     starting each one's ``place order`` span into ``spans`` (the caller ends them)."""
     outcomes: list[Committed | Exception | None] = [None] * len(items)
     new: list[tuple[int, OrderDraft]] = []
-    found = _stored_rows(session, items) if len(items) > 1 else None
+    found = _stored_rows(session, items)
     known = _catalog(session, [item.request for item in items])
     for i, item in enumerate(items):
         expired: list[int] = []
         try:
             if item.rules.key is not None:
-                replay = _stored(session, item.placed_by, item.rules, now, found, expired)
+                replay = _stored(item.placed_by, item.rules, now, found, expired)
                 if replay is not None:
                     outcomes[i] = (replay, [])
                     continue
@@ -472,8 +473,9 @@ def _write(
                 }
             )
             outcomes[i] = (Placed(201, body, order.order_id), dispatched)
-        # one Core statement (the unique index checks every key here): no ORM bookkeeping
-        session.execute(insert(ApiOrder), keys)
+        # one Core statement on the table (the unique index checks every key here): no
+        # ORM bulk insert and its bookkeeping
+        session.execute(insert(_API_ORDERS), keys)
     return outcomes  # type: ignore[return-value]
 
 
@@ -516,30 +518,22 @@ def _written_view(
 
 
 def _stored(
-    session: Session,
     placed_by: str,
     rules: KeyRules,
     now: datetime,
-    found: dict[tuple[str, str], ApiOrder] | None = None,
+    found: Mapping[tuple[str, str], Row[Any]],
     expired: list[int] | None = None,
 ) -> Placed | None:
     """The stored first response of the key, None when the key is new or past its
-    window. ``found``: the rows of a batch's keys, read at once (:func:`_stored_rows`);
-    None reads this key's. ``expired``: gets the order id of a key past its window,
+    window. ``found``: the ``api_orders`` rows of the keys at hand, read at once
+    (:func:`_stored_rows`). ``expired``: gets the order id of a key past its window,
     which the caller releases (:func:`_release`) before it writes the key again, and
     only when it does (a refused request writes nothing).
 
     Raises:
         KeyReused: the key was used with another body.
     """
-    if found is not None:
-        row = found.get((placed_by, rules.key or ""))
-    else:
-        row = session.scalar(
-            select(ApiOrder).where(
-                ApiOrder.placed_by == placed_by, ApiOrder.idempotency_key == rules.key
-            )
-        )
+    row = found.get((placed_by, rules.key or ""))
     if row is None:
         return None
     if row.created_at < now - timedelta(seconds=rules.window_seconds):
@@ -554,23 +548,48 @@ def _stored(
     return Placed(row.response_status or 201, row.response_body or "", row.order_id, True)
 
 
-def _stored_rows(session: Session, items: Sequence[Pending]) -> dict[tuple[str, str], ApiOrder]:
+_API_ORDERS = ApiOrder.__table__
+_CUSTOMERS = Customer.__table__
+_PRODUCTS = Product.__table__
+_KEY_ROWS = per_dialect(
+    lambda d: select(
+        _API_ORDERS.c.placed_by,
+        _API_ORDERS.c.idempotency_key,
+        _API_ORDERS.c.order_id,
+        _API_ORDERS.c.created_at,
+        _API_ORDERS.c.fingerprint,
+        _API_ORDERS.c.response_status,
+        _API_ORDERS.c.response_body,
+    ).where(
+        d.one_of(_API_ORDERS.c.placed_by, "names"), d.one_of(_API_ORDERS.c.idempotency_key, "keys")
+    )
+)
+"""The ``api_orders`` rows of some tokens' keys, through the unique index on (placed_by,
+idempotency_key); built once per dialect, the lists bound as one parameter each."""
+_KNOWN_CUSTOMERS = per_dialect(
+    lambda d: select(_CUSTOMERS.c.id).where(d.one_of(_CUSTOMERS.c.id, "ids"))
+)
+_PRICES = per_dialect(
+    lambda d: select(_PRODUCTS.c.id, _PRODUCTS.c.retail_price).where(
+        d.one_of(_PRODUCTS.c.id, "ids")
+    )
+)
+
+
+def _stored_rows(session: Session, items: Sequence[Pending]) -> dict[tuple[str, str], Row[Any]]:
     """The ``api_orders`` rows of the keys of ``items``, by (token, key): one query
-    through the unique index on (placed_by, idempotency_key)."""
-    keyed = [item for item in items if item.rules.key is not None]
-    if not keyed:
+    through the unique index on (placed_by, idempotency_key), none without keys."""
+    wanted = {(item.placed_by, item.rules.key) for item in items if item.rules.key is not None}
+    if not wanted:
         return {}
-    wanted = {(item.placed_by, item.rules.key) for item in keyed}
-    rows = session.scalars(
-        select(ApiOrder).where(
-            ApiOrder.placed_by.in_({name for name, _ in wanted}),
-            ApiOrder.idempotency_key.in_({key for _, key in wanted}),
-        )
+    rows = session.execute(
+        _KEY_ROWS[dialect_of(session)],
+        {"names": sorted({name for name, _ in wanted}), "keys": sorted({k for _, k in wanted})},
     )
     return {
         (row.placed_by, row.idempotency_key): row
         for row in rows
-        if (row.placed_by, row.idempotency_key) in wanted and row.idempotency_key is not None
+        if (row.placed_by, row.idempotency_key) in wanted
     }
 
 
@@ -620,15 +639,12 @@ class _Catalog:
 
 def _catalog(session: Session, requests: Sequence[PlaceRequest]) -> _Catalog:
     """What ``requests`` name of the catalog: one query for customers, one for prices."""
-    customers = {r.customer_id for r in requests}
-    parts = {line.part_id for r in requests for line in r.lines}
+    customers = sorted({r.customer_id for r in requests})
+    parts = sorted({line.part_id for r in requests for line in r.lines})
+    dialect = dialect_of(session)
     return _Catalog(
-        frozenset(session.scalars(select(Customer.id).where(Customer.id.in_(sorted(customers))))),
-        dict(
-            session.execute(
-                select(Product.id, Product.retail_price).where(Product.id.in_(sorted(parts)))
-            ).all()
-        ),
+        frozenset(session.scalars(_KNOWN_CUSTOMERS[dialect], {"ids": customers})),
+        dict(session.execute(_PRICES[dialect], {"ids": parts}).all()),
     )
 
 

@@ -30,7 +30,7 @@ from orders.domain.handlers import StepRequest, handle_step
 from orders.domain.models import Order, OrderLine
 from orders.domain.queries import order_status
 from orders.domain.steps import STEPS
-from orders.web.api.routes import order_out
+from orders.web.api.routes import order_out, render_order
 from reliable_queue import explain
 from reliable_queue.trace_context import TraceContext
 from workflows.columns import utcnow
@@ -522,3 +522,13 @@ def test_placements_wait_for_their_transaction_without_a_thread_of_the_pool(
     replies = [place(api_world, key=f"t{n}") for n in range(5)]
     assert [r.status_code for r in replies] == [201] * 5
     assert handed == []
+
+
+def test_a_placements_answer_is_the_json_of_order_out(api_world: ApiWorld) -> None:
+    """The answer stored with a key is rendered by the JSON encoder from the view as it
+    is; it is the JSON of ``order_out``, as the order's GET answers it."""
+    reply = place(api_world)
+    with api_world.app.session_factory() as session:
+        view = order_status(session, reply.json()["id"])
+    assert view is not None
+    assert render_order(view) == json.dumps(order_out(view))

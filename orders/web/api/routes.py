@@ -9,6 +9,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
@@ -181,16 +182,29 @@ def order_out(view: OrderView, unreadable: dict[str, str] | None = None) -> dict
     """The JSON of an order: the facts of ``orders status ID --json`` (``OrderView``),
     with ``id`` for ``order_id`` (built field by field: ``dataclasses.asdict`` deep-copies
     and cost more than the rest of a placement's rendering)."""
-    out = {name: _plain(getattr(view, name)) for name in ORDER_FIELDS}
-    out["id"] = out.pop("order_id")
-    out["steps"] = [{n: _plain(getattr(s, n)) for n in STEP_FIELDS} for s in view.steps]
-    out["unreadable"] = unreadable or {}
-    return out
+    return _order_fields(view, unreadable, _plain)
 
 
 def render_order(view: OrderView) -> str:
-    """The body of a placement's answer: :func:`order_out` as JSON text."""
-    return json.dumps(order_out(view))
+    """The body of a placement's answer: :func:`order_out` as JSON text (the encoder
+    converts the times and the price, the only values JSON has no type for, itself)."""
+    return json.dumps(_order_fields(view, None, None), default=_plain)
+
+
+def _order_fields(
+    view: OrderView, unreadable: dict[str, str] | None, plain: Callable[[Any], Any] | None
+) -> dict[str, Any]:
+    """:func:`order_out`, each value passed through ``plain`` (None: as it is)."""
+    if plain is None:
+        out = {name: getattr(view, name) for name in ORDER_FIELDS}
+        steps = [{n: getattr(s, n) for n in STEP_FIELDS} for s in view.steps]
+    else:
+        out = {name: plain(getattr(view, name)) for name in ORDER_FIELDS}
+        steps = [{n: plain(getattr(s, n)) for n in STEP_FIELDS} for s in view.steps]
+    out["id"] = out.pop("order_id")
+    out["steps"] = steps
+    out["unreadable"] = unreadable or {}
+    return out
 
 
 def _fingerprint(body: OrderIn) -> str:
