@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from sqlalchemy import (
@@ -168,16 +169,15 @@ class SQLiteDialect(Dialect):
         1``; no other row can then be above it, so the rows after it take the ids
         that follow, in order, by one ``executemany``.
         """
-        rows: Iterable[tuple[Any, ...]] = zip(*columns.values(), strict=True)
         if not ids:
-            _executemany(session, table, list(columns), rows, constants, None)
+            _executemany(session, table, columns, constants, None)
             return []
         count = len(next(iter(columns.values())))
-        rows = iter(rows)
-        first_row = dict(zip(columns, next(rows), strict=True)) | constants
+        first_row = {name: values[0] for name, values in columns.items()} | constants
         first = session.scalars(insert(table).returning(table.c.id), [first_row]).one()
         if count > 1:
-            _executemany(session, table, list(columns), rows, constants, first + 1)
+            rest = {name: values[1:] for name, values in columns.items()}
+            _executemany(session, table, rest, constants, first + 1)
         return list(range(first, first + count))
 
     def analyze_never_analyzed(
@@ -190,41 +190,39 @@ class SQLiteDialect(Dialect):
 def _executemany(
     session: Session,
     table: Table,
-    names: list[str],
-    rows: Iterable[tuple[Any, ...]],
+    rows: Mapping[str, Sequence[Any]],
     constants: dict[str, Any],
     first_id: int | None,
 ) -> None:
-    """One ``executemany`` of the rows, their values converted column by column.
+    """One ``executemany`` of the rows (column name -> its values), converted column by
+    column.
 
     SQLAlchemy's executemany builds and converts a parameter dict per row (about
     two thirds of placing's CPU); here each column's bind processor (the same
-    conversions: JSON text, UTC timestamps) is looked up once and the rows go to
-    the driver as tuples. Constants and the scalar defaults of the columns left
-    out are converted once. ``first_id``: ids ``first_id, first_id + 1, ...`` for
-    the rows in order; None leaves the id to SQLite.
+    conversions: JSON text, UTC timestamps) is looked up once, run over the column's
+    values (a column without one is passed as it is), and the rows go to the driver
+    as tuples. Constants and the scalar defaults of the columns left out are
+    converted once. ``first_id``: ids ``first_id, first_id + 1, ...`` for the rows in
+    order; None leaves the id to SQLite.
     """
     dialect = session.get_bind().dialect
+    names = list(rows)
     fixed = constants | scalar_defaults(table, [*names, *constants])
     columns = [table.c[name] for name in [*names, *fixed]]
     processors = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
-    row_processors = processors[: len(names)]
-    fixed_values = tuple(
-        value if process is None else process(value)
-        for value, process in zip(fixed.values(), processors[len(names) :], strict=True)
-    )
+    converted: list[Iterable[Any]] = [
+        values if process is None else list(map(process, values))
+        for values, process in zip(rows.values(), processors[: len(names)], strict=True)
+    ]
+    count = len(next(iter(rows.values())))
+    if first_id is not None:
+        converted.insert(0, range(first_id, first_id + count))
+    for value, process in zip(fixed.values(), processors[len(names) :], strict=True):
+        converted.append(repeat(value if process is None else process(value), count))
     quote = dialect.identifier_preparer.quote
     column_names = (["id"] if first_id is not None else []) + [c.name for c in columns]
     statement = (
         f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in column_names)}) "
         f"VALUES ({', '.join('?' for _ in column_names)})"
     )
-    parameters = []
-    for i, row in enumerate(rows):
-        values = tuple(
-            value if process is None else process(value)
-            for value, process in zip(row, row_processors, strict=True)
-        )
-        head = (first_id + i,) if first_id is not None else ()
-        parameters.append(head + values + fixed_values)
-    session.connection().exec_driver_sql(statement, parameters)
+    session.connection().exec_driver_sql(statement, list(zip(*converted, strict=True)))
