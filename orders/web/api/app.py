@@ -10,7 +10,7 @@ import uuid
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orders.web.api import flow_control, problems
+from orders.web.api import flow_control, placing, problems
 from orders.web.api.auth import Authenticator, TokenBuckets, TokenLookup
 from orders.web.api.problems import ApiProblem
 from orders.web.api.routes import ApiState, router
@@ -83,6 +83,7 @@ def create_api(state: WebState, lookup: TokenLookup, lifespan: object = None) ->
         ),
     )
     problems.install(api)
+    api.include_router(placing.router)  # first: its path leads the document, as it always did
     api.include_router(router)
     api.include_router(flow_control.router)
 

@@ -1,14 +1,12 @@
-"""The routes of ``/api/v1``: place, read, cancel and search orders; search jobs; bulk
-cancel and redrive; the audit log. Each route names the permission it needs
-(docs/adr/0039-the-front-door-tokens-and-idempotency.md, 0041 for the searches)."""
+"""The routes of ``/api/v1``: read, cancel and search orders (placing one:
+``orders.web.api.placing``); search jobs; bulk cancel and redrive; the audit log. Each
+route names the permission it needs (docs/adr/0039-the-front-door-tokens-and-idempotency.md,
+0041 for the searches)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import threading
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
@@ -17,26 +15,16 @@ from decimal import Decimal
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from orders.app.api_orders import (
     Committed,
     InFlight,
-    InvalidOrder,
-    KeyInFlight,
-    KeyReused,
-    KeyRules,
-    LineRequest,
     Pending,
-    PlaceRequest,
     commit_placements,
-    place_api_order_async,
     placed_by,
-    release_expired_keys,
 )
 from orders.app.audit import Action, Actor, recent_actions, record
 from orders.app.bulk import cancel_matching, redrive_matching
@@ -58,21 +46,14 @@ from orders.web.api.schemas import (
     BulkOut,
     CancelOut,
     JobPage,
-    OrderIn,
     OrderOut,
     OrderPage,
 )
 from orders.web.state import WebState
 from reliable_queue import QueueError
-from reliable_queue.trace_context import TraceContext
 from workflows.sql import dialect_of_factory
 from workflows.uow import UnitOfWork
 
-KEY = re.compile(r'^"?([\x21\x23-\x7e]{1,255})"?$')
-"""An ``Idempotency-Key``: 1-255 visible ASCII characters, optionally quoted (the draft's
-structured-header string)."""
-JSON_TYPES = ("application/json",)
-PRUNE_EVERY_SECONDS = 60.0
 PLACEMENTS_PER_TRANSACTION = 100
 """Most placements one transaction writes (group commit; under load a batch is the
 requests that arrived during the previous one's write)."""
@@ -205,97 +186,6 @@ def _order_fields(
     out["steps"] = steps
     out["unreadable"] = unreadable or {}
     return out
-
-
-def _fingerprint(body: OrderIn) -> str:
-    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _key(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    match = KEY.match(raw)
-    if not match:
-        raise ApiProblem(
-            422,
-            "Idempotency-Key must be 1-255 visible ASCII characters (optionally quoted)",
-            field="Idempotency-Key",
-        )
-    return match.group(1)
-
-
-async def require_json(request: Request) -> None:
-    """Refuse a body that is not ``application/json`` (415), before it is parsed."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type not in JSON_TYPES:
-        raise ApiProblem(415, "send the order as application/json", field="Content-Type")
-
-
-@router.post(
-    "/orders",
-    status_code=201,
-    response_model=OrderOut,
-    summary="Place an order",
-    responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}},
-)
-async def place_order(
-    request: Request,
-    body: OrderIn,
-    caller: Annotated[Caller, needs(Permission.PLACE)],
-    _json: Annotated[None, Depends(require_json)],
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            max_length=257,
-            description="Retry-safe placement: the same key and body answer the first "
-            "response again; another body with it is 422; while the first is in flight, 409.",
-        ),
-    ] = None,
-) -> Response:
-    """Place one order through the transactional outbox; its first steps are published
-    after the commit. Answers 201 with the order's state and ``Location``. A W3C
-    ``traceparent`` (and ``tracestate``) header is continued: the order's trace is the
-    caller's (an invalid one is ignored, as W3C says)."""
-    state = api_state(request)
-    app = state.web.app
-    key = _key(idempotency_key)
-    window = state.web.settings.idempotency_hours * 3600
-    if time.monotonic() - state.pruned_at > PRUNE_EVERY_SECONDS:
-        state.pruned_at = time.monotonic()
-        await run_in_threadpool(release_expired_keys, app.session_factory, window)
-    order = PlaceRequest(
-        body.customer_id,
-        tuple(LineRequest(line.part_id, line.quantity) for line in body.lines),
-        body.priority,
-    )
-    try:
-        placed = await place_api_order_async(
-            app.session_factory,
-            lambda: app.publisher,
-            order,
-            placed_by=caller.name,
-            rules=KeyRules(key, _fingerprint(body), window),
-            in_flight=state.in_flight,
-            group=state.placements(),
-            policy=app.publish_policy,
-            parent=TraceContext.parse(
-                request.headers.get("traceparent"), request.headers.get("tracestate")
-            ),
-        )
-    except KeyInFlight as exc:
-        raise ApiProblem(409, str(exc), field="Idempotency-Key") from exc
-    except KeyReused as exc:
-        raise ApiProblem(422, str(exc), field="Idempotency-Key") from exc
-    except InvalidOrder as exc:
-        raise ApiProblem(422, str(exc), field=exc.field) from exc
-    headers = {"Location": f"/api/v1/orders/{placed.order_id}"}
-    if placed.replayed:
-        headers["Idempotent-Replayed"] = "true"
-    return Response(
-        placed.body, status_code=placed.status, media_type="application/json", headers=headers
-    )
 
 
 OrderId = Annotated[int, Path(ge=1, le=MAX_ID, description="The order's id.")]
