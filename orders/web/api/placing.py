@@ -6,7 +6,7 @@ and served by :class:`PlacementRoute`: a request that is plainly valid (JSON con
 type, a body and key that pass the very validators FastAPI runs) goes straight to the
 same authorization and the same placement code, without FastAPI's dependency solving;
 any other request is handled by FastAPI as declared, so every refusal is FastAPI's own.
-The placement waits for the group commit's writer on the event loop (ADR 0045).
+The placement waits for the group commit's writer on the event loop (ADR 0044).
 """
 
 from __future__ import annotations
