@@ -51,6 +51,8 @@ USER_RATE = 5.0
 RETRIED_SHARE = 0.1
 """Share of the offered orders first sent on a connection abandoned after 2 ms."""
 CLIENTS = ("wrk", "locust")
+WRK_THREADS = 2
+"""wrk's threads; each sends on its own schedule of ``rate / WRK_THREADS`` orders/s."""
 
 
 def _wait_http(url: str, timeout: float = 60.0) -> None:
@@ -130,7 +132,8 @@ def _wrk(port: int, token: str, rate: float, seconds: float, out: Path) -> dict[
     if wrk is None:
         raise RuntimeError("wrk is not installed (Debian: apt-get install wrk); or --client locust")
     once = rate * (1 - RETRIED_SHARE)
-    connections = max(1, round(once / USER_RATE))
+    # one connection per 5 orders/s: free ones are there when replies slow down
+    connections = max(WRK_THREADS, round(once / USER_RATE))
     retried_holder: list[Retried] = []
     retrier = threading.Thread(
         target=lambda: retried_holder.append(
@@ -143,7 +146,7 @@ def _wrk(port: int, token: str, rate: float, seconds: float, out: Path) -> dict[
         done = subprocess.run(
             [
                 wrk,
-                "-t2",
+                f"-t{WRK_THREADS}",
                 f"-c{connections}",
                 f"-d{seconds:g}s",
                 "--timeout",
@@ -155,7 +158,7 @@ def _wrk(port: int, token: str, rate: float, seconds: float, out: Path) -> dict[
             env={
                 **os.environ,
                 "BENCH_TOKEN": token,
-                "BENCH_DELAY_MS": str(1000 * connections / once),
+                "BENCH_GAP_MS": str(1000 * WRK_THREADS / once),
             },
             capture_output=True,
             text=True,

@@ -1,15 +1,30 @@
 -- The load of `python -m benchmarks api --client wrk`: shops placing orders over HTTP.
 --
--- Each connection sends POST /api/v1/orders with a new Idempotency-Key and a random
--- order (1-4 distinct parts), pausing between requests for exponentially distributed
--- gaps of mean BENCH_DELAY_MS milliseconds (Poisson arrivals per connection), so that
--- `connections * 1000 / BENCH_DELAY_MS` orders per second are offered. wrk's latency
--- is each request's time from its send to its reply, the pause excluded.
+-- Each request is POST /api/v1/orders with a new Idempotency-Key and a random order
+-- (1-4 distinct parts). Each wrk thread sends on a schedule of its own: send times a
+-- Poisson process of mean gap BENCH_GAP_MS milliseconds, each taken by the next of the
+-- thread's connections to be free (a connection that is free early waits for its time;
+-- one that comes late sends at once), so the offered rate, `threads * 1000 /
+-- BENCH_GAP_MS` orders/s, does not fall when replies slow down, as long as a connection
+-- is free. wrk's latency is each request's time from its send to its reply.
 -- At the end one JSON line: 201s, other replies, requests, seconds, percentiles (ms),
 -- transport errors, and the requests sent but not answered when the time was up.
--- Environment: BENCH_TOKEN, BENCH_DELAY_MS, BENCH_CUSTOMERS, BENCH_PARTS.
+-- Environment: BENCH_TOKEN, BENCH_GAP_MS, BENCH_CUSTOMERS, BENCH_PARTS.
+local ffi = require("ffi")
+ffi.cdef([[
+typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+int clock_gettime(int clock_id, bench_timespec *tp);
+]])
+local CLOCK_MONOTONIC = 1
+local clock = ffi.new("bench_timespec")
+local function now_ms()
+   ffi.C.clock_gettime(CLOCK_MONOTONIC, clock)
+   return tonumber(clock.tv_sec) * 1000 + tonumber(clock.tv_nsec) / 1e6
+end
+
 local token = os.getenv("BENCH_TOKEN") or ""
-local delay_ms = tonumber(os.getenv("BENCH_DELAY_MS") or "0")
+local gap_ms = tonumber(os.getenv("BENCH_GAP_MS") or "0")
+local next_due = nil
 local customers = tonumber(os.getenv("BENCH_CUSTOMERS") or "1500")
 local parts = tonumber(os.getenv("BENCH_PARTS") or "2000")
 local threads = {}
@@ -31,8 +46,12 @@ function init(args)
 end
 
 function delay()
-   if delay_ms <= 0 then return 0 end
-   return math.floor(-math.log(1 - math.random()) * delay_ms)
+   if gap_ms <= 0 then return 0 end
+   local now = now_ms()
+   if next_due == nil then next_due = now end
+   next_due = next_due - math.log(1 - math.random()) * gap_ms
+   if next_due <= now then return 0 end
+   return math.floor(next_due - now)
 end
 
 function request()
