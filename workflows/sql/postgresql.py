@@ -33,6 +33,7 @@ from sqlalchemy import (
     ColumnElement,
     Engine,
     FromClause,
+    Insert,
     Integer,
     Select,
     String,
@@ -235,6 +236,18 @@ class PostgreSQLDialect(Dialect):
         (ADR 0014 and its amendment).
         """
         return LockPlan.LOCK_BEFORE_READING if conflicts > 0 else LockPlan.LOCK_BEFORE_MARKING
+
+    def _skip_existing(
+        self, table: Table, values: Select[Any], names: list[str], unique: tuple[str, ...]
+    ) -> Insert:
+        """See :meth:`Dialect._skip_existing`: ``ON CONFLICT (unique) DO NOTHING``."""
+        from sqlalchemy.dialects.postgresql import insert as upsert  # PostgreSQL's own form
+
+        return (
+            upsert(table)
+            .from_select(names, values)
+            .on_conflict_do_nothing(index_elements=list(unique))
+        )
 
     def _load(
         self,
