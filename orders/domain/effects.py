@@ -211,7 +211,7 @@ def orders_with_row(
     if not order_ids:
         return set()
     statement = _with_row(model, tuple(sorted(match)), dialect_of(session))
-    return set(session.scalars(statement, {"ids": list(order_ids), **match}))
+    return set(session.scalars(statement, {"ids": list(order_ids), **match}).all())
 
 
 def parts_with_row(session: Session, model: Any, order_ids: Sequence[int]) -> set[tuple[int, int]]:
@@ -224,7 +224,7 @@ def parts_with_row(session: Session, model: Any, order_ids: Sequence[int]) -> se
         (order_id, part_id)
         for order_id, part_id in session.execute(
             _parts_with_row(model, dialect_of(session)), {"ids": list(order_ids)}
-        )
+        ).all()
     }
 
 
@@ -237,7 +237,7 @@ def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int
     statement = _READ_STOCK[dialect_of(session)]
     return {
         part: [on_hand, version]
-        for part, on_hand, version in session.execute(statement, {"parts": sorted(parts)})
+        for part, on_hand, version in session.execute(statement, {"parts": sorted(parts)}).all()
     }
 
 
@@ -288,7 +288,7 @@ def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
     dialect = dialect_of(session)
     ids = [d.order_id for d in deliveries]
     needed: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for oid, part, qty in session.execute(_NEEDED[dialect], {"ids": ids}):
+    for oid, part, qty in session.execute(_NEEDED[dialect], {"ids": ids}).all():
         needed[oid].append((part, int(qty)))
     stock = read_inventory(session, {p for lines in needed.values() for p, _ in lines})
     before = {part: values[0] for part, values in stock.items()}

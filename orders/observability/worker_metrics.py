@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Histogram
-from sqlalchemy import select
 
 from orders.domain.steps import ALL_STEPS, TASKS, queue_name, task_name
 from orders.observability.labels import bounded
@@ -27,9 +26,7 @@ from reliable_queue.codec import RecordDecodeError, decode_record
 from reliable_queue.execution import Dead, Outcome, Retry
 from reliable_queue.middleware import BatchMiddleware, CallNext, Items, Results
 from workflows.errors import FencedOut
-from workflows.models import Workflow
 from workflows.tracker import StepResult
-from workflows.uow import SessionFactory
 
 HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Seconds; handler runs are database transactions, usually milliseconds."""
@@ -62,32 +59,6 @@ def job_labels(queue: str, task: str) -> tuple[str, str]:
     """The ``queue`` and ``task`` label values of a job, bounded to orderflow's own
     queues and task names (anything else, e.g. a foreign producer's task: ``unknown``)."""
     return bounded(queue, ALL_STEPS), bounded(task, TASKS)
-
-
-def completion_seconds(
-    session_factory: SessionFactory,
-) -> Callable[[Sequence[int]], dict[int, float]]:
-    """A lookup: workflow ids -> seconds from placement to completion, in one query.
-
-    The workflow row is written in the order's placement transaction, so its
-    ``created_at`` is the placement time; ``finished_at`` is set by the commit
-    that completed it. Workflows not done (or unknown) are left out of the result.
-    """
-
-    def lookup(workflow_ids: Sequence[int]) -> dict[int, float]:
-        if not workflow_ids:
-            return {}
-        with session_factory() as session:
-            rows = session.execute(
-                select(Workflow.id, Workflow.created_at, Workflow.finished_at).where(
-                    Workflow.id.in_(list(workflow_ids)), Workflow.finished_at.is_not(None)
-                )
-            ).all()
-        return {
-            row.id: max((row.finished_at - row.created_at).total_seconds(), 0.0) for row in rows
-        }
-
-    return lookup
 
 
 class HandlerTiming(BatchMiddleware):
@@ -149,18 +120,10 @@ class WorkerMetrics:
       completion of each order, seconds.
 
     Args:
-        completion: workflow ids -> completion seconds of those done (see
-            :func:`completion_seconds`); None records no completion times.
         clock: wall clock, epoch seconds (compared with the producer's enqueue time).
     """
 
-    def __init__(
-        self,
-        *,
-        completion: Callable[[Sequence[int]], dict[int, float]] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.completion = completion
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         labels = ("queue", "task")
         self.handler_seconds = Histogram(
@@ -228,20 +191,11 @@ class WorkerMetrics:
 
     def on_results(self, step: str, results: Sequence[StepResult]) -> None:
         """Step-handler hook, once per handler call: count absorbed duplicates; time
-        completed orders (one database read for the whole call).
-
-        Never raises: a failed completion lookup only loses those samples.
-        """
+        the orders this call completed (``StepResult.workflow_seconds``, from the
+        commit itself: nothing is read back)."""
         duplicates = sum(1 for result in results if result.duplicate)
         if duplicates:
             self.duplicates.labels(queue_name(step), task_name(step)).inc(duplicates)
-        done = [result.workflow_id for result in results if result.workflow_done]
-        if not done or self.completion is None:
-            return
-        try:
-            seconds = self.completion(done)
-        except Exception:  # a metric must never fail the job
-            return
-        for workflow_id in done:
-            if workflow_id in seconds:
-                self.order_completion.observe(seconds[workflow_id])
+        for result in results:
+            if result.workflow_seconds is not None:
+                self.order_completion.observe(result.workflow_seconds)

@@ -339,7 +339,7 @@ class Dialect(ABC):
                 table.c[returning]
             )
             self._inserts[key] = statement
-        return list(session.scalars(statement, {**self.bind_rows("rows", columns), **consts}))
+        return list(session.scalars(statement, {**self.bind_rows("rows", columns), **consts}).all())
 
     @abstractmethod
     def _skip_existing(
