@@ -4,8 +4,9 @@ A workflow definition names, per step, the steps it waits for (``after``) and
 the outcome words that mean a finished step did *not* succeed (``halting``,
 for example a business outcome such as "out of stock"). The outbox writes a
 step with prerequisites as ``waiting``; it is never published in that state.
-When a step finishes, the completion tracker calls :func:`release_waiting` in
-the same unit of work: a waiting step whose prerequisites are all done with a
+When a step that others wait for finishes (:meth:`StepGraph.releases`), the
+completion tracker calls :func:`release_waiting` in the same unit of work: a
+waiting step whose prerequisites are all done with a
 non-halting outcome is released, and one with a prerequisite that halted
 becomes ``skipped`` (final; it never runs, and the workflow completes without
 it).
@@ -61,6 +62,14 @@ class StepGraph:
     def waits(self, step: str) -> bool:
         """Return True when ``step`` has prerequisites (it starts ``waiting``)."""
         return bool(self.after.get(step))
+
+    def releases(self, step: str) -> bool:
+        """Return True when ``step`` is a prerequisite of some step.
+
+        Only such a step's finish can decide a waiting step (:func:`release_waiting`):
+        when any other step finishes, there is nothing to release or skip.
+        """
+        return any(step in prerequisites for prerequisites in self.after.values())
 
     def resolve(self, states: Mapping[str, tuple[str, str | None]]) -> dict[str, str]:
         """Decide the waiting steps of one workflow.
@@ -212,7 +221,7 @@ def release_waiting(
         for row in session.execute(
             _RELEASE[dialect_of(session)],
             {"ids": sorted(r for ids in released.values() for r in ids), "now": now},
-        ):
+        ).all():
             moved[row[1]].append(DispatchedStep(*row))
     if skipped:
         session.execute(_SKIP, [{**row, "now": now} for row in skipped])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from reliable_queue import EnqueueRequest, Queue
 from reliable_queue.cluster import UNAVAILABLE
@@ -15,17 +14,24 @@ from workflows.messages import StepMessage
 
 def _request(message: StepMessage) -> EnqueueRequest:
     """The enqueue of one message: its trace context, and its priority and fairness key
-    when it has them (a priority or key the queue refuses is a refusal of this message)."""
-    request = EnqueueRequest(
+    when it has them (a priority or key the queue refuses is a refusal of this message).
+    Built in one go: a ``dataclasses.replace`` of a first request cost as much again."""
+    if message.priority is None:
+        return EnqueueRequest(
+            message.task,
+            message.payload,
+            idempotency_key=message.idempotency_key,
+            fairness_key=message.fairness_key,
+            trace_context=message.trace_context,
+        )
+    return EnqueueRequest(
         message.task,
         message.payload,
         idempotency_key=message.idempotency_key,
+        priority=message.priority,
+        fairness_key=message.fairness_key,
         trace_context=message.trace_context,
     )
-    if message.priority is None and message.fairness_key is None:
-        return request
-    priority = request.priority if message.priority is None else message.priority
-    return replace(request, priority=priority, fairness_key=message.fairness_key)
 
 
 class QueuePublisher:

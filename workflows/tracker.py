@@ -109,6 +109,9 @@ class StepResult:
             right after the commit.
         released_steps: the same rows with their message columns, for that
             publish (``workflows.relay.publish_dispatched``).
+        workflow_seconds: when this commit completed the workflow, seconds from the
+            workflow's creation to its finish time (None otherwise), e.g. for an
+            order's placement-to-completion time without reading the row back.
     """
 
     workflow_id: int
@@ -119,6 +122,7 @@ class StepResult:
     conflicts: int = 0
     released: tuple[int, ...] = ()
     released_steps: tuple[DispatchedStep, ...] = ()
+    workflow_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,7 @@ _STEP_COUNTS = per_dialect(
             _WF.c.status,
             func.sum(case((_WS.c.status.not_in(StepStatus.FINAL), 1), else_=0)),
             func.sum(case((_WS.c.status == StepStatus.DEAD, 1), else_=0)),
+            _WF.c.created_at,
         )
         .join(_WS, _WS.c.workflow_id == _WF.c.id)
         .where(
@@ -265,7 +270,7 @@ _STEP_COUNTS = per_dialect(
             # it the step rows are found by hashing the whole table (ADR 0020)
             *d.one_of_again(_WS.c.workflow_id, "ids"),
         )
-        .group_by(_WF.c.id, _WF.c.status)
+        .group_by(_WF.c.id, _WF.c.status, _WF.c.created_at)
     )
 )
 _MARK_WORKFLOWS_DONE = per_dialect(
@@ -332,7 +337,7 @@ def step_rows(session: Session, workflow_ids: Sequence[int], step: str) -> dict[
         row[0]: StepRow(*row[1:])
         for row in session.execute(
             _STEP_ROWS[dialect_of(session)], {"ids": list(workflow_ids), "step": step}
-        )
+        ).all()
     }
 
 
@@ -553,7 +558,7 @@ def _once(
         applied = [c for c in claims if not isinstance(outcomes[c.step_row_id], Exception)]
         now = clock()
         released: dict[int, tuple[DispatchedStep, ...]] = {}
-        done_ids: set[int] = set()
+        done_ids: dict[int, datetime] = {}
         if applied:
             applied_wf_ids = [c.run.workflow_id for c in applied]
             if plan is LockPlan.LOCK_BEFORE_MARKING:
@@ -564,7 +569,8 @@ def _once(
                 lock_workflows(session, applied_wf_ids, now)
                 now = clock()
             _mark_done(session, dialect, applied, outcomes, started, now)
-            released = release_waiting(session, graph, applied_wf_ids, now)
+            if graph.releases(step):  # a step nothing waits for decides no waiting step
+                released = release_waiting(session, graph, applied_wf_ids, now)
             done_ids = _complete_workflows(session, applied_wf_ids, now)
         if done_ids and on_done is not None:
             on_done(session, sorted(rows[wf].subject_id for wf in done_ids))
@@ -586,16 +592,18 @@ def _once(
         if isinstance(outcome, Exception):
             out.append(outcome)
         elif claimed[run.workflow_id] == i:
+            created = done_ids.get(run.workflow_id)
             out.append(
                 StepResult(
                     run.workflow_id,
                     step,
                     outcome,
                     False,
-                    run.workflow_id in done_ids,
+                    created is not None,
                     conflicts,
                     tuple(r.row_id for r in released.get(run.workflow_id, ())),
                     released.get(run.workflow_id, ()),
+                    None if created is None else max((now - created).total_seconds(), 0.0),
                 )
             )
         else:  # a second copy of a claimed delivery in the same batch
@@ -651,27 +659,29 @@ def _mark_done(
         )
 
 
-def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> set[int]:
+def _complete_workflows(session: Session, wf_ids: list[int], now: datetime) -> dict[int, datetime]:
     """Mark done the workflows whose step rows are all done or skipped; resume unblocked ones.
 
     Returns:
-        Ids of the workflows this call marked done.
+        The workflows this call marked done: id -> creation time.
     """
     dialect = dialect_of(session)
     counts = session.execute(_STEP_COUNTS[dialect], {"ids": sorted(set(wf_ids))}).all()
-    done_ids = {
-        wf for wf, status, open_, _ in counts if not open_ and status != WorkflowStatus.DONE
+    done = {
+        wf: created
+        for wf, status, open_, _, created in counts
+        if not open_ and status != WorkflowStatus.DONE
     }
     resumable = [
         wf
-        for wf, status, open_, dead_ in counts
+        for wf, status, open_, dead_, _ in counts
         if open_ and not dead_ and status == WorkflowStatus.BLOCKED
     ]
-    if done_ids:
-        session.execute(_MARK_WORKFLOWS_DONE[dialect], {"ids": sorted(done_ids), "now": now})
+    if done:
+        session.execute(_MARK_WORKFLOWS_DONE[dialect], {"ids": sorted(done), "now": now})
     if resumable:
         session.execute(_RESUME[dialect], {"ids": resumable})
-    return done_ids
+    return done
 
 
 def record_step_failure(

@@ -31,6 +31,12 @@ __all__ = [
 ]
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+#: executions of a statement text on one PostgreSQL connection before psycopg prepares it
+PREPARE_THRESHOLD = 1
+"""A step worker runs a few statements over and over, each on every connection of its
+pool: prepared from the second time on, a statement is parsed once per connection and
+its plan may be kept, instead of parsed and planned five times first (psycopg's
+default). A statement run once is never prepared."""
 #: oldest SQLite library the statements run on: ``UPDATE ... RETURNING`` came in 3.35
 SQLITE_MIN_VERSION = (3, 35, 0)
 
@@ -125,7 +131,8 @@ def make_engine(
     For SQLite the parent directory of the file is created. Connections run
     WAL, ``busy_timeout`` of ``SQLITE_BUSY_TIMEOUT_SECONDS`` (30 s), foreign
     keys on and ``synchronous=NORMAL``. PostgreSQL uses psycopg 3 with
-    ``pool_pre_ping`` (a connection the server dropped is replaced, not handed out).
+    ``pool_pre_ping`` (a connection the server dropped is replaced, not handed out),
+    preparing a statement from its second run on a connection (:data:`PREPARE_THRESHOLD`).
 
     Args:
         url: SQLAlchemy URL (``sqlite:///path``, ``postgresql://...``).
@@ -178,7 +185,7 @@ def make_engine(
                 lease_seconds=lease_seconds,
             ).install(engine)
         return engine
-    connect_args = {}
+    connect_args: dict[str, Any] = {"prepare_threshold": PREPARE_THRESHOLD}
     options = []
     if statement_timeout_ms > 0:
         options.append(f"-c statement_timeout={int(statement_timeout_ms)}")

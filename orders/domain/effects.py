@@ -10,8 +10,9 @@ deliveries
 (:class:`Delivery`, in claim order) and returns step row id -> outcome word. Each is
 idempotent on its own, on top of the tracker's done-step check: its row is unique per
 order (and kind, reason or part), and an existing one means the effect is already
-there (:func:`orders_with_row`, :func:`parts_with_row`); inventory changes under its
-version column (:func:`read_inventory`, :func:`write_inventory`). The compensating
+there (the insert leaves it out, ``Dialect.insert_new_rows``; the stock effect reads
+the parts deducted before it takes stock, :func:`parts_with_row`); inventory changes
+under its version column (:func:`read_inventory`, :func:`write_inventory`). The compensating
 effects (``orders.domain.compensations``) are built the same way from these pieces.
 """
 
@@ -210,7 +211,7 @@ def orders_with_row(
     if not order_ids:
         return set()
     statement = _with_row(model, tuple(sorted(match)), dialect_of(session))
-    return set(session.scalars(statement, {"ids": list(order_ids), **match}))
+    return set(session.scalars(statement, {"ids": list(order_ids), **match}).all())
 
 
 def parts_with_row(session: Session, model: Any, order_ids: Sequence[int]) -> set[tuple[int, int]]:
@@ -223,7 +224,7 @@ def parts_with_row(session: Session, model: Any, order_ids: Sequence[int]) -> se
         (order_id, part_id)
         for order_id, part_id in session.execute(
             _parts_with_row(model, dialect_of(session)), {"ids": list(order_ids)}
-        )
+        ).all()
     }
 
 
@@ -236,7 +237,7 @@ def read_inventory(session: Session, parts: Iterable[int]) -> dict[int, list[int
     statement = _READ_STOCK[dialect_of(session)]
     return {
         part: [on_hand, version]
-        for part, on_hand, version in session.execute(statement, {"parts": sorted(parts)})
+        for part, on_hand, version in session.execute(statement, {"parts": sorted(parts)}).all()
     }
 
 
@@ -287,7 +288,7 @@ def deduct_stock(session: Session, deliveries: list[Delivery], now: datetime) ->
     dialect = dialect_of(session)
     ids = [d.order_id for d in deliveries]
     needed: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for oid, part, qty in session.execute(_NEEDED[dialect], {"ids": ids}):
+    for oid, part, qty in session.execute(_NEEDED[dialect], {"ids": ids}).all():
         needed[oid].append((part, int(qty)))
     stock = read_inventory(session, {p for lines in needed.values() for p, _ in lines})
     before = {part: values[0] for part, values in stock.items()}
@@ -338,15 +339,16 @@ def notify_cancelled(session: Session, orders: list[tuple[int, int]], now: datet
         Notices written (orders that already had one are left alone).
     """
     customers = dict(orders)
-    sent = orders_with_row(session, Notification, list(customers), kind=CANCELLATION)
-    new = [oid for oid in customers if oid not in sent]
-    dialect_of(session).insert_rows(
-        session,
-        _NOTIFICATION,
-        {"order_id": new, "customer_id": [customers[oid] for oid in new]},
-        constants={"kind": CANCELLATION, "created_at": now},
+    return len(
+        dialect_of(session).insert_new_rows(
+            session,
+            _NOTIFICATION,
+            {"order_id": list(customers), "customer_id": list(customers.values())},
+            unique=("order_id", "kind"),
+            returning="order_id",
+            constants={"kind": CANCELLATION, "created_at": now},
+        )
     )
-    return len(new)
 
 
 def send_confirmation(
@@ -354,44 +356,53 @@ def send_confirmation(
 ) -> dict[int, str]:
     """Record each order's confirmation message, once per (order, kind).
 
+    The unique index decides (``Dialect.insert_new_rows``): no read of the rows
+    already there comes first.
+
     Returns:
         step row id -> ``sent``, or ``already_sent`` when the row exists.
     """
-    sent = orders_with_row(
-        session, Notification, [d.order_id for d in deliveries], kind=CONFIRMATION
+    sent = set(
+        dialect_of(session).insert_new_rows(
+            session,
+            _NOTIFICATION,
+            {
+                "order_id": [d.order_id for d in deliveries],
+                "customer_id": [d.customer_id for d in deliveries],
+            },
+            unique=("order_id", "kind"),
+            returning="order_id",
+            constants={"kind": CONFIRMATION, "created_at": now},
+        )
     )
-    new = [d for d in deliveries if d.order_id not in sent]
-    dialect_of(session).insert_rows(
-        session,
-        _NOTIFICATION,
-        {"order_id": [d.order_id for d in new], "customer_id": [d.customer_id for d in new]},
-        constants={"kind": CONFIRMATION, "created_at": now},
-    )
-    return {d.step_row_id: ALREADY_SENT if d.order_id in sent else SENT for d in deliveries}
+    return {d.step_row_id: SENT if d.order_id in sent else ALREADY_SENT for d in deliveries}
 
 
 def credit_points(session: Session, deliveries: list[Delivery], now: datetime) -> dict[int, str]:
     """Credit floor(total price / 10) points per order, once per (order, reason).
 
+    The unique index decides (``Dialect.insert_new_rows``): no read of the rows
+    already there comes first.
+
     Returns:
         step row id -> ``credited``, or ``already_credited`` when the ledger row exists.
     """
-    credited = orders_with_row(
-        session, PointsEntry, [d.order_id for d in deliveries], reason=ORDER_PLACED
-    )
-    new = [d for d in deliveries if d.order_id not in credited]
-    dialect_of(session).insert_rows(
-        session,
-        _POINTS,
-        {
-            "order_id": [d.order_id for d in new],
-            "customer_id": [d.customer_id for d in new],
-            "points": [points_for(d.total_price) for d in new],
-        },
-        constants={"reason": ORDER_PLACED, "created_at": now},
+    credited = set(
+        dialect_of(session).insert_new_rows(
+            session,
+            _POINTS,
+            {
+                "order_id": [d.order_id for d in deliveries],
+                "customer_id": [d.customer_id for d in deliveries],
+                "points": [points_for(d.total_price) for d in deliveries],
+            },
+            unique=("order_id", "reason"),
+            returning="order_id",
+            constants={"reason": ORDER_PLACED, "created_at": now},
+        )
     )
     return {
-        d.step_row_id: ALREADY_CREDITED if d.order_id in credited else CREDITED for d in deliveries
+        d.step_row_id: CREDITED if d.order_id in credited else ALREADY_CREDITED for d in deliveries
     }
 
 
@@ -401,32 +412,50 @@ def schedule_shipment(
     """Create each order's one shipment with the most common ship mode of its lines.
 
     An order already out of stock gets a cancelled shipment; an existing
-    shipment is left as it is.
+    shipment is left as it is. The unique index decides which are new
+    (``Dialect.insert_new_rows``); the status of those that were there already is
+    read after the insert, only when there are some.
 
     Returns:
         step row id -> the shipment's status: ``scheduled`` or ``cancelled``.
 
     Raises:
-        ValueError: an order without lines (it has no ship mode).
+        ValueError: an order without lines (it has no ship mode) and no shipment.
     """
     dialect = dialect_of(session)
     ids = [d.order_id for d in deliveries]
-    existing = dict(session.execute(_SHIPMENTS[dialect], {"ids": ids}).all())
     modes: dict[int, list[str]] = defaultdict(list)
-    for oid, mode in session.execute(_MODES[dialect], {"ids": ids}):
+    for oid, mode in session.execute(_MODES[dialect], {"ids": ids}).all():
         modes[oid].append(mode)
+    shippable = [d for d in deliveries if modes[d.order_id]]
+    status = {
+        d.order_id: CANCELLED if d.status == OrderStatus.OUT_OF_STOCK else SCHEDULED
+        for d in shippable
+    }
+    created = set(
+        dialect.insert_new_rows(
+            session,
+            _SHIPMENT,
+            {
+                "order_id": [d.order_id for d in shippable],
+                "ship_mode": [ship_mode_for(modes[d.order_id]) for d in shippable],
+                "status": [status[d.order_id] for d in shippable],
+            },
+            unique=("order_id",),
+            returning="order_id",
+            constants={"created_at": now},
+        )
+    )
+    left = [oid for oid in ids if oid not in created]
+    existing = dict(session.execute(_SHIPMENTS[dialect], {"ids": left}).all()) if left else {}
     out: dict[int, str] = {}
-    new: dict[str, list[Any]] = {"order_id": [], "ship_mode": [], "status": []}
     for d in deliveries:
-        if d.order_id in existing:
+        if d.order_id in created:
+            out[d.step_row_id] = status[d.order_id]
+        elif d.order_id in existing:
             out[d.step_row_id] = existing[d.order_id]
-            continue
-        status = CANCELLED if d.status == OrderStatus.OUT_OF_STOCK else SCHEDULED
-        new["order_id"].append(d.order_id)
-        new["ship_mode"].append(ship_mode_for(modes[d.order_id]))
-        new["status"].append(status)
-        out[d.step_row_id] = status
-    dialect.insert_rows(session, _SHIPMENT, new, constants={"created_at": now})
+        else:
+            ship_mode_for(modes[d.order_id])  # no lines: raises
     return out
 
 

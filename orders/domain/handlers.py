@@ -179,7 +179,7 @@ def _of_orders(effect: effects.Effect) -> tracker.Effect:
             row[0]: row
             for row in session.execute(
                 _ORDERS[dialect_of(session)], {"ids": [c.subject_id for c in claims]}
-            )
+            ).all()
         }
         out: dict[int, str | Exception] = {
             c.step_row_id: OrderNotFound(f"order {c.subject_id} does not exist")

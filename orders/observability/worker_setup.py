@@ -15,7 +15,7 @@ from orders.observability.liveness import Verdict
 from orders.observability.logs import job_log_context
 from orders.observability.multiproc import current_slot, enable_multiprocess, metrics_dir
 from orders.observability.worker_gauges import WorkerGauges
-from orders.observability.worker_metrics import WorkerMetrics, completion_seconds
+from orders.observability.worker_metrics import WorkerMetrics
 from reliable_queue import RawJob
 from reliable_queue.execution import Middleware, Outcome
 from reliable_queue.worker import LaneView
@@ -132,8 +132,8 @@ def worker_observability(
 ) -> WorkerObservability:
     """Set up a worker process's metrics (call once per process, before the worker runs).
 
-    Touches neither Redis nor the database (the worker sizes its connection pool
-    first); the completion-time lookup opens sessions only when an order completes.
+    Touches neither Redis nor the database, then or later: an order's completion
+    time comes with the commit that completed it (``StepResult.workflow_seconds``).
 
     Args:
         app: the application.
@@ -146,9 +146,7 @@ def worker_observability(
     metrics = None
     if record:
         enable_multiprocess(metrics_dir(app.settings))
-        metrics = WorkerMetrics(
-            completion=lambda workflow_ids: completion_seconds(app.session_factory)(workflow_ids)
-        )
+        metrics = WorkerMetrics()
         for step in steps:
             metrics.declare(queue_name(step), task_name(step))
     return WorkerObservability(metrics)

@@ -5,9 +5,10 @@ and a batch's rows inserted in one statement stay all or nothing."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -237,3 +238,100 @@ def test_a_per_row_value_json_cannot_carry_is_refused_not_stored(
             )
         session.rollback()
         assert list(session.scalars(select(Notification.order_id))) == []
+
+
+def statements_of(session, run) -> list[str]:
+    """The SQL texts ``run()`` sends on the session's connection."""
+    sent: list[str] = []
+
+    def capture(conn, cursor, sql, parameters, context, executemany):
+        sent.append(sql)
+
+    connection = session.connection()
+    event.listen(connection, "before_cursor_execute", capture)
+    try:
+        run()
+    finally:
+        event.remove(connection, "before_cursor_execute", capture)
+    return sent
+
+
+def test_rows_already_there_are_left_out_by_the_unique_index(session_factory, catalog, make_draft):
+    """``insert_new_rows`` inserts only the keys not there yet, hands back those, and
+    leaves a row that was there as it was."""
+    ids = [p.order_id for p in place(session_factory, [make_draft(), make_draft()])]
+    earlier = datetime(2025, 1, 1, tzinfo=UTC)
+    with session_factory() as session:
+        insert_rows(
+            session,
+            Notification,
+            {"order_id": ids[:1], "customer_id": [2]},
+            kind=CONFIRMATION,
+            created_at=earlier,
+        )
+        session.commit()
+    with session_factory() as session:
+        new = dialect_of(session).insert_new_rows(
+            session,
+            Notification.__table__,
+            {"order_id": ids, "customer_id": [1, 1]},
+            unique=("order_id", "kind"),
+            returning="order_id",
+            constants={"kind": CONFIRMATION, "created_at": NOW},
+        )
+        session.commit()
+        rows = session.execute(
+            select(Notification.order_id, Notification.customer_id, Notification.created_at)
+        ).all()
+    assert new == ids[1:]
+    assert sorted(rows) == [(ids[0], 2, earlier), (ids[1], 1, NOW)]
+
+
+def test_a_row_breaking_another_constraint_fails_the_whole_insert_of_new_rows(
+    session_factory, catalog, make_draft
+):
+    [order] = place(session_factory, [make_draft()])
+    with session_factory() as session:
+        with pytest.raises(IntegrityError):
+            dialect_of(session).insert_new_rows(
+                session,
+                Notification.__table__,
+                {"order_id": [order.order_id, order.order_id + 1000], "customer_id": [1, 1]},
+                unique=("order_id", "kind"),
+                returning="order_id",
+                constants={"kind": CONFIRMATION, "created_at": NOW},
+            )
+        session.rollback()
+        assert list(session.scalars(select(Notification.order_id))) == []
+
+
+@pytest.mark.parametrize(
+    ("effect", "table", "first", "again"),
+    [
+        (effects.send_confirmation, "notifications", "sent", "already_sent"),
+        (effects.credit_points, "points_ledger", "credited", "already_credited"),
+        (effects.schedule_shipment, "shipments", "scheduled", "scheduled"),
+    ],
+)
+def test_an_effect_reads_none_of_its_rows_before_inserting_them(
+    session_factory, catalog, make_draft, effect, table, first, again
+):
+    """Regression: each batch first read which of its orders had their row already, one
+    statement more per batch, which PostgreSQL planned as a scan of the whole table for
+    as long as the table was young (a prepared plan made when it was nearly empty).
+    The unique index decides now, and a row that was there still comes back as such."""
+    placed = place(session_factory, [make_draft(), make_draft()])
+    deliveries = [
+        effects.Delivery(i, p.order_id, 1, Decimal("1234.56"), "placed")
+        for i, p in enumerate(placed, start=1)
+    ]
+    with session_factory() as session:
+        assert effect(session, deliveries[:1], NOW) == {1: first}
+        session.commit()
+    with session_factory() as session:
+        outcomes: dict[int, str] = {}
+        sent = statements_of(session, lambda: outcomes.update(effect(session, deliveries, NOW)))
+        session.commit()
+    assert outcomes == {1: again, 2: first}
+    [insert_at] = [i for i, s in enumerate(sent) if s.lstrip().startswith(f"INSERT INTO {table}")]
+    assert not [s for s in sent[:insert_at] if s.lstrip().startswith("SELECT") and table in s]

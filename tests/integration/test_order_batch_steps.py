@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from orders.app.db import make_engine, make_session_factory
 from orders.app.invariants import check_deductions, check_invariants, check_stock_conservation
@@ -56,6 +56,59 @@ def test_a_batch_of_each_step_completes_every_workflow(session_factory, catalog,
     assert {s.attempts for s in finished} == {1}
     assert all(s.job_id and s.fencing_token == 9 and s.finished_at for s in finished)
     assert check_invariants(session_factory) == []
+
+
+def test_the_commit_that_completes_a_workflow_says_how_long_it_took(
+    session_factory, catalog, make_draft
+):
+    """The completing run carries creation-to-finish seconds of its workflow, as the
+    rows say, so an order's completion time needs no read of the rows afterwards."""
+    orders = place_many(session_factory, [make_draft() for _ in range(2)])
+    for step in STEPS:
+        results = handle_steps(session_factory, [run(p, step) for p in orders])
+        if step != LOGISTICS:
+            assert [r.workflow_seconds for r in results] == [None, None]
+    with session_factory() as session:
+        rows = dict(
+            session.execute(select(Workflow.id, Workflow.finished_at - Workflow.created_at)).all()
+            if session.get_bind().dialect.name == "postgresql"
+            else [
+                (wf, (finished - created))
+                for wf, created, finished in session.execute(
+                    select(Workflow.id, Workflow.created_at, Workflow.finished_at)
+                )
+            ]
+        )
+    assert [r.workflow_seconds for r in results] == [
+        rows[p.workflow_id].total_seconds() for p in orders
+    ]
+
+
+WAITING_STEPS_READ = "SELECT workflow_steps.id, workflow_steps.workflow_id, workflow_steps.step,"
+"""The head of ``workflows.dependencies``' read of a batch's steps with a waiting one."""
+
+
+def test_a_step_nothing_waits_for_reads_no_waiting_steps(session_factory, catalog, make_draft):
+    """Regression: every batch read its workflows' waiting steps, though only the
+    finish of a step that others wait for (stock) can release or skip one."""
+    orders = place_many(session_factory, [make_draft() for _ in range(2)])
+    sent: list[str] = []
+
+    def capture(conn, cursor, sql, parameters, context, executemany):
+        sent.append(sql)
+
+    engine = session_factory.kw["bind"]
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        for step in STEPS:
+            sent.clear()
+            handle_steps(session_factory, [run(p, step) for p in orders])
+            reads = [s for s in sent if s.startswith(WAITING_STEPS_READ)]
+            assert bool(reads) == (step == STOCK), (step, reads)
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    with session_factory() as session:
+        assert set(session.scalars(select(WorkflowStep.status))) == {StepStatus.DONE}
 
 
 def test_a_second_copy_in_the_same_batch_is_absorbed(session_factory, catalog, make_draft):

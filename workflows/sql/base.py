@@ -287,6 +287,76 @@ class Dialect(ABC):
             return _insert_each(session, table, columns, consts, ids)
         return self._load(session, table, columns, consts, ids)
 
+    def insert_new_rows(
+        self,
+        session: Session,
+        table: Table,
+        columns: Mapping[str, Sequence[Any]],
+        *,
+        unique: tuple[str, ...],
+        returning: str,
+        constants: Mapping[str, Any] | None = None,
+    ) -> list[Any]:
+        """Insert the rows whose unique key is not in ``table`` yet; leave the others be.
+
+        One ``INSERT ... SELECT ... ON CONFLICT (unique) DO NOTHING RETURNING``, the
+        rows bound as in :meth:`insert_rows`: the unique index decides, so no read of
+        the rows already there comes first. A row a concurrent transaction is
+        inserting with the same key waits for its end: inserted if that one rolled
+        back, left out if it committed. Any other constraint a row breaks fails the
+        call, as in :meth:`insert_rows`.
+
+        Args:
+            session: the caller's session, inside its transaction.
+            table: the table.
+            columns: column name -> its values, one per row (ints, strings or None),
+                all lists the same length.
+            unique: the columns of a unique index of ``table`` (rows and constants
+                together give their values).
+            returning: the column whose value each inserted row hands back.
+            constants: column name -> the value every row gets, bound once.
+
+        Returns:
+            The ``returning`` value of each row inserted (in no particular order);
+            the rows whose key was there already are left out.
+
+        Raises:
+            ValueError: the column lists differ in length.
+            sqlalchemy.exc.IntegrityError: a row breaks another constraint.
+            sqlalchemy.exc.DBAPIError: any other database error.
+        """
+        lengths = {len(values) for values in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+        if not columns or not lengths.pop():
+            return []
+        consts = dict(constants or {})
+        key = (table, tuple(columns), tuple(consts), unique, returning)
+        statement = self._inserts.get(key)
+        if statement is None:
+            values = self._rows_select(table, tuple(columns), tuple(consts))
+            statement = self._skip_existing(table, values, [*columns, *consts], unique).returning(
+                table.c[returning]
+            )
+            self._inserts[key] = statement
+        return list(session.scalars(statement, {**self.bind_rows("rows", columns), **consts}).all())
+
+    @abstractmethod
+    def _skip_existing(
+        self, table: Table, values: Select[Any], names: list[str], unique: tuple[str, ...]
+    ) -> Insert:
+        """``INSERT INTO table (names) <values> ON CONFLICT (unique) DO NOTHING``."""
+
+    def _rows_select(
+        self, table: Table, columns: tuple[str, ...], constants: tuple[str, ...]
+    ) -> Select[Any]:
+        """The rows bound as ``rows`` (:meth:`rows`) and the constants, as one ``SELECT``."""
+        rows = self.rows("rows", {name: table.c[name].type for name in columns}, alias="v")
+        return select(
+            *(rows.c[name] for name in columns),
+            *(bindparam(name, type_=table.c[name].type) for name in constants),
+        )
+
     def _insert_from_rows(
         self, table: Table, columns: tuple[str, ...], constants: tuple[str, ...]
     ) -> Insert:
@@ -294,11 +364,7 @@ class Dialect(ABC):
         key = (table, columns, constants)
         statement = self._inserts.get(key)
         if statement is None:
-            rows = self.rows("rows", {name: table.c[name].type for name in columns}, alias="v")
-            values = select(
-                *(rows.c[name] for name in columns),
-                *(bindparam(name, type_=table.c[name].type) for name in constants),
-            )
+            values = self._rows_select(table, columns, constants)
             statement = insert(table).from_select([*columns, *constants], values)
             self._inserts[key] = statement
         return statement

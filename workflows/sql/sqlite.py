@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     FromClause,
+    Insert,
     Select,
     String,
     Table,
@@ -35,6 +36,7 @@ from sqlalchemy import (
     insert,
     literal_column,
     select,
+    true,
 )
 from sqlalchemy.engine import Dialect as EngineDialect
 from sqlalchemy.orm import Session
@@ -150,6 +152,23 @@ class SQLiteDialect(Dialect):
         no lock at all.
         """
         return LockPlan.LOCK_BEFORE_READING if workflows > 1 else LockPlan.FENCE_BEFORE_EFFECT
+
+    def _skip_existing(
+        self, table: Table, values: Select[Any], names: list[str], unique: tuple[str, ...]
+    ) -> Insert:
+        """See :meth:`Dialect._skip_existing`: ``ON CONFLICT (unique) DO NOTHING``.
+
+        SQLite would read the ``ON`` after a ``SELECT ... FROM`` without a ``WHERE``
+        as the start of a join constraint, so the rows' ``SELECT`` gets ``WHERE true``
+        (the parsing ambiguity its upsert documentation names).
+        """
+        from sqlalchemy.dialects.sqlite import insert as upsert
+
+        return (
+            upsert(table)
+            .from_select(names, values.where(true()))
+            .on_conflict_do_nothing(index_elements=list(unique))
+        )
 
     def _load(
         self,
