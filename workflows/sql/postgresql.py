@@ -3,8 +3,6 @@
 - An id list is one array parameter (``column = ANY(:ids)``) and a batch's rows
   one array per column read by ``unnest`` (ADR 0015): a statement's text is the
   same for every batch size, so it is parsed once and prepared by the server.
-  An array of integers or text travels as its literal text, cast by the statement
-  (:class:`ArrayLiteral`), not as a list psycopg adapts value by value in Python.
   The planner does not carry ``= ANY`` across a join or an ``IN``, so the list
   is given to both sides (:meth:`PostgreSQLDialect.one_of_again`, ADR 0020).
 - Rows are locked, not the database: a step batch runs its effect before it
@@ -34,26 +32,23 @@ from sqlalchemy import (
     Engine,
     FromClause,
     Insert,
-    Integer,
     Select,
     String,
     Table,
     any_,
     bindparam,
-    cast,
     func,
     select,
     text,
 )
-from sqlalchemy.engine import Dialect as EngineDialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
-from sqlalchemy.types import TypeDecorator, TypeEngine
+from sqlalchemy.types import TypeEngine
 
 from workflows.sql.base import Dialect, LockPlan, scalar_defaults
 from workflows.uow import SessionFactory, UnitOfWork
 
-__all__ = ["LOCK_TIMEOUT_MS", "ArrayLiteral", "PostgreSQLDialect", "array_literal"]
+__all__ = ["LOCK_TIMEOUT_MS", "PostgreSQLDialect"]
 
 log = logging.getLogger(__name__)
 
@@ -71,72 +66,12 @@ _NEVER_ANALYZED = text(
 ).bindparams(bindparam("names", type_=ARRAY(String)))
 
 
-def array_literal(values: Iterable[Any]) -> str:
-    """PostgreSQL's text form of a one-dimensional array of ``values``.
-
-    Ints are written as they are and None as ``NULL``; any other value is written as
-    ``str(value)`` in double quotes, with ``\\`` and ``"`` escaped, so no value can
-    add an element, nest an array or end the literal: the server reads each one back
-    as the array's element type (or refuses it, as it refuses a bad value of a list).
-
-    Args:
-        values: the elements, in order (any iterable, consumed once).
-
-    Returns:
-        The literal, e.g. ``{1,2,NULL}`` or ``{"a","b \\"c\\"",NULL}``; ``{}`` when empty.
-    """
-    items = values if isinstance(values, list | tuple) else list(values)
-    kinds = set(map(type, items))
-    if kinds <= _INT:  # the common case, ids: one pass in C
-        return "{" + ",".join(map(str, items)) + "}"
-    if kinds <= _INT_OR_NONE:
-        return "{" + ",".join("NULL" if v is None else str(v) for v in items) + "}"
-    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in items) + "}"
-
-
-_INT = frozenset({int})
-_INT_OR_NONE = frozenset({int, type(None)})
-
-
-def _quoted(value: Any) -> str:
-    text = value if type(value) is str else str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-class ArrayLiteral(TypeDecorator[Any]):
-    """A list bound as its array literal text (:func:`array_literal`), for a statement
-    that casts it to the array type (:func:`_array_parameter`).
-
-    psycopg adapts a list in Python value by value (a type check, a dumper call and
-    a search for characters to escape each): on the step workers' id lists and
-    per-column rows, most of their parameter conversion. Joining a list of ints is
-    one pass in C.
-    """
-
-    impl = String
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: EngineDialect) -> str | None:
-        """The literal of ``value`` (None stays None: a NULL array)."""
-        return None if value is None else array_literal(value)
-
-
-def _item_type(column_type: Any) -> Any:
+def _array_of(column_type: Any) -> ARRAY:
     # An explicit cast to varchar(n)[] cuts a longer text short without a word; cast to
     # varchar[] and the column's own length check refuses it, as a plain insert does.
     if isinstance(column_type, String) and column_type.length is not None:
-        return String()
-    return column_type
-
-
-def _array_parameter(name: str | None, column_type: Any, value: Any = None) -> ColumnElement[Any]:
-    """The array parameter ``name`` of ``column_type`` elements (with ``value`` when
-    ``name`` is None): an integer or text array as its literal, cast by the server
-    (:class:`ArrayLiteral`); any other as a list psycopg adapts."""
-    item = _item_type(column_type)
-    if isinstance(item, Integer | String) and not isinstance(item, TypeDecorator):
-        return cast(bindparam(name, value, type_=ArrayLiteral()), ARRAY(item))
-    return bindparam(name, value, type_=ARRAY(item))
+        column_type = String()
+    return ARRAY(column_type)
 
 
 class PostgreSQLDialect(Dialect):
@@ -147,7 +82,7 @@ class PostgreSQLDialect(Dialect):
 
     def one_of(self, column: Any, name: str) -> ColumnElement[bool]:
         """See :meth:`Dialect.one_of`: ``column = ANY(:name)``, one array parameter."""
-        return column == any_(_array_parameter(name, column.type))
+        return column == any_(bindparam(name, type_=ARRAY(column.type)))
 
     def one_of_again(self, column: Any, name: str) -> tuple[ColumnElement[bool], ...]:
         """See :meth:`Dialect.one_of_again`: the same array, compared with ``column``.
@@ -159,7 +94,7 @@ class PostgreSQLDialect(Dialect):
 
     def among(self, column: Any, ids: Iterable[Any]) -> ColumnElement[bool]:
         """See :meth:`Dialect.among`: ``column = ANY(array)``, the values bound in it."""
-        return column == any_(_array_parameter(None, column.type, list(ids)))
+        return column == any_(bindparam(None, list(ids), type_=ARRAY(column.type)))
 
     def rows(
         self, name: str, columns: Mapping[str, TypeEngine[Any]], alias: str | None = None
@@ -174,7 +109,7 @@ class PostgreSQLDialect(Dialect):
         return (
             func.unnest(
                 *(
-                    _array_parameter(self.column_of_rows(name, column), type_)
+                    bindparam(self.column_of_rows(name, column), type_=_array_of(type_))
                     for column, type_ in columns.items()
                 )
             )

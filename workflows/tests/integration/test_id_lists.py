@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import (
-    BigInteger,
-    Integer,
-    String,
-    bindparam,
-    create_engine,
-    event,
-    func,
-    insert,
-    select,
-)
-from sqlalchemy.exc import DataError
+from sqlalchemy import bindparam, create_engine, func, insert, select
 from sqlalchemy.orm import Session
 
 from orders.app.db import make_engine
 from orders.app.migrate import upgrade_database
 from workflows.columns import utcnow
 from workflows.models import Workflow
-from workflows.sql import POSTGRESQL, SQLITE, dialect_of
-from workflows.sql.postgresql import array_literal
+from workflows.sql import SQLITE, dialect_of
 from workflows.sql.sqlite import JSONList
 
 
@@ -123,81 +111,3 @@ def test_a_list_parameter_round_trips_its_values(values):
         got = conn.execute(select(each.c.value), {"v": iter(values)}).scalars().all()
     engine.dispose()
     assert got == values
-
-
-def require_postgresql(session_factory) -> None:
-    if session_factory.kw["bind"].dialect.name != "postgresql":
-        pytest.skip("PostgreSQL's array parameters")
-
-
-def test_postgresql_sends_an_id_list_as_one_text(session_factory):
-    """Regression: psycopg adapted a list value by value in Python (a type check, a
-    dumper call and a search for characters to escape each), most of a step worker's
-    parameter conversion; the list now travels as its array literal, cast by the server."""
-    require_postgresql(session_factory)
-    sent = []
-
-    def capture(conn, cursor, sql, parameters, context, executemany):
-        sent.append(parameters)
-
-    with session_factory() as session:
-        ids = add_workflows(session, 5)
-        connection = session.connection()
-        event.listen(connection, "before_cursor_execute", capture)
-        try:
-            statement = select(Workflow.id).where(dialect_of(session).one_of(Workflow.id, "ids"))
-            got = session.scalars(statement, {"ids": ids[1:4]}).all()
-        finally:
-            event.remove(connection, "before_cursor_execute", capture)
-    assert sorted(got) == ids[1:4]
-    assert list(sent[-1].values()) == ["{" + ",".join(map(str, ids[1:4])) + "}"]
-
-
-@pytest.mark.parametrize(
-    ("column_type", "values"),
-    [
-        (Integer(), [3, -1, 0, None, 2**31 - 1]),
-        (BigInteger(), [2**40, None, -(2**40)]),
-        (Integer(), []),
-        (
-            String(),
-            [
-                "a",
-                None,
-                "",
-                "NULL",
-                "null",
-                "é\"'",
-                "a,b",
-                "{x}",
-                "}",
-                "back\\slash",
-                '\\"',
-                " spaced ",
-            ],
-        ),
-    ],
-)
-def test_a_postgresql_array_parameter_round_trips_its_values(session_factory, column_type, values):
-    """Every value comes back as itself, in order: no text can add an element, nest an
-    array, end the literal or turn into NULL."""
-    require_postgresql(session_factory)
-    rows = POSTGRESQL.rows("v", {"value": column_type})
-    with session_factory() as session:
-        got = session.scalars(select(rows.c.value), POSTGRESQL.bind_rows("v", {"value": values}))
-        assert list(got) == values
-
-
-def test_a_postgresql_int_array_refuses_what_is_not_an_int(session_factory):
-    """A text among ints is sent quoted: it cannot pass for several elements."""
-    require_postgresql(session_factory)
-    statement = select(Workflow.id).where(POSTGRESQL.one_of(Workflow.id, "ids"))
-    for bad in (["1,2"], [True], [1.5]):
-        with session_factory() as session, pytest.raises(DataError):
-            session.execute(statement, {"ids": bad})
-
-
-def test_array_literal_quotes_every_value_that_is_not_an_int():
-    assert array_literal([1, None, 22]) == "{1,NULL,22}"
-    assert array_literal(iter([5])) == "{5}"
-    assert array_literal(["a", None, 'b"c', "d\\e", 7]) == '{"a",NULL,"b\\"c","d\\\\e","7"}'

@@ -114,9 +114,7 @@ def test_an_id_list_is_one_parameter(dialect):
 def test_the_list_is_given_again_across_a_join_on_postgresql_only():
     assert SQLITE.one_of_again(WorkflowStep.workflow_id, "ids") == ()
     [again] = POSTGRESQL.one_of_again(WorkflowStep.workflow_id, "ids")
-    assert "workflow_steps.workflow_id = ANY (CAST(%(ids)s" in sql(
-        POSTGRESQL, select(1).where(again)
-    )
+    assert "workflow_steps.workflow_id = ANY (%(ids)s" in sql(POSTGRESQL, select(1).where(again))
 
 
 def test_the_workflow_lock_takes_row_locks_in_id_order_on_postgresql_only():
@@ -133,9 +131,8 @@ def test_rows_bound_as_one_parameter_per_dialect():
     assert SQLITE.bind_rows("r", values) == {"r": [(1, 3), (2, 4)]}
     assert POSTGRESQL.bind_rows("r", values) == {"r_a": [1, 2], "r_b": [3, 4]}
     assert "json_each(?)" in sql(SQLITE, select(SQLITE.rows("r", columns)))
-    assert (
-        "unnest(CAST(%(r_a)s::VARCHAR AS INTEGER[]), CAST(%(r_b)s::VARCHAR AS INTEGER[]))"
-        in sql(POSTGRESQL, select(POSTGRESQL.rows("r", columns)))
+    assert "unnest(%(r_a)s::INTEGER[], %(r_b)s::INTEGER[])" in sql(
+        POSTGRESQL, select(POSTGRESQL.rows("r", columns))
     )
 
 
