@@ -18,6 +18,7 @@ import csv
 import json
 import logging
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -40,7 +41,13 @@ from workflows.uow import UnitOfWork
 
 from .api_retrier import Retried, run_retried
 from .e2e import drop_pg_database, fresh_pg_database, wait_until_serving
-from .measure import process_cpu_seconds, start_process, stop_process
+from .measure import (
+    command_cpu_seconds,
+    machine_cpu_seconds,
+    process_cpu_seconds,
+    start_process,
+    stop_process,
+)
 from .run_peers import REPO, environment
 from .server import RedisServer, free_port
 
@@ -195,6 +202,53 @@ def _wrk(port: int, token: str, rate: float, seconds: float, out: Path) -> dict[
     }
 
 
+def _cpu_now(web: int, workers: list[int], redis: int | None, database: str) -> dict[str, float]:
+    """CPU seconds used so far by each part of a run (summed over its processes).
+
+    ``load`` is this process (the retried share's threads) plus its waited-for
+    children (wrk, once it has exited); ``machine`` is every core's busy time and
+    ``wall`` the monotonic clock, both in seconds. Parts that cannot be read count 0.
+    """
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "web": process_cpu_seconds(web) or 0.0,
+        "workers": sum(process_cpu_seconds(pid) or 0.0 for pid in workers),
+        "redis": (process_cpu_seconds(redis) or 0.0) if redis else 0.0,
+        "database": (command_cpu_seconds("postgres") or 0.0) if database == "postgresql" else 0.0,
+        "load": own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime,
+        "machine": machine_cpu_seconds() or 0.0,
+        "wall": time.monotonic(),
+    }
+
+
+def cpu_split(before: dict[str, float], after: dict[str, float], orders: int) -> dict[str, Any]:
+    """Where a run's CPU went: milliseconds per order created of each part, and the
+    share of the machine's cores that were busy (0..1).
+
+    Args:
+        before / after: :func:`_cpu_now` at the run's start and end.
+        orders: orders created in the run (0: the per-order figures are None).
+
+    Returns:
+        ``<part>_cpu_ms_per_order`` for each part (ms, or None) and
+        ``machine_busy_share``; the database part is the PostgreSQL server's
+        processes (0 on SQLite, whose work is in the processes that use it).
+    """
+    spent = {k: max(0.0, after[k] - before[k]) for k in before}
+    cores = os.cpu_count() or 1
+    parts = ("web", "workers", "redis", "database", "load", "machine")
+    return {
+        **{
+            f"{k}_cpu_ms_per_order": round(1000 * spent[k] / orders, 2) if orders else None
+            for k in parts
+        },
+        "machine_busy_share": round(spent["machine"] / (spent["wall"] * cores), 2)
+        if spent["wall"] > 0
+        else None,
+    }
+
+
 def _place_cli(env: dict[str, str], count: int, log_file: Path) -> float:
     """Seconds ``orders place --count N --source random`` takes (placement only)."""
     started = time.perf_counter()
@@ -281,11 +335,14 @@ def run_api(
                 wait_until_serving(server.client(), len(STEPS))
             for rate in rates:
                 before = _api_orders(app)
-                cpu_before = process_cpu_seconds(web.pid)
+                worker_pids = [p.pid for p in procs]
+                redis_pid = server.proc.pid if server.proc else None
+                cpu_before = _cpu_now(web.pid, worker_pids, redis_pid, database)
                 log.info("%s: offering %g orders/s for %g s", database, rate, seconds)
                 run = offer(port, token, rate, seconds, data_dir)
-                cpu = (process_cpu_seconds(web.pid) or 0.0) - (cpu_before or 0.0)
+                cpu_after = _cpu_now(web.pid, worker_pids, redis_pid, database)
                 created = _api_orders(app) - before
+                split = cpu_split(cpu_before, cpu_after, created)
                 stats, answers = run["stats"], run["client"]
                 count = max(int(rate * seconds), 1)
                 cli_seconds = _place_cli(env, count, data_dir / f"place-{rate:g}.log")
@@ -322,7 +379,10 @@ def run_api(
                         ),
                         "keys_with_two_ids": len(answers["conflicting"]),
                         "keys_given_up": answers["gave_up"],
-                        "web_cpu_ms_per_order": round(1000 * cpu / created, 2) if created else None,
+                        # every part's CPU per order (web, workers, redis, the PostgreSQL
+                        # server, the load generator, the whole machine) and how busy the
+                        # machine's cores were while the rate was offered
+                        **split,
                         "cli_place_orders": count,
                         "cli_place_per_second": round(count / cli_seconds, 1),
                         "workers": len(procs),
