@@ -31,18 +31,16 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import insert
 
 from orders.app.bootstrap import build
 from orders.app.group_commit import GroupCommit
 from orders.app.settings import Settings
 from orders.app.tokens import create_token
-from orders.domain.models import Customer, Inventory, Product
+from orders.sources.catalog import load_catalog
 from orders.web.app import create_app
 from orders.web.settings import WebSettings
 from workflows.uow import UnitOfWork
@@ -56,43 +54,11 @@ WARM_UP = 50
 
 
 def _catalog(app: object) -> None:
-    with app.session_factory() as session:  # type: ignore[attr-defined]
-        session.execute(
-            insert(Customer),
-            [
-                {
-                    "id": c,
-                    "name": f"Customer#{c}",
-                    "nation_key": 1,
-                    "market_segment": "BUILDING",
-                    "account_balance": Decimal("10.00"),
-                }
-                for c in range(1, CUSTOMERS + 1)
-            ],
-        )
-        session.execute(
-            insert(Product),
-            [
-                {
-                    "id": p,
-                    "name": f"part {p}",
-                    "brand": "Brand#1",
-                    "type": "STANDARD",
-                    "size": 1,
-                    "container": "SM BOX",
-                    "retail_price": Decimal("9.50"),
-                }
-                for p in range(1, PARTS + 1)
-            ],
-        )
-        session.execute(
-            insert(Inventory),
-            [
-                {"part_id": p, "on_hand": 10**6, "initial_on_hand": 10**6, "version": 1}
-                for p in range(1, PARTS + 1)
-            ],
-        )
-        session.commit()
+    load_catalog(
+        app.session_factory,  # type: ignore[attr-defined]
+        range(1, CUSTOMERS + 1),
+        dict.fromkeys(range(1, PARTS + 1), 10**6),
+    )
 
 
 def _bodies(n: int, seed: int = 7) -> list[bytes]:

@@ -20,12 +20,12 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from orders.app.db import make_engine, make_session_factory
 from orders.app.migrate import upgrade_database
-from orders.domain.models import Customer, Inventory, Product
+from orders.sources.catalog import load_catalog
 from orders.sources.drafts import LineDraft, OrderDraft
 from workflows.relay import StepMessage
 
@@ -59,43 +59,7 @@ def catalog(session_factory: sessionmaker[Session]) -> dict[int, int]:
     Returns:
         Part id -> initial on hand.
     """
-    with session_factory() as session:
-        session.execute(
-            insert(Customer),
-            [
-                {
-                    "id": c,
-                    "name": f"Customer#{c}",
-                    "nation_key": 1,
-                    "market_segment": "BUILDING",
-                    "account_balance": Decimal("10.00"),
-                }
-                for c in CUSTOMERS
-            ],
-        )
-        session.execute(
-            insert(Product),
-            [
-                {
-                    "id": p,
-                    "name": f"part {p}",
-                    "brand": "Brand#1",
-                    "type": "STANDARD",
-                    "size": 1,
-                    "container": "SM BOX",
-                    "retail_price": Decimal("9.50"),
-                }
-                for p in PARTS
-            ],
-        )
-        session.execute(
-            insert(Inventory),
-            [
-                {"part_id": p, "on_hand": n, "initial_on_hand": n, "version": 1}
-                for p, n in PARTS.items()
-            ],
-        )
-        session.commit()
+    load_catalog(session_factory, CUSTOMERS, PARTS)
     return dict(PARTS)
 
 

@@ -6,19 +6,19 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from cli_processes import app_for, run_orders, start_orders, stop, wait_until
 from publishing import publish_now
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 
 from orders.app.bootstrap import App
 from orders.app.migrate import upgrade_database
 from orders.app.namespace import claim_key
 from orders.app.placement import place_orders
-from orders.domain.models import Customer, Inventory, Order, OrderStatus, Product
+from orders.domain.models import Order, OrderStatus
+from orders.sources.catalog import load_catalog as insert_catalog
 from orders.sources.drafts import OrderDraft
 from orders.worker.binding import NamespaceGuard
 from orders.worker.runner import build_worker
@@ -44,43 +44,7 @@ def other_database_url(tmp_path: Path) -> Iterator[str]:
 
 def load_catalog(app: App) -> None:
     """Customers 1-3 and parts 10-14, plenty of stock (as the ``catalog`` fixture)."""
-    with app.session_factory() as session:
-        session.execute(
-            insert(Customer),
-            [
-                {
-                    "id": c,
-                    "name": f"Customer#{c}",
-                    "nation_key": 1,
-                    "market_segment": "BUILDING",
-                    "account_balance": Decimal("10.00"),
-                }
-                for c in (1, 2, 3)
-            ],
-        )
-        session.execute(
-            insert(Product),
-            [
-                {
-                    "id": p,
-                    "name": f"part {p}",
-                    "brand": "Brand#1",
-                    "type": "STANDARD",
-                    "size": 1,
-                    "container": "SM BOX",
-                    "retail_price": Decimal("9.50"),
-                }
-                for p in range(10, 15)
-            ],
-        )
-        session.execute(
-            insert(Inventory),
-            [
-                {"part_id": p, "on_hand": 10_000, "initial_on_hand": 10_000, "version": 1}
-                for p in range(10, 15)
-            ],
-        )
-        session.commit()
+    insert_catalog(app.session_factory, (1, 2, 3), dict.fromkeys(range(10, 15), 10_000))
 
 
 def place(app: App, drafts: list[OrderDraft]) -> None:
