@@ -114,8 +114,35 @@ def _blocked_cancellation() -> ColumnElement[bool]:
     )
 
 
+def _waits_behind_a_step_not_done(step: type[WorkflowStep]) -> ColumnElement[bool]:
+    """``step`` is waiting and one of the steps it waits for (``ORDER_GRAPH.after``) is
+    not done: in a blocked workflow it stays waiting until that step is redriven (a
+    dead stock step holds back notification, points and logistics). A waiting step
+    whose prerequisites are all done is not covered: it should have been released."""
+    before = aliased(WorkflowStep)
+    return and_(
+        step.status == StepStatus.WAITING,
+        or_(
+            *(
+                and_(
+                    step.step == name,
+                    select(before.id)
+                    .where(
+                        before.workflow_id == step.workflow_id,
+                        before.step.in_(prerequisites),
+                        before.status != StepStatus.DONE,
+                    )
+                    .exists(),
+                )
+                for name, prerequisites in sorted(ORDER_GRAPH.after.items())
+            )
+        ),
+    )
+
+
 def check_settled(session: Session) -> list[Violation]:
-    """Every order is settled: done (completed / out of stock) or blocked by dead steps.
+    """Every order is settled: done (completed / out of stock) or blocked by dead steps
+    (with the steps that wait behind a dead one still waiting).
 
     Returns:
         Violations of ``order_settled``.
@@ -155,7 +182,10 @@ def check_settled(session: Session) -> list[Violation]:
             Workflow.status.in_((WorkflowStatus.DONE, WorkflowStatus.BLOCKED)),
             or_(
                 and_(Workflow.status == WorkflowStatus.DONE, step.status.not_in(StepStatus.FINAL)),
-                step.status.not_in((*StepStatus.FINAL, StepStatus.DEAD)),
+                and_(
+                    step.status.not_in((*StepStatus.FINAL, StepStatus.DEAD)),
+                    ~_waits_behind_a_step_not_done(step),
+                ),
                 and_(
                     step.status == StepStatus.DEAD,
                     or_(step.outcome.is_(None), step.last_error.is_(None)),

@@ -137,6 +137,46 @@ def test_blocked_order_without_a_dead_step_is_unsettled(session_factory, sound):
     assert (SETTLED, 5) in fired(session_factory)
 
 
+def test_an_order_blocked_on_its_dead_stock_step_is_settled_with_the_rest_waiting(
+    session_factory, sound, make_draft
+):
+    """Notification, points and logistics wait behind the stock step: while it is in the
+    DLQ they stay waiting, and the order counts as blocked (settled), not in progress."""
+    with UnitOfWork(session_factory) as uow:
+        [placed] = place_orders(uow.session, [make_draft()])
+        uow.commit()
+    mark_step_dead(
+        session_factory, placed.workflow_id, STOCK, "retries_exhausted", error="ValueError: boom"
+    )
+    with session_factory() as session:
+        states = dict(
+            session.execute(
+                select(WorkflowStep.step, WorkflowStep.status).where(
+                    WorkflowStep.workflow_id == placed.workflow_id
+                )
+            ).all()
+        )
+        workflow = session.get(Workflow, placed.workflow_id)
+        assert workflow is not None and workflow.status == WorkflowStatus.BLOCKED
+    assert states == {
+        STOCK: StepStatus.DEAD,
+        **{step: StepStatus.WAITING for step in STEPS if step != STOCK},
+    }
+    assert violations(session_factory) == []
+
+
+def test_a_waiting_step_whose_prerequisites_are_done_is_unsettled(session_factory, sound):
+    """Order 5 is blocked on its dead points step, its stock step done: a logistics step
+    still waiting there was never released, and a blocked workflow does not excuse it."""
+    execute(
+        session_factory,
+        update(WorkflowStep)
+        .where(WorkflowStep.workflow_id == sound[5].workflow_id, WorkflowStep.step == LOGISTICS)
+        .values(status=StepStatus.WAITING),
+    )
+    assert (SETTLED, 5) in fired(session_factory)
+
+
 def test_completed_order_with_an_unfinished_step_is_unsettled(session_factory, sound):
     execute(
         session_factory,
