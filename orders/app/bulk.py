@@ -5,7 +5,9 @@ Each is one operator action with one audit row. A dry run lists what it would do
 with its audit row (an order that completed meanwhile is left out, in a savepoint),
 then its compensating steps are published; a redrive acts on the step jobs the
 database says are dead, looked up in their DLQ, and its row is written right after.
-At most ``most`` orders or jobs per action. Reasoning:
+At most ``most`` orders or jobs per action. An action (not a dry run) with an empty
+filter, which matches every order, must say so (``everything``): a forgotten filter
+must not cancel every order in flight. Reasoning:
 docs/adr/0041-search-answers-from-the-database.md.
 """
 
@@ -30,6 +32,27 @@ from workflows.uow import SessionFactory, UnitOfWork
 
 MOST = 500
 """Most orders or jobs one bulk action takes (the rest: run it again)."""
+
+
+class UnfilteredAction(ValueError):
+    """A bulk action (not a dry run) was asked with an empty filter and without
+    ``everything``: it would act on every order or dead job. Nothing was done."""
+
+
+def _check_filtered(action: str, f: SearchFilter, *, dry_run: bool, everything: bool) -> None:
+    """Refuse an action on everything that was not asked for as such.
+
+    Raises:
+        UnfilteredAction: ``f`` sets no field, ``dry_run`` is off and ``everything``
+            is not set.
+    """
+    if dry_run or everything or f.given():
+        return
+    what = "order in flight" if action == Action.CANCEL else "dead step job"
+    raise UnfilteredAction(
+        f"an empty filter matches every {what}: give a filter, or ask for all of them "
+        '(--all in the CLI, "all": true in the API)'
+    )
 
 
 @dataclass
@@ -79,16 +102,21 @@ def cancel_matching(
     *,
     actor: Actor,
     dry_run: bool,
+    everything: bool = False,
     most: int = MOST,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
 ) -> BulkResult:
     """Cancel every placed (or blocked) order ``f`` finds, up to ``most``.
 
+    ``everything`` must be set to act (not a dry run) with an empty filter.
+
     Raises:
+        UnfilteredAction: an empty filter without ``everything`` (nothing written).
         ConcurrencyConflict: the database stayed busy (nothing written).
         sqlalchemy.exc.SQLAlchemyError: the database failed (nothing written).
     """
+    _check_filtered(Action.CANCEL, f, dry_run=dry_run, everything=everything)
     out = BulkResult(Action.CANCEL, dry_run)
     narrowed = _cancellable(f)
     candidates: list[int] = []
@@ -208,17 +236,22 @@ def redrive_matching(
     *,
     actor: Actor,
     dry_run: bool,
+    everything: bool = False,
     most: int = MOST,
     clock: Callable[[], datetime] = utcnow,
 ) -> BulkResult:
     """Redrive the dead step jobs ``f`` finds, up to ``most``; the audit row is written
     right after the queue acted.
 
+    ``everything`` must be set to act (not a dry run) with an empty filter.
+
     Raises:
+        UnfilteredAction: an empty filter without ``everything`` (nothing done).
         QueueConnectionError: Redis unreachable (nothing redriven, nothing recorded).
         QueueDataError: a queue key holds another type (that queue's jobs are left;
             the audit row says so).
     """
+    _check_filtered(Action.REDRIVE, f, dry_run=dry_run, everything=everything)
     out = BulkResult(Action.REDRIVE, dry_run)
     per_step, out.more = dead_jobs(session_factory, queues, f, most)
     failed: list[str] = []

@@ -65,6 +65,14 @@ def search(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="With --cancel / --redrive: only list.")
     ] = False,
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="With --cancel / --redrive and no filter: act on every order in flight / "
+            "every dead job (without it, that is refused).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Find orders (or step jobs, --jobs) by status, customer, step, step state, DLQ
@@ -72,7 +80,8 @@ def search(
 
     Every filter given must hold. A page ends with the cursor of the next one
     (--cursor). --cancel or --redrive acts on everything found (up to 500; --dry-run
-    lists it first) and leaves one row in `orders audit`. Exit 2 for a bad filter.
+    lists it first) and leaves one row in `orders audit`; with no filter it also needs
+    --all. Exit 2 for a bad filter, or an action with no filter and no --all.
     """
     f = _filter(
         {
@@ -90,8 +99,10 @@ def search(
         fail("give --cancel or --redrive, not both", code=2)
     if dry_run and not (cancel or redrive):
         fail("--dry-run goes with --cancel or --redrive", code=2)
+    if everything and not (cancel or redrive):
+        fail("--all goes with --cancel or --redrive", code=2)
     if cancel or redrive:
-        _act(f, cancel=cancel, dry_run=dry_run, as_json=as_json)
+        _act(f, cancel=cancel, dry_run=dry_run, everything=everything, as_json=as_json)
         return
     from orders.domain.search import search_jobs, search_orders
 
@@ -141,11 +152,15 @@ def search(
         say("more: the same search with --cursor {}", page.next_cursor, style="dim")
 
 
-def _act(f: Any, *, cancel: bool, dry_run: bool, as_json: bool) -> None:
-    """Run the bulk action on what ``f`` finds and say what it did."""
+def _act(f: Any, *, cancel: bool, dry_run: bool, everything: bool, as_json: bool) -> None:
+    """Run the bulk action on what ``f`` finds and say what it did (exit 2, before
+    anything is opened, for an action with an empty filter and no ``--all``)."""
     from orders.app.audit import os_actor
-    from orders.app.bulk import cancel_matching, redrive_matching
+    from orders.app.bulk import UnfilteredAction, cancel_matching, redrive_matching
 
+    if not (dry_run or everything or f.given()):
+        what = "cancel every order in flight" if cancel else "redrive every dead job"
+        fail(f"no filter given: this would {what}; give a filter, or --all", code=2)
     app = make_app(uses_redis=not cancel)
     try:
         if cancel:
@@ -155,12 +170,20 @@ def _act(f: Any, *, cancel: bool, dry_run: bool, as_json: bool) -> None:
                 f,
                 actor=os_actor(),
                 dry_run=dry_run,
+                everything=everything,
                 policy=app.publish_policy,
             )
         else:
             result = redrive_matching(
-                app.session_factory, app.queues, f, actor=os_actor(), dry_run=dry_run
+                app.session_factory,
+                app.queues,
+                f,
+                actor=os_actor(),
+                dry_run=dry_run,
+                everything=everything,
             )
+    except UnfilteredAction as exc:
+        fail(str(exc), code=2)
     finally:
         app.close()
     if as_json:

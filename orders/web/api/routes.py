@@ -27,7 +27,7 @@ from orders.app.api_orders import (
     placed_by,
 )
 from orders.app.audit import Action, Actor, recent_actions, record
-from orders.app.bulk import cancel_matching, redrive_matching
+from orders.app.bulk import UnfilteredAction, cancel_matching, redrive_matching
 from orders.app.cancellation import cancel_then_publish
 from orders.app.group_commit import GroupCommit
 from orders.app.step_jobs import step_jobs
@@ -306,16 +306,21 @@ def bulk_cancel(
     request: Request, body: BulkIn, caller: Annotated[Caller, needs(Permission.OPERATE)]
 ) -> dict[str, Any]:
     """Cancel every placed or blocked order the filter finds (at most 500; ``dry_run``,
-    the default, only lists them). One audit row."""
+    the default, only lists them; an empty filter acts only with ``all``). One audit
+    row."""
     app = api_state(request).web.app
-    result = cancel_matching(
-        app.session_factory,
-        app.publisher_if_running,
-        body.filter,
-        actor=actor(request, caller),
-        dry_run=body.dry_run,
-        policy=app.publish_policy,
-    )
+    try:
+        result = cancel_matching(
+            app.session_factory,
+            app.publisher_if_running,
+            body.filter,
+            actor=actor(request, caller),
+            dry_run=body.dry_run,
+            everything=body.all,
+            policy=app.publish_policy,
+        )
+    except UnfilteredAction as exc:
+        raise ApiProblem(422, str(exc), field="filter") from exc
     return result.as_dict()
 
 
@@ -324,15 +329,20 @@ def bulk_redrive(
     request: Request, body: BulkIn, caller: Annotated[Caller, needs(Permission.OPERATE)]
 ) -> dict[str, Any]:
     """Redrive every dead step job the filter finds (at most 500; ``dry_run``, the
-    default, only lists them). One audit row, written right after the queue acted."""
+    default, only lists them; an empty filter acts only with ``all``). One audit row,
+    written right after the queue acted."""
     app = api_state(request).web.app
-    result = redrive_matching(
-        app.session_factory,
-        app.queues,
-        body.filter,
-        actor=actor(request, caller),
-        dry_run=body.dry_run,
-    )
+    try:
+        result = redrive_matching(
+            app.session_factory,
+            app.queues,
+            body.filter,
+            actor=actor(request, caller),
+            dry_run=body.dry_run,
+            everything=body.all,
+        )
+    except UnfilteredAction as exc:
+        raise ApiProblem(422, str(exc), field="filter") from exc
     return result.as_dict()
 
 

@@ -154,6 +154,11 @@ class BulkIn(BaseModel):
 
     filter: SearchFilter = Field(default_factory=SearchFilter)
     dry_run: bool = True
+    all: bool = Field(
+        default=False,
+        description="With an empty filter and dry_run false: act on every order in flight "
+        "(cancel) or every dead job (redrive). Without it that is refused (422).",
+    )
 
 
 class BulkOut(BaseModel):

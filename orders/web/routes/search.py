@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from orders.app.bulk import cancel_matching, redrive_matching
+from orders.app.bulk import UnfilteredAction, cancel_matching, redrive_matching
 from orders.domain.access import Permission
 from orders.domain.search import (
     MAX_ID,
@@ -79,29 +79,42 @@ def search_page(request: Request) -> Response:
 async def bulk(request: Request) -> Response:
     """POST /search/cancel and /search/redrive (form: the filter, ``dry_run``, the CSRF
     token): act on what the filter finds (up to 500) with ``dry_run=0``; without it, or
-    with ``dry_run=1``, only list it."""
+    with ``dry_run=1``, only list it. An empty filter acts only with ``all=1`` (the
+    dry run's page sends it when its own filter was empty); else 400."""
     state = web_state(request)
     form = await request.form()
     caller = state.guard.check_action(request, form, Permission.OPERATE)
     f = parse_filter(form)
     dry_run = flag(form, "dry_run") if "dry_run" in form else True  # acting is asked for
+    everything = flag(form, "all") if "all" in form else False
     app = state.app
     who = web_actor(request, caller)
-    if request.url.path.endswith("/cancel"):
-        result = await run_in_threadpool(
-            lambda: cancel_matching(
-                app.session_factory,
-                lambda: app.publisher,
-                f,
-                actor=who,
-                dry_run=dry_run,
-                policy=app.publish_policy,
+    try:
+        if request.url.path.endswith("/cancel"):
+            result = await run_in_threadpool(
+                lambda: cancel_matching(
+                    app.session_factory,
+                    lambda: app.publisher,
+                    f,
+                    actor=who,
+                    dry_run=dry_run,
+                    everything=everything,
+                    policy=app.publish_policy,
+                )
             )
-        )
-    else:
-        result = await run_in_threadpool(
-            lambda: redrive_matching(app.session_factory, app.queues, f, actor=who, dry_run=dry_run)
-        )
+        else:
+            result = await run_in_threadpool(
+                lambda: redrive_matching(
+                    app.session_factory,
+                    app.queues,
+                    f,
+                    actor=who,
+                    dry_run=dry_run,
+                    everything=everything,
+                )
+            )
+    except UnfilteredAction as exc:
+        raise BadParam(str(exc)) from exc
     return page(request, "bulk.html", {"r": result, "f": f.given()})
 
 
