@@ -173,8 +173,13 @@ def when(value: Any, *, date: bool = True, ms: bool = False) -> str:
     return f"{shown} UTC" if date else shown
 
 
+EPOCH_KEYS = frozenset({"at", "deadline", "queue_time"})
+"""Field names holding a point in time (epoch seconds) that end in none of ``_at``,
+``_deadline``, ``_until`` (``queue_time``: the queue clock at an ``orders explain``)."""
+
+
 def _is_time_key(key: str) -> bool:
-    return key.endswith(("_at", "_deadline", "_until")) or key in ("at", "deadline")
+    return key.endswith(("_at", "_deadline", "_until")) or key in EPOCH_KEYS
 
 
 def _field_value(key: str, value: Any) -> str:
