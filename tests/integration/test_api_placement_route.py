@@ -13,7 +13,9 @@ from typing import Any
 import fastapi.routing
 import pytest
 from api_world import ApiWorld
+from sqlalchemy import func, select
 
+from orders.domain.models import Order
 from orders.web.api import placing
 
 ORDER = {"customer_id": 1, "lines": [{"part_id": 10, "quantity": 2}]}
@@ -99,7 +101,31 @@ CASES: dict[str, Callable[[ApiWorld, str], list[Any]]] = {
     "no token and a malformed key": lambda w, k: [
         post(w, ORDER, role=None, **{"Idempotency-Key": "has space"})
     ],
+    "two keys": lambda w, k: [two_keys(w, k)],
 }
+
+
+def two_keys(world: ApiWorld, key: str) -> Any:
+    """A placement with two ``Idempotency-Key`` headers (each well formed)."""
+    headers = [
+        *world.as_role("placer").items(),
+        ("Content-Type", JSON),
+        ("Idempotency-Key", f"{key}-1"),
+        ("Idempotency-Key", f"{key}-2"),
+    ]
+    return world.client.post("/api/v1/orders", content=json.dumps(ORDER), headers=headers)
+
+
+def test_two_idempotency_keys_are_refused_and_place_nothing(api_world: ApiWorld) -> None:
+    """The first of two headers was taken as the key, silently; the same two keys
+    joined in one header were 422 already."""
+    with api_world.app.session_factory() as session:
+        before = session.scalar(select(func.count()).select_from(Order))
+    reply = two_keys(api_world, "twice")
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["field"] == "Idempotency-Key"
+    with api_world.app.session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Order)) == before
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -175,13 +175,17 @@ async def place(
         the stored first response of the key).
 
     Raises:
-        ApiProblem: 422 a malformed key, a key used with another body, an unknown
-            customer or part; 409 the key is in flight.
+        ApiProblem: 422 a malformed key, more than one key header, a key used with
+            another body, an unknown customer or part; 409 the key is in flight.
         sqlalchemy.exc.SQLAlchemyError, reliable_queue.QueueError: a backing service
             failed (nothing written).
     """
     state = api_state(request)
     app = state.web.app
+    if len(request.headers.getlist("idempotency-key")) > 1:  # which one would be the key?
+        raise ApiProblem(
+            422, "send one Idempotency-Key header, not several", field="Idempotency-Key"
+        )
     key = _key(idempotency_key)
     window = state.web.settings.idempotency_hours * 3600
     if time.monotonic() - state.pruned_at > PRUNE_EVERY_SECONDS:
