@@ -201,14 +201,17 @@ def test_wrong_content_type_huge_body_and_missing_token_are_problems(api_world: 
 
 
 @pytest.mark.parametrize(
-    ("content", "status"),
+    ("content", "status", "why"),
     [
-        (b'{"customer_id": 1, "lines": [', 422),  # malformed JSON
-        (b'{"customer_id": 1, "lines": [], "note": "\xff"}', 400),  # not UTF-8
+        (b'{"customer_id": 1, "lines": [', 422, ""),  # malformed JSON
+        (b'{"customer_id": 1, "lines": [], "note": "\xff"}', 400, "not UTF-8 text"),
+        # valid JSON, deeper than the parser goes: it was called "not UTF-8 text"
+        (b"[" * 5_000 + b"]" * 5_000, 400, "nested too deeply"),  # 10 kB
     ],
+    ids=["malformed", "not UTF-8", "too deep"],
 )
 def test_a_body_that_is_not_json_is_a_problem_naming_the_body_and_writes_nothing(
-    api_world: ApiWorld, content: bytes, status: int
+    api_world: ApiWorld, content: bytes, status: int, why: str
 ) -> None:
     headers = {**api_world.as_role("placer"), "content-type": "application/json"}
     reply = api_world.client.post("/api/v1/orders", content=content, headers=headers)
@@ -217,6 +220,7 @@ def test_a_body_that_is_not_json_is_a_problem_naming_the_body_and_writes_nothing
     assert problem["field"] == "body", problem
     [error] = problem["errors"]
     assert error["field"] == "body" and "not valid JSON" in error["message"], problem
+    assert why in error["message"], problem
     assert problem["detail"] == f"body: {error['message']}", problem
     assert counts(api_world) == (0, 0, 0, 0, 0)
 

@@ -128,15 +128,24 @@ async def _api_problem(request: Request, exc: Exception) -> Response:
     )
 
 
-#: FastAPI's 400 for a body it could not decode (not UTF-8) before parsing it as JSON
+#: FastAPI's 400 for a body it could not read as JSON (not UTF-8, nested too deeply, ...)
 _UNPARSED_BODY = "There was an error parsing the body"
+
+
+def _unparsed_because(cause: BaseException | None) -> str:
+    """Why FastAPI could not read a body (the exception its 400 was raised from)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(cause, RecursionError):
+        return "nested too deeply"
+    return "it could not be read"
 
 
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     status = exc.status_code if exc.status_code in DOCUMENTED else 404
     if status == 400 and exc.detail == _UNPARSED_BODY:
-        message = "not valid JSON: not UTF-8 text"
+        message = f"not valid JSON: {_unparsed_because(exc.__cause__)}"
         errors = [("body", message)]
         return problem(400, f"body: {message}", instance=request.url.path, errors=errors)
     return problem(status, str(exc.detail), instance=request.url.path, headers=exc.headers)
