@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from orders.domain.access import ApiOrder
 from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ALL_STEPS, WORKFLOW_KIND
+from orders.domain.text import DatabaseInput
 from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 BLOCKED = "blocked"
@@ -39,7 +40,7 @@ StepName = Literal[ALL_STEPS]  # type: ignore[valid-type]
 StepState = Literal[StepStatus.ALL]  # type: ignore[valid-type]
 
 
-class SearchFilter(BaseModel):
+class SearchFilter(DatabaseInput):
     """What to find; every field is optional and they all must hold (AND).
 
     Attributes:
@@ -52,6 +53,9 @@ class SearchFilter(BaseModel):
         error: text found in the step's last error (case-insensitive).
         placed_after / placed_before: the order's placement time, ISO 8601 (UTC when
             no zone is given); after is inclusive, before exclusive.
+
+    Text holding a NUL character is refused in every field
+    (:class:`~orders.domain.text.DatabaseInput`): the database cannot take it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,0 +1,126 @@
+"""A search filter the database cannot answer is bad input, refused before any query: text
+holding a NUL (PostgreSQL text cannot hold one; SQLite's LIKE ends the pattern there and
+finds unrelated rows).
+The CLI exits 2, the API answers 422 and the dashboard 400, each naming the field, and a
+bulk action acts on nothing and leaves no audit row. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from api_world import ApiWorld
+from sqlalchemy import func, select
+from typer.testing import CliRunner, Result
+
+from orders.cli.main import app
+from orders.domain.access import OperatorAction
+from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
+from orders.domain.models import Order
+from workflows.models import Workflow
+
+WITH_NUL = ["\x00", "time\x00out"]
+"""Error texts holding a NUL, alone and inside text a step's error does hold."""
+
+
+def orders(env: dict[str, str], *args: str) -> Result:
+    """The CLI in this process: a NUL cannot be passed in a real process's arguments."""
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+@pytest.fixture
+def env(
+    cli_env: dict[str, str], key_prefix: str, redis_url: str, database_url: str
+) -> dict[str, str]:
+    # the tests' Redis and this test's database (the one api_world serves)
+    url = cli_env.get("ORDERS_REDIS_URL") or redis_url
+    return dict(
+        cli_env,
+        ORDERS_QUEUE_PREFIX=key_prefix,
+        ORDERS_REDIS_URL=url,
+        ORDERS_DATABASE_URL=database_url,
+    )
+
+
+@pytest.fixture
+def blocked(api_world: ApiWorld) -> int:
+    """An order blocked on logistics dead-lettered with an error text (cancellable): what
+    a filter that is ignored, rather than refused, finds and acts on."""
+    body = {"customer_id": 2, "lines": [{"part_id": 10, "quantity": 1}]}
+    reply = api_world.client.post("/api/v1/orders", json=body, headers=api_world.as_role("placer"))
+    assert reply.status_code == 201, reply.text
+    order = int(reply.json()["id"])
+    factory = api_world.app.session_factory
+    with factory() as session:
+        workflow = session.scalar(select(Workflow.id).where(Workflow.subject_id == order))
+    assert workflow is not None
+    handle_step(factory, StepRequest(workflow, order, "stock"))
+    assert mark_step_dead(
+        factory, workflow, "logistics", "error", error="TimeoutError: no answer", attempts=5
+    )
+    return order
+
+
+def state(world: ApiWorld, order: int) -> tuple[str, int]:
+    """The order's status and how many audit rows there are."""
+    with world.app.session_factory() as session:
+        status = session.get(Order, order).status
+        rows = session.scalar(select(func.count()).select_from(OperatorAction))
+    return status, int(rows or 0)
+
+
+def refused_422(reply, field: str) -> str:
+    """Assert a 422 problem naming ``field``; return its detail."""
+    assert reply.status_code == 422, reply.text
+    problem = reply.json()
+    assert problem["field"] == field, problem
+    return str(problem["detail"])
+
+
+@pytest.mark.parametrize("text", WITH_NUL)
+def test_the_api_refuses_error_text_with_a_nul_and_acts_on_nothing(
+    api_world: ApiWorld, blocked: int, text: str
+) -> None:
+    client, operator = api_world.client, api_world.as_role("operator")
+    before = state(api_world, blocked)
+    assert before[0] == "placed"
+    for path in ("/api/v1/orders", "/api/v1/jobs"):
+        reply = client.get(path, params={"error": text}, headers=operator)
+        detail = refused_422(reply, "error")
+        assert "\x00" not in reply.text and "\\u0000" not in reply.text and "NUL" in detail
+    for action in ("cancel", "redrive"):
+        body = {"filter": {"error": text}, "dry_run": False}
+        reply = client.post(f"/api/v1/actions/{action}", json=body, headers=operator)
+        refused_422(reply, "filter.error")
+    assert state(api_world, blocked) == before  # not cancelled, no audit row
+
+
+@pytest.mark.parametrize("text", WITH_NUL)
+def test_the_cli_refuses_error_text_with_a_nul_with_exit_2(
+    api_world: ApiWorld, blocked: int, env: dict[str, str], text: str
+) -> None:
+    before = state(api_world, blocked)
+    for extra in ((), ("--jobs",), ("--cancel",), ("--redrive",)):
+        result = orders(env, "search", "--error", text, *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert "--error" in result.output and text not in result.output
+    assert state(api_world, blocked) == before
+
+
+def test_the_dashboard_refuses_a_nul_in_error_text(api_world: ApiWorld, blocked: int) -> None:
+    client = api_world.client
+    before = state(api_world, blocked)
+    found = client.get("/search", params={"error": "\x00", "kind": "jobs"})
+    assert found.status_code == 400 and "error" in found.text and "NUL" in found.text
+    token = api_world.as_role("operator")["Authorization"].removeprefix("Bearer ")
+    signed_in = client.post(
+        "/login", data={"token": token, "next": "/search"}, follow_redirects=False
+    )
+    assert signed_in.status_code == 303, signed_in.text
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/search").text)
+    assert csrf
+    form = {"error": "\x00", "dry_run": "0", "csrf": csrf.group(1)}
+    for action in ("cancel", "redrive"):
+        acted = client.post(f"/search/{action}", data=form)
+        assert acted.status_code == 400 and "NUL" in acted.text
+    assert state(api_world, blocked) == before
