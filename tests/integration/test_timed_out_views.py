@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import threading
@@ -45,20 +46,22 @@ def env(cli_env: dict[str, str], key_prefix: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def timed_out(env: dict[str, str], key_prefix: str) -> Iterator[tuple[App, str]]:
-    """A stock job whose first run hung past its time limit (the retry waits a minute)."""
+def hang_once(env: dict[str, str], key_prefix: str, max_attempts: int) -> tuple[App, str]:
+    """A stock job run by a real worker that hung past its time limit once: retried (the
+    retry waits a minute) or, at its last attempt, dead-lettered. The caller closes the app.
+    """
     app = app_for(env)
     unblock = threading.Event()
     registry = TaskRegistry()
-    policy = RetryPolicy(max_attempts=3, base_delay=60.0, jitter=False, time_limit=LIMIT)
+    policy = RetryPolicy(max_attempts=max_attempts, base_delay=60.0, jitter=False, time_limit=LIMIT)
 
     @registry.task("orders.stock", retry=policy)
     def hang(payload: dict, ctx: JobContext) -> None:
         unblock.wait(30)
 
     queue = app.queues["stock"]
-    job_id = queue.enqueue("orders.stock", {"workflow_id": 1, "order_id": 1, "step": "stock"})
+    payload = {"workflow_id": 1, "order_id": 1, "step": "stock"}
+    job_id = queue.enqueue("orders.stock", payload, max_attempts=max_attempts)
     worker = Worker(
         app.redis,
         [queue.name],
@@ -73,7 +76,26 @@ def timed_out(env: dict[str, str], key_prefix: str) -> Iterator[tuple[App, str]]
     finally:
         unblock.set()
         worker.join(5)
+    return app, job_id
+
+
+@pytest.fixture
+def timed_out(env: dict[str, str], key_prefix: str) -> Iterator[tuple[App, str]]:
+    """A stock job whose first run hung past its time limit (the retry waits a minute)."""
+    app, job_id = hang_once(env, key_prefix, max_attempts=3)
     try:
+        yield app, job_id
+    finally:
+        app.close()
+
+
+@pytest.fixture
+def dead_timed_out(env: dict[str, str], key_prefix: str) -> Iterator[tuple[App, str]]:
+    """A stock job whose only attempt hung past its time limit: dead-lettered as
+    ``timed_out``."""
+    app, job_id = hang_once(env, key_prefix, max_attempts=1)
+    try:
+        wait_for(lambda: app.queues["stock"].dead_letters.show(job_id) is not None)
         yield app, job_id
     finally:
         app.close()
@@ -118,4 +140,35 @@ def test_the_dashboard_shows_a_timed_out_attempt(
         wait_for(overview)
         metrics = client.get("/metrics").text
         line = r'orderflow_jobs_timed_out_total\{queue="stock",task="orders.stock"\} 1\.0'
+        assert re.search(line, metrics), metrics
+
+
+def test_timed_out_is_a_dead_letter_reason_every_filter_takes(
+    env: dict[str, str], dead_timed_out: tuple[App, str], tmp_path: Path
+) -> None:
+    """Regression: the worker dead-letters a run that timed out at its last attempt as
+    ``timed_out``, but the list of reasons lacked it: ``orders dlq list --reason
+    timed_out`` exited 2, the dashboard's DLQ filter answered 400 and /metrics counted
+    the letter under ``unknown``."""
+    app, job_id = dead_timed_out
+    assert app.queues["stock"].dead_letters.show(job_id).reason == "timed_out"
+    listed = subprocess.run(
+        [*orders_command(), "dlq", "list", "--reason", "timed_out", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [letter["job_id"] for letter in json.loads(listed.stdout)] == [job_id]
+    web = create_app(app, WebSettings(token=None, sample_seconds=0.2), multiproc=tmp_path / "m")
+    with TestClient(web, base_url="http://127.0.0.1:8080", client=("127.0.0.1", 50000)) as client:
+        page = client.get("/dlq", params={"reason": "timed_out"})
+        assert page.status_code == 200, page.text
+        assert job_id[:8] in page.text
+        metrics = client.get("/metrics").text
+        line = (
+            r'orderflow_jobs_dead_lettered_total\{queue="stock",reason="timed_out",'
+            r'task="orders.stock"\} 1\.0'
+        )
         assert re.search(line, metrics), metrics

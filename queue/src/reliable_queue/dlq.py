@@ -30,8 +30,9 @@ class DeadLetter:
     Attributes:
         job_id / queue: identity.
         dead_at: when it was dead-lettered, epoch seconds (Redis clock).
-        reason: ``error``, ``retries_exhausted``, ``worker_lost``, ``invalid_payload``,
-            ``unknown_task`` (or ``?`` when its failure info is gone).
+        reason: one of :data:`~reliable_queue.queue.DEAD_REASONS` (``error``,
+            ``retries_exhausted``, ``worker_lost``, ``timed_out``, ...), or ``?`` when
+            its failure info is gone.
         task / payload: from the record; None (and ``record_missing``) when the record
             is gone or unreadable (``raw_record`` then holds the bytes as text).
         attempts: deliveries made.

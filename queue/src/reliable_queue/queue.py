@@ -68,6 +68,7 @@ DEAD_REASONS = (
     "error",
     "retries_exhausted",
     "worker_lost",
+    "timed_out",  # the last attempt ran past its time limit (the worker's own settle)
     "invalid_payload",
     "invalid_record",
     "unknown_task",
