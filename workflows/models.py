@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from reliable_queue import DEAD_REASONS
 from reliable_queue.trace_context import MAX_TRACESTATE_CHARS, TRACEPARENT_CHARS
 from workflows.columns import UTCDateTime
 
@@ -63,6 +64,12 @@ class StepStatus:
     ALL = (WAITING, PENDING, DISPATCHED, FAILED, DONE, SKIPPED, DEAD, UNPUBLISHABLE)
     FINAL = (DONE, SKIPPED)
     """States in which a step is finished for good: its workflow may complete."""
+
+
+DEAD_OUTCOMES: tuple[str, ...] = DEAD_REASONS
+"""The ``workflow_steps.outcome`` of a ``dead`` step: the reason its job was dead-lettered,
+one of the queue's :data:`reliable_queue.DEAD_REASONS` (the same tuple, not a copy), for
+the layers that know no queue (a foreign writer's other reason is kept as it came)."""
 
 
 class Workflow(Base):

@@ -11,6 +11,7 @@ import typer
 from orders.cli.context import emit_json, fail, handle_errors, make_app
 from orders.cli.render import console, fitted_table, say, when
 from orders.domain.search import MAX_ID
+from workflows.models import DEAD_OUTCOMES
 
 _STATUS = "placed, completed, out_of_stock, cancelled or blocked"
 
@@ -41,7 +42,8 @@ def search(
         str | None, typer.Option(help="That step's state: pending, dispatched, done, dead, ...")
     ] = None,
     dlq_reason: Annotated[
-        str | None, typer.Option(help="A step dead-lettered for this reason (error, ...).")
+        str | None,
+        typer.Option(help=f"A step dead-lettered for this reason: {', '.join(DEAD_OUTCOMES)}."),
     ] = None,
     error: Annotated[
         str | None, typer.Option(help="Text in a step's last error (any case).")

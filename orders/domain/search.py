@@ -23,7 +23,7 @@ from orders.domain.access import ApiOrder
 from orders.domain.models import Order, OrderStatus
 from orders.domain.steps import ALL_STEPS, WORKFLOW_KIND
 from orders.domain.text import DatabaseInput
-from workflows.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from workflows.models import DEAD_OUTCOMES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 
 BLOCKED = "blocked"
 """Pseudo order status: the order's workflow is blocked by a dead step (wins over placed)."""
@@ -38,6 +38,8 @@ not sent to the database)."""
 OrderState = Literal["placed", "completed", "out_of_stock", "cancelled", "blocked"]
 StepName = Literal[ALL_STEPS]  # type: ignore[valid-type]
 StepState = Literal[StepStatus.ALL]  # type: ignore[valid-type]
+DlqReason = Literal[DEAD_OUTCOMES]  # type: ignore[valid-type]
+"""The reasons a dead letter carries: those ``orders dlq list --reason`` takes."""
 
 
 class SearchFilter(DatabaseInput):
@@ -48,8 +50,9 @@ class SearchFilter(DatabaseInput):
         customer_id: the order's customer.
         step / step_state: an order with a step of that name / in that state (a job:
             that step / state).
-        dlq_reason: a step dead-lettered for that reason (``error``,
-            ``retries_exhausted``, ``timed_out``, ...).
+        dlq_reason: a step dead-lettered for that reason, one of the queue's dead-letter
+            reasons (:data:`DlqReason`: ``error``, ``retries_exhausted``, ``timed_out``,
+            ...); another is refused, its message naming them.
         error: text found in the step's last error (case-insensitive).
         placed_after / placed_before: the order's placement time, ISO 8601 (UTC when
             no zone is given); after is inclusive, before exclusive.
@@ -64,7 +67,7 @@ class SearchFilter(DatabaseInput):
     customer_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     step: StepName | None = None
     step_state: StepState | None = None
-    dlq_reason: str | None = Field(default=None, pattern=r"^[a-z_]{1,50}$")
+    dlq_reason: DlqReason | None = None
     error: str | None = Field(default=None, min_length=1, max_length=200)
     placed_after: datetime | None = None
     placed_before: datetime | None = None

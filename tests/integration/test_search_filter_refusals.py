@@ -1,11 +1,12 @@
 """A search filter the database cannot answer is bad input, refused before any query: text
 holding a NUL (PostgreSQL text cannot hold one; SQLite's LIKE ends the pattern there and
-finds unrelated rows).
+finds unrelated rows) and a DLQ reason no dead letter carries.
 The CLI exits 2, the API answers 422 and the dashboard 400, each naming the field, and a
 bulk action acts on nothing and leaves no audit row. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -17,6 +18,7 @@ from orders.cli.main import app
 from orders.domain.access import OperatorAction
 from orders.domain.handlers import StepRequest, handle_step, mark_step_dead
 from orders.domain.models import Order
+from reliable_queue import DEAD_REASONS
 from workflows.models import Workflow
 
 WITH_NUL = ["\x00", "time\x00out"]
@@ -124,3 +126,46 @@ def test_the_dashboard_refuses_a_nul_in_error_text(api_world: ApiWorld, blocked:
         acted = client.post(f"/search/{action}", data=form)
         assert acted.status_code == 400 and "NUL" in acted.text
     assert state(api_world, blocked) == before
+
+
+def test_an_unknown_dlq_reason_is_refused_naming_the_reasons(
+    api_world: ApiWorld, blocked: int, env: dict[str, str]
+) -> None:
+    client, operator = api_world.client, api_world.as_role("operator")
+    before = state(api_world, blocked)
+    for path in ("/api/v1/orders", "/api/v1/jobs"):
+        reply = client.get(path, params={"dlq_reason": "bogus"}, headers=operator)
+        detail = refused_422(reply, "dlq_reason")
+        assert all(reason in detail for reason in DEAD_REASONS), detail
+    for action in ("cancel", "redrive"):
+        body = {"filter": {"dlq_reason": "bogus"}, "dry_run": False}
+        reply = client.post(f"/api/v1/actions/{action}", json=body, headers=operator)
+        refused_422(reply, "filter.dlq_reason")
+    page = client.get("/search", params={"dlq_reason": "bogus"})
+    assert page.status_code == 400 and "dlq_reason" in page.text
+    for extra in ((), ("--jobs",), ("--cancel",), ("--redrive", "--dry-run")):
+        result = orders(env, "search", "--dlq-reason", "bogus", *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert "--dlq-reason" in result.output
+        assert all(reason in result.output for reason in DEAD_REASONS), result.output
+    assert state(api_world, blocked) == before
+
+
+def test_every_dlq_reason_a_dead_letter_carries_is_a_filter(
+    api_world: ApiWorld, blocked: int, env: dict[str, str]
+) -> None:
+    operator = api_world.as_role("operator")
+    for reason in DEAD_REASONS:
+        reply = api_world.client.get(
+            "/api/v1/orders", params={"dlq_reason": reason}, headers=operator
+        )
+        assert reply.status_code == 200, reply.text
+        found = [item["id"] for item in reply.json()["items"]]
+        assert found == ([blocked] if reason == "error" else [])
+    page = api_world.client.get("/search", params={"dlq_reason": "error"})
+    assert page.status_code == 200 and f'href="/orders/{blocked}"' in page.text
+    assert "<option selected>error</option>" in page.text  # the form offers the reasons
+    assert all(f"<option >{r}</option>" in page.text for r in DEAD_REASONS if r != "error")
+    result = orders(env, "search", "--dlq-reason", "error", "--json")
+    assert result.exit_code == 0, result.output
+    assert [item["order_id"] for item in json.loads(result.stdout)["items"]] == [blocked]

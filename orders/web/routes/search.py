@@ -28,7 +28,7 @@ from orders.web.audited import web_actor
 from orders.web.params import BadParam, flag, integer, one_of
 from orders.web.render import page
 from orders.web.state import web_state
-from workflows.models import StepStatus
+from workflows.models import DEAD_OUTCOMES, StepStatus
 
 FIELDS = tuple(SearchFilter.model_fields)
 
@@ -72,6 +72,7 @@ def search_page(request: Request) -> Response:
             "order_states": ORDER_STATES,
             "step_names": ALL_STEPS,
             "step_states": StepStatus.ALL,
+            "dlq_reasons": DEAD_OUTCOMES,
         },
     )
 
