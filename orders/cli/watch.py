@@ -160,7 +160,8 @@ def watch(
     Workers: the 8 heard of last, with lanes busy / idle / abandoned and what the busy
     ones run; one that died reads as gone within one heartbeat interval.
 
-    Ctrl-C exits (status 130).
+    Ctrl-C exits (status 130). Not on a terminal (piped, redirected), each view is
+    printed below the last.
 
     Handler times come from the worker processes of this data dir (their metrics
     folder); the rest from Redis and the database.
@@ -179,6 +180,11 @@ def watch(
             stop.wait(interval)
             console.print(render(view.look()))
             return
+        if not console.is_terminal:  # piped or redirected: a live view would draw nothing
+            while True:  # one view after another, until SIGTERM or Ctrl-C
+                console.print(render(view.look()))
+                if stop.wait(interval):
+                    return
         first = render(view.look(), live=True)
         with Live(first, console=console, refresh_per_second=4) as live:
             while not stop.wait(interval):

@@ -98,3 +98,33 @@ def test_watch_live_exits_130_cleanly_on_ctrl_c(env: dict[str, str], tmp_path: P
         os.close(master)
     assert code == 130, seen[-2000:]  # the convention for an interrupted command
     assert b"Traceback" not in seen and b"Aborted" not in seen
+
+
+def test_watch_not_on_a_terminal_prints_one_view_after_another(env: dict[str, str]) -> None:
+    """Piped, the live view drew nothing at all until it was stopped; each view is now
+    printed in turn, and SIGTERM ends it with status 0."""
+    with subprocess.Popen(
+        [*orders_command(), "watch", "--interval", "0.3"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            seen = b""
+            deadline = time.monotonic() + 60
+            while seen.count(b"newest dead letters") < 2 and time.monotonic() < deadline:
+                ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+                if ready:
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    if not chunk:
+                        break
+                    seen += chunk
+            assert seen.count(b"newest dead letters") >= 2, seen[-2000:]
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
