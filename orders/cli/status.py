@@ -88,6 +88,22 @@ def _one(app: App, order_id: int, as_json: bool) -> None:
     warn(f"{step}: its job id is unreadable: {problem}" for step, problem in jobs.problems.items())
 
 
+def _dead_without_letters(
+    steps_by_state: dict[str, dict[str, int]], queues: dict[str, dict[str, Any]]
+) -> dict[str, int]:
+    """Step -> how many more of its steps the database holds dead than its DLQ holds
+    letters (only the steps where it holds more): at least that many dead steps can no
+    longer be redriven from the DLQ. A lower bound: a letter whose step is not yet marked
+    dead (the reconcile runs every few seconds) hides one that is gone."""
+    out: dict[str, int] = {}
+    for step in ALL_STEPS:
+        dead = steps_by_state.get(step, {}).get("dead", 0)
+        letters = int(queues.get(step, {}).get("dead", 0) or 0)
+        if dead > letters:
+            out[step] = dead - letters
+    return out
+
+
 def _steps_table(
     title: str,
     caption: str,
@@ -201,6 +217,15 @@ def _overview(app: App, as_json: bool) -> None:
         console.print(
             "attempts past their time limit (timed_out): "
             + ", ".join(f"{step} {n}" for step, n in timed_out.items() if n),
+            highlight=False,
+        )
+    lettered = _dead_without_letters(t.steps_by_state, queues)
+    if lettered:
+        console.print(
+            "[bold red]dead steps without a dead letter in Redis[/] (lost with Redis, or "
+            "dropped by the DLQ's bounds): "
+            + ", ".join(f"{step} {n}" for step, n in lettered.items())
+            + " — `orders outbox retry --all` runs them again under their idempotency keys",
             highlight=False,
         )
     unpublishable = sum(st.get("unpublishable", 0) for st in t.steps_by_state.values())
