@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +17,7 @@ from orders.app.audit import Action, record_now
 from orders.app.tokens import Caller
 from orders.domain.access import Permission
 from orders.domain.steps import ALL_STEPS
+from orders.web.api.content import json_if_any
 from orders.web.api.problems import ApiProblem, responses
 from orders.web.api.routes import actor, api_state, needs
 from reliable_queue import Queue, QueueLimitError, stats
@@ -201,6 +202,7 @@ async def pause_queue(
     request: Request,
     step: StepName,
     caller: Annotated[Caller, needs(Permission.OPERATE)],
+    _json: Annotated[None, Depends(json_if_any)],
     body: Annotated[PauseIn | None, Body()] = None,
 ) -> dict[str, Any]:
     """Pause the queue (as ``orders queue pause``): from the answer on no worker starts a
@@ -234,6 +236,7 @@ async def limit_queue(
     step: StepName,
     body: LimitIn,
     caller: Annotated[Caller, needs(Permission.OPERATE)],
+    _json: Annotated[None, Depends(json_if_any)],
 ) -> dict[str, Any]:
     """Set, change (``{"limit": "200/s"}``) or remove (``{"clear": true}``) the queue's
     rate limit (as ``orders queue limit``); it applies from the next fetch. A limit that
@@ -260,6 +263,7 @@ async def cap_queue(
     step: StepName,
     body: CapIn,
     caller: Annotated[Caller, needs(Permission.OPERATE)],
+    _json: Annotated[None, Depends(json_if_any)],
 ) -> dict[str, Any]:
     """Set, change (``{"cap": 2}``) or remove (``{"clear": true}``) the per-customer cap
     (as ``orders queue cap``); it applies from the next fetch. One audit row."""

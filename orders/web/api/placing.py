@@ -35,6 +35,7 @@ from orders.app.api_orders import (
 )
 from orders.app.tokens import Caller
 from orders.domain.access import Permission
+from orders.web.api.content import require_json
 from orders.web.api.problems import ApiProblem, responses
 from orders.web.api.routes import api_state, authorize, bearer, needs
 from orders.web.api.schemas import OrderIn, OrderOut
@@ -45,12 +46,12 @@ KEY = re.compile(r'^"?([\x21\x23-\x7e]{1,255})"?$')
 structured-header string)."""
 MAX_KEY_HEADER = 257
 """Characters of the ``Idempotency-Key`` header the declared route accepts (a quoted key)."""
-JSON_TYPES = ("application/json",)
 PLAIN_JSON = frozenset(
     {"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"}
 )
-"""``Content-Type`` values (lower case) that FastAPI parses as JSON and :func:`require_json`
-accepts: only these take :class:`PlacementRoute`'s short way."""
+"""``Content-Type`` values (lower case) that FastAPI parses as JSON and
+:func:`~orders.web.api.content.require_json` accepts: only these take
+:class:`PlacementRoute`'s short way."""
 PRUNE_EVERY_SECONDS = 60.0
 PERMISSION = Permission.PLACE
 """What the caller's role must allow, on either way."""
@@ -72,13 +73,6 @@ def _key(raw: str | None) -> str | None:
             field="Idempotency-Key",
         )
     return match.group(1)
-
-
-async def require_json(request: Request) -> None:
-    """Refuse a body that is not ``application/json`` (415), before it is parsed."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type not in JSON_TYPES:
-        raise ApiProblem(415, "send the order as application/json", field="Content-Type")
 
 
 class PlacementRoute(APIRoute):

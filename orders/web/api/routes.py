@@ -38,6 +38,7 @@ from orders.domain.errors import OrderNotCancellable, OrderNotFound
 from orders.domain.queries import OrderView, StepView, order_status
 from orders.domain.search import MAX_PAGE, SearchFilter, search_jobs, search_orders
 from orders.web.api.auth import Authenticator
+from orders.web.api.content import json_if_any
 from orders.web.api.problems import ApiProblem, responses
 from orders.web.api.schemas import (
     MAX_ID,
@@ -303,7 +304,10 @@ def list_jobs(
 
 @router.post("/actions/cancel", response_model=BulkOut, summary="Cancel what a filter finds")
 def bulk_cancel(
-    request: Request, body: BulkIn, caller: Annotated[Caller, needs(Permission.OPERATE)]
+    request: Request,
+    body: BulkIn,
+    caller: Annotated[Caller, needs(Permission.OPERATE)],
+    _json: Annotated[None, Depends(json_if_any)],
 ) -> dict[str, Any]:
     """Cancel every placed or blocked order the filter finds (at most 500; ``dry_run``,
     the default, only lists them; an empty filter acts only with ``all``). One audit
@@ -326,7 +330,10 @@ def bulk_cancel(
 
 @router.post("/actions/redrive", response_model=BulkOut, summary="Redrive what a filter finds")
 def bulk_redrive(
-    request: Request, body: BulkIn, caller: Annotated[Caller, needs(Permission.OPERATE)]
+    request: Request,
+    body: BulkIn,
+    caller: Annotated[Caller, needs(Permission.OPERATE)],
+    _json: Annotated[None, Depends(json_if_any)],
 ) -> dict[str, Any]:
     """Redrive every dead step job the filter finds (at most 500; ``dry_run``, the
     default, only lists them; an empty filter acts only with ``all``). One audit row,
