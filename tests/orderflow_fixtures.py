@@ -196,6 +196,22 @@ def cli_env(data_dir: Path, request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 @pytest.fixture
+def cli_env_on_test_db(
+    cli_env: dict[str, str], key_prefix: str, redis_url: str, database_url: str
+) -> dict[str, str]:
+    """:func:`cli_env` pointed at the test's own services: the tests' Redis under the
+    test's :func:`key_prefix`, and the test's database (the one ``session_factory``,
+    ``catalog`` and ``api_world`` use), for a CLI run in this process (``CliRunner``)
+    that must see what the test wrote."""
+    return dict(
+        cli_env,
+        ORDERS_QUEUE_PREFIX=key_prefix,
+        ORDERS_REDIS_URL=cli_env.get("ORDERS_REDIS_URL") or redis_url,
+        ORDERS_DATABASE_URL=database_url,
+    )
+
+
+@pytest.fixture
 def embedded_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
     """A private, running :class:`EmbeddedRedis` (``appendfsync="always"``) for one test.
 

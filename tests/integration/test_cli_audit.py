@@ -20,17 +20,8 @@ def orders(env: dict[str, str], *args: str) -> Result:
 
 
 @pytest.fixture
-def env(
-    cli_env: dict[str, str], key_prefix: str, redis_url: str, database_url: str
-) -> dict[str, str]:
-    # the tests' Redis and this test's database (the one the catalog fixture fills)
-    url = cli_env.get("ORDERS_REDIS_URL") or redis_url
-    return dict(
-        cli_env,
-        ORDERS_QUEUE_PREFIX=key_prefix,
-        ORDERS_REDIS_URL=url,
-        ORDERS_DATABASE_URL=database_url,
-    )
+def env(cli_env_on_test_db: dict[str, str]) -> dict[str, str]:
+    return cli_env_on_test_db
 
 
 def test_each_operator_verb_leaves_one_audit_row(

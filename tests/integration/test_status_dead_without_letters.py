@@ -18,17 +18,8 @@ from workflows.uow import UnitOfWork
 
 
 @pytest.fixture
-def env(
-    cli_env: dict[str, str], key_prefix: str, redis_url: str, database_url: str
-) -> dict[str, str]:
-    url = cli_env.get("ORDERS_REDIS_URL") or redis_url
-    return dict(
-        cli_env,
-        ORDERS_QUEUE_PREFIX=key_prefix,
-        ORDERS_REDIS_URL=url,
-        ORDERS_DATABASE_URL=database_url,
-        COLUMNS="200",
-    )
+def env(cli_env_on_test_db: dict[str, str]) -> dict[str, str]:
+    return dict(cli_env_on_test_db, COLUMNS="200")
 
 
 def test_status_names_dead_steps_whose_letters_are_gone(
