@@ -39,8 +39,15 @@ class UnfilteredAction(ValueError):
     ``everything``: it would act on every order or dead job. Nothing was done."""
 
 
-def _check_filtered(action: str, f: SearchFilter, *, dry_run: bool, everything: bool) -> None:
-    """Refuse an action on everything that was not asked for as such.
+def check_filtered(action: str, f: SearchFilter, *, dry_run: bool, everything: bool) -> None:
+    """Refuse an action on everything that was not asked for as such (the bulk actions
+    call it first; a caller may call it before it opens anything).
+
+    Args:
+        action: ``Action.CANCEL`` or ``Action.REDRIVE``.
+        f: the filter.
+        dry_run: only listing (always allowed).
+        everything: the caller asked for every order / dead job.
 
     Raises:
         UnfilteredAction: ``f`` sets no field, ``dry_run`` is off and ``everything``
@@ -116,7 +123,7 @@ def cancel_matching(
         ConcurrencyConflict: the database stayed busy (nothing written).
         sqlalchemy.exc.SQLAlchemyError: the database failed (nothing written).
     """
-    _check_filtered(Action.CANCEL, f, dry_run=dry_run, everything=everything)
+    check_filtered(Action.CANCEL, f, dry_run=dry_run, everything=everything)
     out = BulkResult(Action.CANCEL, dry_run)
     narrowed = _cancellable(f)
     candidates: list[int] = []
@@ -251,7 +258,7 @@ def redrive_matching(
         QueueDataError: a queue key holds another type (that queue's jobs are left;
             the audit row says so).
     """
-    _check_filtered(Action.REDRIVE, f, dry_run=dry_run, everything=everything)
+    check_filtered(Action.REDRIVE, f, dry_run=dry_run, everything=everything)
     out = BulkResult(Action.REDRIVE, dry_run)
     per_step, out.more = dead_jobs(session_factory, queues, f, most)
     failed: list[str] = []

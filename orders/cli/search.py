@@ -157,12 +157,14 @@ def search(
 def _act(f: Any, *, cancel: bool, dry_run: bool, everything: bool, as_json: bool) -> None:
     """Run the bulk action on what ``f`` finds and say what it did (exit 2, before
     anything is opened, for an action with an empty filter and no ``--all``)."""
-    from orders.app.audit import os_actor
-    from orders.app.bulk import UnfilteredAction, cancel_matching, redrive_matching
+    from orders.app.audit import Action, os_actor
+    from orders.app.bulk import UnfilteredAction, cancel_matching, check_filtered, redrive_matching
 
-    if not (dry_run or everything or f.given()):
-        what = "cancel every order in flight" if cancel else "redrive every dead job"
-        fail(f"no filter given: this would {what}; give a filter, or --all", code=2)
+    try:
+        action = Action.CANCEL if cancel else Action.REDRIVE
+        check_filtered(action, f, dry_run=dry_run, everything=everything)
+    except UnfilteredAction as exc:
+        fail(f"no filter given: {exc}", code=2)
     app = make_app(uses_redis=not cancel)
     try:
         if cancel:
@@ -184,8 +186,6 @@ def _act(f: Any, *, cancel: bool, dry_run: bool, everything: bool, as_json: bool
                 dry_run=dry_run,
                 everything=everything,
             )
-    except UnfilteredAction as exc:
-        fail(str(exc), code=2)
     finally:
         app.close()
     if as_json:
