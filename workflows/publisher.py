@@ -15,22 +15,16 @@ from workflows.messages import StepMessage
 def _request(message: StepMessage) -> EnqueueRequest:
     """The enqueue of one message: its trace context, and its priority and fairness key
     when it has them (a priority or key the queue refuses is a refusal of this message).
-    Built in one go: a ``dataclasses.replace`` of a first request cost as much again."""
-    if message.priority is None:
-        return EnqueueRequest(
-            message.task,
-            message.payload,
-            idempotency_key=message.idempotency_key,
-            fairness_key=message.fairness_key,
-            trace_context=message.trace_context,
-        )
+    Built in one go: a ``dataclasses.replace`` of a first request cost as much again. A
+    message without a priority leaves the request's own default."""
+    priority = {} if message.priority is None else {"priority": message.priority}
     return EnqueueRequest(
         message.task,
         message.payload,
         idempotency_key=message.idempotency_key,
-        priority=message.priority,
         fairness_key=message.fairness_key,
         trace_context=message.trace_context,
+        **priority,
     )
 
 
