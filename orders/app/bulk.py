@@ -13,7 +13,7 @@ docs/adr/0041-search-answers-from-the-database.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -39,7 +39,14 @@ class UnfilteredAction(ValueError):
     ``everything``: it would act on every order or dead job. Nothing was done."""
 
 
-def check_filtered(action: str, f: SearchFilter, *, dry_run: bool, everything: bool) -> None:
+def check_filtered(
+    action: str,
+    f: SearchFilter,
+    *,
+    dry_run: bool,
+    everything: bool,
+    only: Collection[object] | None = None,
+) -> None:
     """Refuse an action on everything that was not asked for as such (the bulk actions
     call it first; a caller may call it before it opens anything).
 
@@ -48,12 +55,13 @@ def check_filtered(action: str, f: SearchFilter, *, dry_run: bool, everything: b
         f: the filter.
         dry_run: only listing (always allowed).
         everything: the caller asked for every order / dead job.
+        only: the ids the action is limited to (a confirmed dry run's), or None.
 
     Raises:
         UnfilteredAction: ``f`` sets no field, ``dry_run`` is off and ``everything``
             is not set.
     """
-    if dry_run or everything or f.given():
+    if dry_run or everything or f.given() or only is not None:
         return
     what = "order in flight" if action == Action.CANCEL else "dead step job"
     raise UnfilteredAction(
@@ -110,31 +118,39 @@ def cancel_matching(
     actor: Actor,
     dry_run: bool,
     everything: bool = False,
+    only: Collection[int] | None = None,
     most: int = MOST,
     clock: Callable[[], datetime] = utcnow,
     policy: PublishPolicy | None = None,
 ) -> BulkResult:
     """Cancel every placed (or blocked) order ``f`` finds, up to ``most``.
 
-    ``everything`` must be set to act (not a dry run) with an empty filter.
+    ``everything`` must be set to act (not a dry run) with an empty filter. ``only``
+    limits the action to those order ids (the ones a dry run listed, confirmed): an
+    order placed since that matches the filter is left alone.
 
     Raises:
         UnfilteredAction: an empty filter without ``everything`` (nothing written).
         ConcurrencyConflict: the database stayed busy (nothing written).
         sqlalchemy.exc.SQLAlchemyError: the database failed (nothing written).
     """
-    check_filtered(Action.CANCEL, f, dry_run=dry_run, everything=everything)
+    check_filtered(Action.CANCEL, f, dry_run=dry_run, everything=everything, only=only)
     out = BulkResult(Action.CANCEL, dry_run)
     narrowed = _cancellable(f)
+    listed = None if only is None else set(only)
     candidates: list[int] = []
-    if narrowed is not None:
+    if narrowed is not None and listed != set():
         with UnitOfWork(session_factory) as uow:
             cursor = None
-            while len(candidates) <= most:
+            while len(candidates) <= most:  # bounded: pages of the matching orders
                 page = search_orders(uow.session, narrowed, limit=200, cursor=cursor)
-                candidates += [h.order_id for h in page.items if h.status in ("placed", BLOCKED)]
+                candidates += [
+                    h.order_id
+                    for h in page.items
+                    if h.status in ("placed", BLOCKED) and (listed is None or h.order_id in listed)
+                ]
                 cursor = page.next_cursor
-                if cursor is None:
+                if cursor is None or (listed is not None and len(candidates) == len(listed)):
                     break
     out.more = len(candidates) > most
     candidates = candidates[:most]
@@ -244,13 +260,15 @@ def redrive_matching(
     actor: Actor,
     dry_run: bool,
     everything: bool = False,
+    only: Collection[str] | None = None,
     most: int = MOST,
     clock: Callable[[], datetime] = utcnow,
 ) -> BulkResult:
     """Redrive the dead step jobs ``f`` finds, up to ``most``; the audit row is written
     right after the queue acted.
 
-    ``everything`` must be set to act (not a dry run) with an empty filter.
+    ``everything`` must be set to act (not a dry run) with an empty filter. ``only``
+    limits the action to those job ids (the ones a dry run listed, confirmed).
 
     Raises:
         UnfilteredAction: an empty filter without ``everything`` (nothing done).
@@ -258,9 +276,13 @@ def redrive_matching(
         QueueDataError: a queue key holds another type (that queue's jobs are left;
             the audit row says so).
     """
-    check_filtered(Action.REDRIVE, f, dry_run=dry_run, everything=everything)
+    check_filtered(Action.REDRIVE, f, dry_run=dry_run, everything=everything, only=only)
     out = BulkResult(Action.REDRIVE, dry_run)
     per_step, out.more = dead_jobs(session_factory, queues, f, most)
+    if only is not None:
+        listed = set(only)
+        per_step = {s: [i for i in ids if i in listed] for s, ids in per_step.items()}
+        per_step = {s: ids for s, ids in per_step.items() if ids}
     failed: list[str] = []
     for step, ids in per_step.items():
         try:

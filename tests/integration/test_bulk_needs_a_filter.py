@@ -74,9 +74,12 @@ def test_the_api_cancels_everything_when_asked_with_all(api_world: ApiWorld) -> 
     assert statuses(api_world.app.session_factory) == dict.fromkeys(orders, "cancelled")
 
 
-def test_the_dashboard_refuses_an_unfiltered_action_and_its_dry_run_page_asks_for_all(
+def test_the_dashboard_refuses_an_unfiltered_action_and_acts_on_what_its_dry_run_listed(
     api_world: ApiWorld,
 ) -> None:
+    """The dry run's "cancel these now" sent the filter back, so an order placed between
+    the dry run and the click was cancelled too (and with an empty filter, every order in
+    flight): it now sends the ids it listed, and the action takes those only."""
     orders = [place(api_world, 1), place(api_world, 2)]
     client = api_world.client
     token = api_world.as_role("operator")["Authorization"].removeprefix("Bearer ")
@@ -90,10 +93,32 @@ def test_the_dashboard_refuses_an_unfiltered_action_and_its_dry_run_page_asks_fo
     assert statuses(api_world.app.session_factory) == dict.fromkeys(orders, "placed")
 
     dry = client.post("/search/cancel", data={"csrf": csrf})
-    assert dry.status_code == 200 and 'name="all" value="1"' in dry.text
-    done = client.post("/search/cancel", data={"csrf": csrf, "dry_run": "0", "all": "1"})
+    assert dry.status_code == 200
+    form = re.search(r'<form method="post" action="/search/cancel".*?</form>', dry.text, re.S)
+    assert form
+    fields = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(0))
+    assert sorted(int(v) for k, v in fields if k == "ids") == sorted(orders)
+    later = place(api_world, 3)  # placed after the dry run: not among "these"
+    sent: dict[str, list[str]] = {}
+    for name, value in fields:
+        sent.setdefault(name, []).append(value)
+    done = client.post("/search/cancel", data=sent)
     assert done.status_code == 200 and "Did cancel" in done.text
-    assert statuses(api_world.app.session_factory) == dict.fromkeys(orders, "cancelled")
+    assert statuses(api_world.app.session_factory) == {
+        **dict.fromkeys(orders, "cancelled"),
+        later: "placed",
+    }
+
+
+def test_a_confirmed_dry_run_takes_whole_numbers_only(api_world: ApiWorld) -> None:
+    client = api_world.client
+    token = api_world.as_role("operator")["Authorization"].removeprefix("Bearer ")
+    assert client.post("/login", data={"token": token, "next": "/search"}).status_code == 200
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/search").text)
+    assert match
+    form = {"csrf": match.group(1), "dry_run": "0", "ids": "1 OR 1=1"}
+    reply = client.post("/search/cancel", data=form)
+    assert reply.status_code == 400 and "ids" in reply.text
 
 
 @pytest.fixture
@@ -130,3 +155,46 @@ def test_the_cli_refuses_an_unfiltered_cancel_without_all(
     done = orders(env, "search", "--cancel", "--all")
     assert done.exit_code == 0, done.output
     assert statuses(session_factory) == dict.fromkeys(ids, "cancelled")
+
+
+def test_a_redrive_limited_to_the_listed_jobs_leaves_the_others_in_the_dlq(
+    api_world: ApiWorld,
+) -> None:
+    """The dashboard's confirmed redrive sends the job ids its dry run listed; a job
+    dead-lettered since, matching the same filter, stays in the DLQ."""
+    from orders.app.audit import Actor
+    from orders.app.bulk import redrive_matching
+    from orders.domain.access import ApiOrder
+    from orders.domain.handlers import mark_step_dead
+    from orders.domain.search import SearchFilter
+    from workflows.models import Workflow
+
+    app = api_world.app
+    orders = [place(api_world, 1), place(api_world, 2)]
+    queue = app.queues["stock"]
+    leased = queue.fetch(2).jobs
+    assert len(leased) == 2
+    for job in leased:
+        assert queue.dead(job.lease, "error", error="ValueError: boom")
+    with app.session_factory() as session:
+        workflows = dict(
+            session.execute(
+                select(Workflow.subject_id, Workflow.id).where(Workflow.subject_id.in_(orders))
+            ).all()
+        )
+        assert session.scalar(select(func.count()).select_from(ApiOrder)) == 2
+    for order_id in orders:
+        mark_step_dead(
+            app.session_factory, workflows[order_id], "stock", "error", error="ValueError: boom"
+        )
+    who = Actor("ops", "web", None)
+    f = SearchFilter(step="stock")
+    listed = redrive_matching(app.session_factory, app.queues, f, actor=who, dry_run=True)
+    assert sorted(listed.ids) == sorted(j.job_id for j in leased)
+    first = listed.ids[0]
+    done = redrive_matching(
+        app.session_factory, app.queues, f, actor=who, dry_run=False, only=[first]
+    )
+    assert done.ids == [first]
+    left = {d.job_id for d in queue.dead_letters.list()}
+    assert left == {j.job_id for j in leased} - {first}

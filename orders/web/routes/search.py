@@ -80,14 +80,17 @@ def search_page(request: Request) -> Response:
 async def bulk(request: Request) -> Response:
     """POST /search/cancel and /search/redrive (form: the filter, ``dry_run``, the CSRF
     token): act on what the filter finds (up to 500) with ``dry_run=0``; without it, or
-    with ``dry_run=1``, only list it. An empty filter acts only with ``all=1`` (the
-    dry run's page sends it when its own filter was empty); else 400."""
+    with ``dry_run=1``, only list it. The dry run's page confirms with the ids it
+    listed (``ids``, repeated): the action takes those and no order or job that came
+    to match since. Without ``ids``, an empty filter acts only with ``all=1``; else
+    400."""
     state = web_state(request)
     form = await request.form()
     caller = state.guard.check_action(request, form, Permission.OPERATE)
     f = parse_filter(form)
     dry_run = flag(form, "dry_run") if "dry_run" in form else True  # acting is asked for
     everything = flag(form, "all") if "all" in form else False
+    listed = [str(v) for v in form.getlist("ids")] if "ids" in form else None
     app = state.app
     who = web_actor(request, caller)
     try:
@@ -100,6 +103,7 @@ async def bulk(request: Request) -> Response:
                     actor=who,
                     dry_run=dry_run,
                     everything=everything,
+                    only=None if listed is None else _order_ids(listed),
                     policy=app.publish_policy,
                 )
             )
@@ -112,11 +116,23 @@ async def bulk(request: Request) -> Response:
                     actor=who,
                     dry_run=dry_run,
                     everything=everything,
+                    only=listed,
                 )
             )
     except UnfilteredAction as exc:
         raise BadParam(str(exc)) from exc
     return page(request, "bulk.html", {"r": result, "f": f.given()})
+
+
+def _order_ids(values: list[str]) -> list[int]:
+    """The order ids a confirmed dry run sent back.
+
+    Raises:
+        BadParam: one is not a positive whole number.
+    """
+    if not all(v.isascii() and v.isdigit() and 0 < len(v) <= 12 for v in values):
+        raise BadParam("ids: order ids are positive whole numbers")
+    return [int(v) for v in values]
 
 
 routes = [
